@@ -1,0 +1,131 @@
+//! The OJS HTTP client the relay speaks through (`POST /ojs/v1/jobs[/batch]`, `GET /jobs/{id}`,
+//! `GET /ojs/manifest`). It turns every answer, or the lack of one, into an `Outcome`.
+
+use std::time::Duration;
+
+use reqwest::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, RETRY_AFTER};
+
+use crate::classify::{self, Outcome};
+use crate::config::Config;
+use crate::error::{Error, ErrorCode, Result};
+
+const OJS_JSON: &str = "application/openjobspec+json";
+
+#[derive(Debug, Clone)]
+pub struct Backend {
+    client: reqwest::Client,
+    base_url: String,
+    auth_header: Option<String>,
+}
+
+impl Backend {
+    pub fn new(config: &Config) -> Result<Backend> {
+        let client = reqwest::Client::builder()
+            .timeout(config.relay.request_timeout)
+            .connect_timeout(config.relay.request_timeout.min(Duration::from_secs(5)))
+            .pool_idle_timeout(Duration::from_secs(30))
+            .build()
+            .map_err(|e| Error::field(ErrorCode::InvalidConfig, "adapter.ojs_url", e.to_string()))?;
+        Ok(Backend {
+            client,
+            base_url: config.ojs_url.trim_end_matches('/').to_owned(),
+            auth_header: config.auth_token.as_ref().map(|t| format!("Bearer {t}")),
+        })
+    }
+
+    pub fn base_url(&self) -> &str {
+        &self.base_url
+    }
+
+    fn request(&self, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
+        let mut builder = self.client.request(method, format!("{}{path}", self.base_url)).header(ACCEPT, OJS_JSON);
+        if let Some(auth) = &self.auth_header {
+            builder = builder.header(AUTHORIZATION, auth);
+        }
+        builder
+    }
+
+    async fn post(&self, path: &str, body: String) -> Outcome {
+        let request = self.request(reqwest::Method::POST, path).header(CONTENT_TYPE, OJS_JSON).body(body);
+        match request.send().await {
+            Ok(response) => {
+                let status = response.status().as_u16();
+                let retry_after = response
+                    .headers()
+                    .get(RETRY_AFTER)
+                    .and_then(|v| v.to_str().ok())
+                    .and_then(|v| classify::parse_retry_after(v, time::OffsetDateTime::now_utc()));
+                match response.text().await {
+                    Ok(text) => classify::classify(status, retry_after, &text),
+                    Err(e) => transport(e),
+                }
+            }
+            Err(e) => transport(e),
+        }
+    }
+
+    /// One job (its wire JSON).
+    pub async fn send_one(&self, wire_json: String) -> Outcome {
+        self.post("/ojs/v1/jobs", wire_json).await
+    }
+
+    /// Several jobs in one request; `body` is `{"jobs": [...]}`.
+    pub async fn send_batch(&self, body: String) -> Outcome {
+        self.post("/ojs/v1/jobs/batch", body).await
+    }
+
+    /// Whether the backend holds a job with this id (after a 409, to tell our own earlier
+    /// delivery from a unique-key conflict). Err = could not tell.
+    pub async fn job_exists(&self, job_id: &str) -> std::result::Result<bool, String> {
+        let response = self
+            .request(reqwest::Method::GET, &format!("/ojs/v1/jobs/{job_id}"))
+            .send()
+            .await
+            .map_err(|e| e.to_string())?;
+        match response.status().as_u16() {
+            200 => Ok(true),
+            404 => Ok(false),
+            other => Err(format!("GET /ojs/v1/jobs/{job_id} answered {other}")),
+        }
+    }
+
+    /// Whether the manifest offers `POST /ojs/v1/jobs/batch`. Err = could not tell.
+    pub async fn batch_supported(&self) -> std::result::Result<bool, String> {
+        let response = self.request(reqwest::Method::GET, "/ojs/manifest").send().await.map_err(|e| e.to_string())?;
+        if !response.status().is_success() {
+            return Err(format!("GET /ojs/manifest answered {}", response.status()));
+        }
+        let manifest: serde_json::Value = response.json_value().await?;
+        Ok(manifest.pointer("/capabilities/batch_enqueue").and_then(serde_json::Value::as_bool).unwrap_or(false))
+    }
+
+    /// `GET /ojs/v1/health`: Ok when the backend answers 200.
+    pub async fn health(&self) -> Result<()> {
+        let unavailable = |why: String| Error::new(ErrorCode::BackendUnavailable, format!("{}: {why}", self.base_url));
+        let response =
+            self.request(reqwest::Method::GET, "/ojs/v1/health").send().await.map_err(|e| unavailable(e.to_string()))?;
+        if response.status().is_success() { Ok(()) } else { Err(unavailable(format!("health answered {}", response.status()))) }
+    }
+}
+
+trait JsonValue {
+    async fn json_value(self) -> std::result::Result<serde_json::Value, String>;
+}
+
+impl JsonValue for reqwest::Response {
+    async fn json_value(self) -> std::result::Result<serde_json::Value, String> {
+        let text = self.text().await.map_err(|e| e.to_string())?;
+        serde_json::from_str(&text).map_err(|e| e.to_string())
+    }
+}
+
+fn transport(error: reqwest::Error) -> Outcome {
+    let mut reason = error.to_string();
+    let mut source = std::error::Error::source(&error);
+    while let Some(inner) = source {
+        reason.push_str(": ");
+        reason.push_str(&inner.to_string());
+        source = inner.source();
+    }
+    Outcome::Unavailable { reason, retry_after: None }
+}

@@ -1,0 +1,260 @@
+//! Configuration: the spec §5.2 JSON structure plus the relay's own knobs. Every default lives
+//! here and only here; bindings pass the user's settings through as JSON and never restate one.
+
+use std::time::Duration;
+
+use serde_json::{Map, Value};
+
+use crate::duration;
+use crate::error::{Error, ErrorCode, Result};
+
+/// Where the relay runs (spec §12.1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RelayMode {
+    /// Inside the application process, woken by the after-commit hook (the default).
+    InProcess,
+    /// In a separate `ojs-relay run` process; the application only stages rows.
+    External,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Config {
+    pub ojs_url: String,
+    /// `external` is the only backend type this adapter serves (the outbox pattern, §6.2).
+    pub backend_type: String,
+    /// The relay's own database connection (`sqlite://...` or `postgres://...`). Bindings fill it
+    /// from the framework's database settings when the user leaves it out.
+    pub database_url: Option<String>,
+    /// Sent as `Authorization: Bearer ...` to the OJS backend.
+    pub auth_token: Option<String>,
+    pub outbox: OutboxConfig,
+    pub relay: RelayConfig,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct OutboxConfig {
+    pub enabled: bool,
+    pub table_name: String,
+    pub poll_interval: Duration,
+    pub batch_size: usize,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct RelayConfig {
+    pub mode: RelayMode,
+    /// Attempts a row may consume (failures attributable to the job) before it goes `dead`.
+    pub max_attempts: u32,
+    pub initial_backoff: Duration,
+    pub max_backoff: Duration,
+    /// How long a claim is exclusive; a relay that dies holding rows loses them after this.
+    pub lease: Duration,
+    /// The poller leaves rows younger than this to the hot path (only while a hot path exists).
+    pub skip_recent: Duration,
+    /// `sent` rows older than this are pruned.
+    pub retention: Duration,
+    pub prune_interval: Duration,
+    /// Committed job ids waiting for the hot path; when full, ids are dropped (the poller
+    /// finds the rows), never an error in the application.
+    pub hot_queue_capacity: usize,
+    pub request_timeout: Duration,
+    /// How long a graceful stop may spend sending what is already claimed.
+    pub shutdown_timeout: Duration,
+}
+
+pub const MAX_BATCH_SIZE: usize = 1000;
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            ojs_url: "http://localhost:8080".into(),
+            backend_type: "external".into(),
+            database_url: None,
+            auth_token: None,
+            outbox: OutboxConfig {
+                enabled: true,
+                table_name: "ojs_outbox".into(),
+                poll_interval: Duration::from_secs(1),
+                batch_size: 100,
+            },
+            relay: RelayConfig {
+                mode: RelayMode::InProcess,
+                max_attempts: 10,
+                initial_backoff: Duration::from_secs(1),
+                max_backoff: Duration::from_secs(300),
+                lease: Duration::from_secs(30),
+                skip_recent: Duration::from_secs(1),
+                retention: Duration::from_secs(24 * 3600),
+                prune_interval: Duration::from_secs(60),
+                hot_queue_capacity: 10_000,
+                request_timeout: Duration::from_secs(10),
+                shutdown_timeout: Duration::from_secs(5),
+            },
+        }
+    }
+}
+
+impl Config {
+    /// Parses the spec §5.2 structure (`{"adapter": {...}}`, or the inner object alone), every
+    /// key optional. Unknown keys are errors: a typo must not silently fall back to a default.
+    pub fn from_json(text: &str) -> Result<Config> {
+        let value: Value = serde_json::from_str(text)
+            .map_err(|e| Error::field(ErrorCode::InvalidConfig, "config", format!("not valid JSON: {e}")))?;
+        Config::from_value(&value)
+    }
+
+    pub fn from_value(value: &Value) -> Result<Config> {
+        let mut root = as_object(value, "config")?;
+        if let Some(adapter) = root.get("adapter") {
+            if root.len() != 1 {
+                let other = root.keys().find(|k| *k != "adapter").cloned().unwrap_or_default();
+                return Err(invalid(&other, "unknown key beside \"adapter\""));
+            }
+            root = as_object(adapter, "adapter")?;
+        }
+        let mut config = Config::default();
+        for (key, value) in root {
+            match key.as_str() {
+                "ojs_url" => config.ojs_url = url(value, "adapter.ojs_url")?,
+                "backend_type" => {
+                    let kind = string(value, "adapter.backend_type")?;
+                    if kind != "external" {
+                        return Err(invalid(
+                            "adapter.backend_type",
+                            &format!("{kind:?} is not supported; this adapter relays to an external backend (\"external\")"),
+                        ));
+                    }
+                    config.backend_type = kind;
+                }
+                "database_url" => config.database_url = optional_string(value, "adapter.database_url")?,
+                "auth_token" => config.auth_token = optional_string(value, "adapter.auth_token")?,
+                "outbox" => apply_outbox(&mut config.outbox, value)?,
+                "relay" => apply_relay(&mut config.relay, value)?,
+                other => return Err(invalid(&format!("adapter.{other}"), "unknown key")),
+            }
+        }
+        Ok(config)
+    }
+}
+
+fn apply_outbox(outbox: &mut OutboxConfig, value: &Value) -> Result<()> {
+    for (key, value) in as_object(value, "adapter.outbox")? {
+        let field = format!("adapter.outbox.{key}");
+        match key.as_str() {
+            "enabled" => outbox.enabled = value.as_bool().ok_or_else(|| invalid(&field, "must be true or false"))?,
+            "table_name" => {
+                let name = string(value, &field)?;
+                validate_table_name(&name).map_err(|why| invalid(&field, &why))?;
+                outbox.table_name = name;
+            }
+            "poll_interval" => {
+                outbox.poll_interval = positive_duration(value, &field, Duration::from_millis(10))?;
+            }
+            "batch_size" => {
+                outbox.batch_size = match value.as_u64() {
+                    Some(n) if (1..=MAX_BATCH_SIZE as u64).contains(&n) => n as usize,
+                    _ => return Err(invalid(&field, &format!("must be an integer from 1 to {MAX_BATCH_SIZE}, got {value}"))),
+                }
+            }
+            _ => return Err(invalid(&field, "unknown key")),
+        }
+    }
+    Ok(())
+}
+
+fn apply_relay(relay: &mut RelayConfig, value: &Value) -> Result<()> {
+    for (key, value) in as_object(value, "adapter.relay")? {
+        let field = format!("adapter.relay.{key}");
+        let field = field.as_str();
+        match key.as_str() {
+            "mode" => {
+                relay.mode = match value.as_str() {
+                    Some("in_process") => RelayMode::InProcess,
+                    Some("external") => RelayMode::External,
+                    _ => return Err(invalid(field, &format!("must be \"in_process\" or \"external\", got {value}"))),
+                }
+            }
+            "max_attempts" => {
+                relay.max_attempts = match value.as_u64() {
+                    Some(n) if (1..=1000).contains(&n) => n as u32,
+                    _ => return Err(invalid(field, &format!("must be an integer from 1 to 1000, got {value}"))),
+                }
+            }
+            "hot_queue_capacity" => {
+                relay.hot_queue_capacity = match value.as_u64() {
+                    Some(n) if (1..=10_000_000).contains(&n) => n as usize,
+                    _ => return Err(invalid(field, &format!("must be an integer from 1 to 10000000, got {value}"))),
+                }
+            }
+            "initial_backoff" => relay.initial_backoff = positive_duration(value, field, Duration::from_millis(1))?,
+            "max_backoff" => relay.max_backoff = positive_duration(value, field, Duration::from_millis(1))?,
+            "lease" => relay.lease = positive_duration(value, field, Duration::from_millis(100))?,
+            "skip_recent" => relay.skip_recent = duration_value(value, field)?,
+            "retention" => relay.retention = duration_value(value, field)?,
+            "prune_interval" => relay.prune_interval = positive_duration(value, field, Duration::from_millis(10))?,
+            "request_timeout" => relay.request_timeout = positive_duration(value, field, Duration::from_millis(10))?,
+            "shutdown_timeout" => relay.shutdown_timeout = duration_value(value, field)?,
+            _ => return Err(invalid(field, "unknown key")),
+        }
+    }
+    if relay.max_backoff < relay.initial_backoff {
+        return Err(invalid("adapter.relay.max_backoff", "must not be shorter than initial_backoff"));
+    }
+    if relay.lease <= relay.request_timeout {
+        return Err(invalid(
+            "adapter.relay.lease",
+            "must be longer than request_timeout, or a slow send could lose its lease to another relay",
+        ));
+    }
+    Ok(())
+}
+
+/// A plain or schema-qualified SQL identifier: it is spliced into statements, so nothing else passes.
+pub fn validate_table_name(name: &str) -> std::result::Result<(), String> {
+    let parts: Vec<&str> = name.split('.').collect();
+    let ok = parts.len() <= 2
+        && parts.iter().all(|p| {
+            let mut bytes = p.bytes();
+            matches!(bytes.next(), Some(b) if b.is_ascii_alphabetic() || b == b'_')
+                && bytes.all(|b| b.is_ascii_alphanumeric() || b == b'_')
+                && p.len() <= 63
+        });
+    if ok { Ok(()) } else { Err(format!("{name:?} is not a valid table name (letters, digits and '_', optionally schema-qualified)")) }
+}
+
+fn invalid(field: &str, why: &str) -> Error {
+    Error::field(ErrorCode::InvalidConfig, field, why)
+}
+
+fn as_object<'a>(value: &'a Value, field: &str) -> Result<&'a Map<String, Value>> {
+    value.as_object().ok_or_else(|| invalid(field, "must be a JSON object"))
+}
+
+fn string(value: &Value, field: &str) -> Result<String> {
+    value.as_str().map(str::to_owned).ok_or_else(|| invalid(field, &format!("must be a string, got {value}")))
+}
+
+fn optional_string(value: &Value, field: &str) -> Result<Option<String>> {
+    if value.is_null() { Ok(None) } else { string(value, field).map(Some) }
+}
+
+fn url(value: &Value, field: &str) -> Result<String> {
+    let text = string(value, field)?;
+    let parsed = reqwest::Url::parse(&text).map_err(|e| invalid(field, &format!("{text:?} is not a URL: {e}")))?;
+    if !matches!(parsed.scheme(), "http" | "https") || parsed.host_str().is_none() {
+        return Err(invalid(field, &format!("{text:?} must be an http:// or https:// URL with a host")));
+    }
+    Ok(text.trim_end_matches('/').to_owned())
+}
+
+fn duration_value(value: &Value, field: &str) -> Result<Duration> {
+    let text = value.as_str().ok_or_else(|| invalid(field, &format!("must be an ISO-8601 duration string such as \"PT1S\", got {value}")))?;
+    duration::parse(text).map_err(|why| invalid(field, &why))
+}
+
+fn positive_duration(value: &Value, field: &str, minimum: Duration) -> Result<Duration> {
+    let parsed = duration_value(value, field)?;
+    if parsed < minimum {
+        return Err(invalid(field, &format!("must be at least {}", duration::format(minimum))));
+    }
+    Ok(parsed)
+}

@@ -1,0 +1,135 @@
+//! One error model for the whole product. Every binding maps `ErrorCode` to its own exception
+//! hierarchy; the code strings are stable and documented in `docs/errors.md`.
+
+use std::fmt;
+
+/// Stable error codes. Each says what the caller should do next.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ErrorCode {
+    /// The job type breaks the OJS naming rule. Fix the call.
+    InvalidJobType,
+    /// `options.queue` breaks the OJS queue rule. Fix the call.
+    InvalidQueue,
+    /// `args` is not a JSON array (or not JSON at all). Fix the call.
+    InvalidArgs,
+    /// An option is unknown, of the wrong type or out of range. Fix the call.
+    InvalidOptions,
+    /// `meta` or the request context is not a JSON object of the expected shape. Fix the call.
+    InvalidMeta,
+    /// The job's wire form exceeds 1 MiB; no OJS backend would accept it. Store the payload elsewhere.
+    PayloadTooLarge,
+    /// The configuration is invalid; the message names the field. Fix the settings.
+    InvalidConfig,
+    /// The database URL cannot be used. Fix the URL.
+    InvalidDatabaseUrl,
+    /// The outbox table does not exist. Run the migration (`ojs-relay migrate`).
+    OutboxTableMissing,
+    /// A database operation failed. Usually transient; the app's transaction decides.
+    Database,
+    /// The OJS backend could not be reached or answered 5xx. Retry later.
+    BackendUnavailable,
+    /// The OJS backend refused the job (4xx); the message carries its error code.
+    BackendRejected,
+    /// The operation needs an open transaction and there is none.
+    NoTransaction,
+    /// The relay has been shut down; start a new one.
+    RelayShutDown,
+}
+
+impl ErrorCode {
+    pub const ALL: [ErrorCode; 14] = [
+        ErrorCode::InvalidJobType,
+        ErrorCode::InvalidQueue,
+        ErrorCode::InvalidArgs,
+        ErrorCode::InvalidOptions,
+        ErrorCode::InvalidMeta,
+        ErrorCode::PayloadTooLarge,
+        ErrorCode::InvalidConfig,
+        ErrorCode::InvalidDatabaseUrl,
+        ErrorCode::OutboxTableMissing,
+        ErrorCode::Database,
+        ErrorCode::BackendUnavailable,
+        ErrorCode::BackendRejected,
+        ErrorCode::NoTransaction,
+        ErrorCode::RelayShutDown,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorCode::InvalidJobType => "INVALID_JOB_TYPE",
+            ErrorCode::InvalidQueue => "INVALID_QUEUE",
+            ErrorCode::InvalidArgs => "INVALID_ARGS",
+            ErrorCode::InvalidOptions => "INVALID_OPTIONS",
+            ErrorCode::InvalidMeta => "INVALID_META",
+            ErrorCode::PayloadTooLarge => "PAYLOAD_TOO_LARGE",
+            ErrorCode::InvalidConfig => "INVALID_CONFIG",
+            ErrorCode::InvalidDatabaseUrl => "INVALID_DATABASE_URL",
+            ErrorCode::OutboxTableMissing => "OUTBOX_TABLE_MISSING",
+            ErrorCode::Database => "DATABASE",
+            ErrorCode::BackendUnavailable => "BACKEND_UNAVAILABLE",
+            ErrorCode::BackendRejected => "BACKEND_REJECTED",
+            ErrorCode::NoTransaction => "NO_TRANSACTION",
+            ErrorCode::RelayShutDown => "RELAY_SHUT_DOWN",
+        }
+    }
+
+    /// Whether retrying the same call unchanged may succeed.
+    pub fn retryable(self) -> bool {
+        matches!(self, ErrorCode::Database | ErrorCode::BackendUnavailable)
+    }
+}
+
+impl fmt::Display for ErrorCode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// An error with a stable code, the field it concerns (when there is one) and a message that
+/// names that field.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Error {
+    pub code: ErrorCode,
+    pub field: Option<String>,
+    pub message: String,
+}
+
+impl Error {
+    pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
+        Error { code, field: None, message: message.into() }
+    }
+
+    pub fn field(code: ErrorCode, field: impl Into<String>, message: impl Into<String>) -> Self {
+        let field = field.into();
+        let message = format!("{field}: {}", message.into());
+        Error { code, field: Some(field), message }
+    }
+
+    pub fn database(err: sqlx::Error) -> Self {
+        let text = err.to_string();
+        let missing_table = text.contains("no such table") || (text.contains("relation") && text.contains("does not exist"));
+        if missing_table {
+            return Error::new(
+                ErrorCode::OutboxTableMissing,
+                format!("the outbox table does not exist (run `ojs-relay migrate`): {text}"),
+            );
+        }
+        Error::new(ErrorCode::Database, text)
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "[{}] {}", self.code, self.message)
+    }
+}
+
+impl std::error::Error for Error {}
+
+impl From<sqlx::Error> for Error {
+    fn from(err: sqlx::Error) -> Self {
+        Error::database(err)
+    }
+}
+
+pub type Result<T> = std::result::Result<T, Error>;

@@ -1,0 +1,383 @@
+//! Job preparation: the pure domain step between a framework call and an outbox row.
+//! Validates type, queue, args, options and meta by the OJS rules, merges the request context
+//! into meta, assigns the UUIDv7 job id and refuses anything whose wire form exceeds 1 MiB.
+//! No I/O: every binding calls this before it writes the row through the host connection.
+
+use serde_json::{Map, Value};
+
+use crate::duration;
+use crate::error::{Error, ErrorCode, Result};
+
+/// Backends refuse request bodies over 1 MiB, so a job whose wire form is larger can never be
+/// delivered: it is refused at staging time.
+pub const MAX_WIRE_BYTES: usize = 1024 * 1024;
+const MAX_TYPE_BYTES: usize = 255;
+const MAX_QUEUE_BYTES: usize = 128;
+const OPTION_KEYS: [&str; 8] =
+    ["queue", "priority", "timeout_ms", "delay_until", "expires_at", "retry", "unique", "tags"];
+const RETRY_KEYS: [&str; 7] = [
+    "max_attempts",
+    "initial_interval",
+    "backoff_coefficient",
+    "max_interval",
+    "jitter",
+    "on_exhaustion",
+    "non_retryable_errors",
+];
+const UNIQUE_KEYS: [&str; 4] = ["keys", "period", "on_conflict", "states"];
+
+/// A job as the application asks for it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewJob {
+    pub job_type: String,
+    pub args: Value,
+    pub options: Option<Value>,
+    pub meta: Option<Value>,
+}
+
+impl NewJob {
+    pub fn new(job_type: impl Into<String>, args: Value) -> Self {
+        NewJob { job_type: job_type.into(), args, options: None, meta: None }
+    }
+
+    pub fn with_options(mut self, options: Value) -> Self {
+        self.options = Some(options);
+        self
+    }
+
+    pub fn with_meta(mut self, meta: Value) -> Self {
+        self.meta = Some(meta);
+        self
+    }
+
+    /// Builds a job from JSON texts, the form every binding hands over the FFI line.
+    /// `None` or `"null"` options/meta mean "unset".
+    pub fn from_json(job_type: &str, args_json: &str, options_json: Option<&str>, meta_json: Option<&str>) -> Result<Self> {
+        let args = serde_json::from_str(args_json)
+            .map_err(|e| Error::field(ErrorCode::InvalidArgs, "args", format!("not valid JSON: {e}")))?;
+        let parse_optional = |text: Option<&str>, code, field: &str| -> Result<Option<Value>> {
+            match text {
+                None => Ok(None),
+                Some(text) => match serde_json::from_str::<Value>(text) {
+                    Ok(Value::Null) => Ok(None),
+                    Ok(value) => Ok(Some(value)),
+                    Err(e) => Err(Error::field(code, field, format!("not valid JSON: {e}"))),
+                },
+            }
+        };
+        Ok(NewJob {
+            job_type: job_type.to_owned(),
+            args,
+            options: parse_optional(options_json, ErrorCode::InvalidOptions, "options")?,
+            meta: parse_optional(meta_json, ErrorCode::InvalidMeta, "meta")?,
+        })
+    }
+}
+
+/// Request context captured by a framework middleware (FA-R001). It lands in the job's `meta`
+/// under the keys the spec names; explicit `meta` given by the caller wins over it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RequestContext {
+    pub request_id: Option<String>,
+    pub traceparent: Option<String>,
+    pub tracestate: Option<String>,
+    pub user_id: Option<String>,
+    pub tenant_id: Option<String>,
+    pub locale: Option<String>,
+}
+
+impl RequestContext {
+    pub fn from_json(text: &str) -> Result<Self> {
+        serde_json::from_str(text).map_err(|e| Error::field(ErrorCode::InvalidMeta, "context", e.to_string()))
+    }
+
+    pub fn is_empty(&self) -> bool {
+        *self == RequestContext::default()
+    }
+
+    /// The meta entries this context contributes, in the spec's key names. A traceparent that
+    /// is not W3C-shaped is dropped, as W3C Trace Context asks of receivers.
+    pub fn meta_entries(&self) -> Vec<(&'static str, String)> {
+        let mut entries = Vec::new();
+        let mut push = |key: &'static str, value: &Option<String>| {
+            if let Some(value) = value.as_ref().filter(|v| !v.is_empty()) {
+                entries.push((key, value.clone()));
+            }
+        };
+        if self.traceparent.as_deref().is_some_and(is_traceparent) {
+            push("traceparent", &self.traceparent);
+            push("tracestate", &self.tracestate);
+        }
+        push("ojs.context.request_id", &self.request_id);
+        push("ojs.context.user_id", &self.user_id);
+        push("tenant_id", &self.tenant_id);
+        push("ojs.context.locale", &self.locale);
+        entries
+    }
+}
+
+fn is_traceparent(value: &str) -> bool {
+    let parts: Vec<&str> = value.split('-').collect();
+    let hex = |s: &str, len: usize| s.len() == len && s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
+    parts.len() >= 4
+        && hex(parts[0], 2)
+        && parts[0] != "ff"
+        && hex(parts[1], 32)
+        && parts[1].bytes().any(|b| b != b'0')
+        && hex(parts[2], 16)
+        && parts[2].bytes().any(|b| b != b'0')
+        && hex(parts[3], 2)
+}
+
+/// A validated job, ready to become an outbox row: every column value is final.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PreparedJob {
+    /// UUIDv7, lowercase; sent as the job's `id`, so re-sends are idempotent.
+    pub job_id: String,
+    pub job_type: String,
+    pub args_json: String,
+    pub options_json: String,
+    pub meta_json: String,
+    pub tenant_id: Option<String>,
+}
+
+impl PreparedJob {
+    /// The job as the backend receives it (`POST /ojs/v1/jobs` body, or one batch element).
+    pub fn wire_json(&self) -> String {
+        wire_json(&self.job_id, &self.job_type, &self.args_json, &self.options_json, &self.meta_json)
+    }
+}
+
+/// Assembles the wire form from column texts without re-parsing them.
+pub fn wire_json(job_id: &str, job_type: &str, args_json: &str, options_json: &str, meta_json: &str) -> String {
+    let mut out = String::with_capacity(64 + job_type.len() + args_json.len() + options_json.len() + meta_json.len());
+    out.push_str("{\"id\":\"");
+    out.push_str(job_id);
+    out.push_str("\",\"type\":\"");
+    out.push_str(job_type); // validated: [a-z0-9_.] only, nothing to escape
+    out.push_str("\",\"args\":");
+    out.push_str(args_json);
+    out.push_str(",\"options\":");
+    out.push_str(options_json);
+    out.push_str(",\"meta\":");
+    out.push_str(meta_json);
+    out.push('}');
+    out
+}
+
+/// Validates a job and turns it into a row. The single entry point of every enqueue path.
+pub fn prepare(job: NewJob, context: Option<&RequestContext>) -> Result<PreparedJob> {
+    validate_type(&job.job_type)?;
+    if !job.args.is_array() {
+        return Err(Error::field(
+            ErrorCode::InvalidArgs,
+            "args",
+            format!("must be a JSON array, got {}", json_kind(&job.args)),
+        ));
+    }
+    let options = match job.options {
+        None => Map::new(),
+        Some(Value::Object(map)) => map,
+        Some(other) => {
+            return Err(Error::field(ErrorCode::InvalidOptions, "options", format!("must be an object, got {}", json_kind(&other))));
+        }
+    };
+    validate_options(&options)?;
+    let mut meta = match job.meta {
+        None => Map::new(),
+        Some(Value::Object(map)) => map,
+        Some(other) => {
+            return Err(Error::field(ErrorCode::InvalidMeta, "meta", format!("must be an object, got {}", json_kind(&other))));
+        }
+    };
+    if let Some(context) = context {
+        for (key, value) in context.meta_entries() {
+            meta.entry(key).or_insert(Value::String(value));
+        }
+    }
+    let tenant_id = match meta.get("tenant_id") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(tenant)) => Some(tenant.clone()),
+        Some(other) => {
+            return Err(Error::field(ErrorCode::InvalidMeta, "meta.tenant_id", format!("must be a string, got {}", json_kind(other))));
+        }
+    };
+    let prepared = PreparedJob {
+        job_id: uuid::Uuid::now_v7().to_string(),
+        job_type: job.job_type,
+        args_json: job.args.to_string(),
+        options_json: Value::Object(options).to_string(),
+        meta_json: Value::Object(meta).to_string(),
+        tenant_id,
+    };
+    let wire_bytes = prepared.wire_json().len();
+    if wire_bytes > MAX_WIRE_BYTES {
+        return Err(Error::field(
+            ErrorCode::PayloadTooLarge,
+            "args",
+            format!("the job's wire form is {wire_bytes} bytes; OJS backends accept at most {MAX_WIRE_BYTES}"),
+        ));
+    }
+    Ok(prepared)
+}
+
+/// `^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)*$`, at most 255 bytes.
+pub fn validate_type(job_type: &str) -> Result<()> {
+    let fail = |why: &str| Err(Error::field(ErrorCode::InvalidJobType, "type", format!("{job_type:?} {why}")));
+    if job_type.is_empty() {
+        return fail("is empty");
+    }
+    if job_type.len() > MAX_TYPE_BYTES {
+        return fail("is longer than 255 bytes");
+    }
+    for segment in job_type.split('.') {
+        let mut bytes = segment.bytes();
+        match bytes.next() {
+            Some(b'a'..=b'z') => {}
+            _ => return fail("must be dot-separated segments that each start with a lowercase letter (e.g. \"email.welcome\")"),
+        }
+        if !bytes.all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_') {
+            return fail("may contain only lowercase letters, digits, '_' and '.'");
+        }
+    }
+    Ok(())
+}
+
+/// `^[a-z0-9][a-z0-9\-.]*$`, at most 128 bytes.
+pub fn validate_queue(queue: &str) -> Result<()> {
+    let fail = |why: &str| Err(Error::field(ErrorCode::InvalidQueue, "options.queue", format!("{queue:?} {why}")));
+    if queue.len() > MAX_QUEUE_BYTES {
+        return fail("is longer than 128 bytes");
+    }
+    let mut bytes = queue.bytes();
+    match bytes.next() {
+        Some(b) if b.is_ascii_lowercase() || b.is_ascii_digit() => {}
+        _ => return fail("must start with a lowercase letter or digit"),
+    }
+    if !bytes.all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.') {
+        return fail("may contain only lowercase letters, digits, '-' and '.'");
+    }
+    Ok(())
+}
+
+fn validate_options(options: &Map<String, Value>) -> Result<()> {
+    let invalid = |field: &str, why: String| Err(Error::field(ErrorCode::InvalidOptions, format!("options.{field}"), why));
+    for (key, value) in options {
+        match key.as_str() {
+            "queue" => match value {
+                Value::String(queue) => validate_queue(queue)?,
+                other => {
+                    return Err(Error::field(ErrorCode::InvalidQueue, "options.queue", format!("must be a string, got {}", json_kind(other))));
+                }
+            },
+            "priority" => match value.as_i64() {
+                Some(p) if (-100..=100).contains(&p) => {}
+                _ => return invalid(key, format!("must be an integer from -100 to 100, got {value}")),
+            },
+            "timeout_ms" => match value.as_u64() {
+                Some(ms) if ms > 0 => {}
+                _ => return invalid(key, format!("must be a positive integer, got {value}")),
+            },
+            "delay_until" | "expires_at" => check_timestamp(key, value)?,
+            "retry" => check_retry(value)?,
+            "unique" => check_unique(value)?,
+            "tags" => check_string_array(key, value)?,
+            unknown => {
+                return invalid(unknown, format!("unknown option; allowed: {}", OPTION_KEYS.join(", ")));
+            }
+        }
+    }
+    Ok(())
+}
+
+fn check_timestamp(field: &str, value: &Value) -> Result<()> {
+    let text = value.as_str().unwrap_or("");
+    match time::OffsetDateTime::parse(text, &time::format_description::well_known::Rfc3339) {
+        Ok(_) => Ok(()),
+        Err(_) => Err(Error::field(
+            ErrorCode::InvalidOptions,
+            format!("options.{field}"),
+            format!("must be an RFC 3339 timestamp such as \"2026-03-01T09:00:00Z\", got {value}"),
+        )),
+    }
+}
+
+fn check_duration(field: &str, value: &Value) -> Result<()> {
+    let text = value.as_str().ok_or_else(|| {
+        Error::field(ErrorCode::InvalidOptions, field, format!("must be an ISO-8601 duration string, got {value}"))
+    })?;
+    duration::parse(text).map(|_| ()).map_err(|why| Error::field(ErrorCode::InvalidOptions, field, why))
+}
+
+fn check_string_array(field: &str, value: &Value) -> Result<()> {
+    match value.as_array() {
+        Some(items) if items.iter().all(Value::is_string) => Ok(()),
+        _ => Err(Error::field(ErrorCode::InvalidOptions, format!("options.{field}"), format!("must be an array of strings, got {value}"))),
+    }
+}
+
+fn object_with_keys<'a>(field: &str, value: &'a Value, allowed: &[&str]) -> Result<&'a Map<String, Value>> {
+    let map = value.as_object().ok_or_else(|| {
+        Error::field(ErrorCode::InvalidOptions, format!("options.{field}"), format!("must be an object, got {}", json_kind(value)))
+    })?;
+    if let Some(unknown) = map.keys().find(|k| !allowed.contains(&k.as_str())) {
+        return Err(Error::field(
+            ErrorCode::InvalidOptions,
+            format!("options.{field}.{unknown}"),
+            format!("unknown key; allowed: {}", allowed.join(", ")),
+        ));
+    }
+    Ok(map)
+}
+
+fn check_retry(value: &Value) -> Result<()> {
+    let retry = object_with_keys("retry", value, &RETRY_KEYS)?;
+    let invalid = |key: &str, why: String| Err(Error::field(ErrorCode::InvalidOptions, format!("options.retry.{key}"), why));
+    for (key, value) in retry {
+        match key.as_str() {
+            "max_attempts" if value.as_u64().is_none() => return invalid(key, format!("must be a non-negative integer, got {value}")),
+            "initial_interval" | "max_interval" => check_duration(&format!("options.retry.{key}"), value)?,
+            "backoff_coefficient" if !value.as_f64().is_some_and(|c| c >= 1.0) => {
+                return invalid(key, format!("must be a number >= 1, got {value}"));
+            }
+            "jitter" if !value.is_boolean() => return invalid(key, format!("must be true or false, got {value}")),
+            "on_exhaustion" if !matches!(value.as_str(), Some("discard" | "dead_letter")) => {
+                return invalid(key, format!("must be \"discard\" or \"dead_letter\", got {value}"));
+            }
+            "non_retryable_errors" => check_string_array("retry.non_retryable_errors", value)?,
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+fn check_unique(value: &Value) -> Result<()> {
+    let unique = object_with_keys("unique", value, &UNIQUE_KEYS)?;
+    for (key, value) in unique {
+        match key.as_str() {
+            "keys" | "states" => check_string_array(&format!("unique.{key}"), value)?,
+            "period" => check_duration("options.unique.period", value)?,
+            "on_conflict" if !matches!(value.as_str(), Some("reject" | "ignore" | "replace" | "replace_except_schedule")) => {
+                return Err(Error::field(
+                    ErrorCode::InvalidOptions,
+                    "options.unique.on_conflict",
+                    format!("must be reject, ignore, replace or replace_except_schedule, got {value}"),
+                ));
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+fn json_kind(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}

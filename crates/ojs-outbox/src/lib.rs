@@ -1,0 +1,26 @@
+//! Transactional job enqueue for the Open Job Spec (the Framework Adapter extension, FA-001..FA-003).
+//!
+//! The domain (no I/O): [`job`] (validation, ids, wire form), [`config`], [`duration`],
+//! [`backoff`], [`classify`], [`sql`] (every statement, per dialect).
+//! The I/O: [`store`] (sqlx), [`backend`] (OJS HTTP), [`relay`] (the engine, tokio),
+//! [`outbox`] (the Rust-native adapter). See docs/architecture.md.
+
+pub mod backend;
+pub mod backoff;
+pub mod classify;
+pub mod config;
+pub mod duration;
+pub mod error;
+pub mod job;
+pub mod outbox;
+pub mod relay;
+pub mod sql;
+pub mod store;
+
+pub use config::{Config, RelayMode};
+pub use error::{Error, ErrorCode, Result};
+pub use job::{NewJob, PreparedJob, RequestContext, prepare};
+pub use outbox::{Outbox, OutboxTransaction};
+pub use relay::{Metrics, Relay};
+pub use sql::{Dialect, OutboxSql, Placeholder, Statement};
+pub use store::{OutboxStatus, RowStatus, Store};

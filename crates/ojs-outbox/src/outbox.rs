@@ -1,0 +1,272 @@
+//! The Rust-native adapter: an `Outbox` owns the store, the backend client and the in-process
+//! relay; an `OutboxTransaction` stages jobs in a database transaction and wakes the relay only
+//! on the outermost commit. The framework bindings do the same through their host's
+//! connection and commit hooks; this is the reference they are checked against.
+
+use std::sync::Mutex;
+
+use sqlx::{AssertSqlSafe, Postgres, Sqlite, Transaction};
+
+use crate::backend::Backend;
+use crate::classify::Outcome;
+use crate::config::{Config, RelayMode};
+use crate::error::{Error, ErrorCode, Result};
+use crate::job::{NewJob, PreparedJob, RequestContext, prepare};
+use crate::relay::{Metrics, Relay};
+use crate::sql::Statement;
+use crate::store::{Pool, Store};
+
+pub struct Outbox {
+    config: Config,
+    store: Store,
+    backend: Backend,
+    relay: Mutex<Option<Relay>>,
+}
+
+impl Outbox {
+    /// Connects to `config.database_url`. Does not start the relay: see `start_relay`.
+    pub async fn connect(config: Config) -> Result<Outbox> {
+        let url = config.database_url.clone().ok_or_else(|| {
+            Error::field(ErrorCode::InvalidConfig, "adapter.database_url", "is required for the relay's own connection")
+        })?;
+        let store = Store::connect(&url, &config.outbox.table_name).await?;
+        let backend = Backend::new(&config)?;
+        Ok(Outbox { config, store, backend, relay: Mutex::new(None) })
+    }
+
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
+    pub fn backend(&self) -> &Backend {
+        &self.backend
+    }
+
+    /// Starts the in-process relay (FA-R003) unless the configuration says `external`, or it
+    /// already runs. Must be called inside a tokio runtime.
+    pub fn start_relay(&self) {
+        if self.config.relay.mode == RelayMode::External {
+            return;
+        }
+        let mut relay = self.relay.lock().expect("relay lock");
+        if relay.as_ref().is_some_and(Relay::is_running) {
+            return;
+        }
+        *relay = Some(Relay::start(self.store.clone(), self.backend.clone(), &self.config, true));
+    }
+
+    /// Graceful stop: flushes, releases leases.
+    pub async fn stop_relay(&self) {
+        let relay = self.relay.lock().expect("relay lock").take();
+        if let Some(relay) = relay {
+            relay.shutdown().await;
+        }
+    }
+
+    /// Abrupt stop, as a crash: leases stay until they expire. For tests of crash recovery.
+    pub fn kill_relay(&self) {
+        if let Some(relay) = self.relay.lock().expect("relay lock").take() {
+            relay.kill();
+        }
+    }
+
+    /// The after-commit hook: wakes the relay for these committed job ids. Never blocks, never
+    /// fails; without a running relay it does nothing (the poller of whichever relay runs will
+    /// find the rows).
+    pub fn notify_committed(&self, job_ids: Vec<String>) {
+        if let Some(relay) = self.relay.lock().expect("relay lock").as_ref() {
+            relay.notify_committed(job_ids);
+        }
+    }
+
+    pub fn metrics(&self) -> Option<Metrics> {
+        self.relay.lock().expect("relay lock").as_ref().map(Relay::metrics)
+    }
+
+    /// The staging INSERT for the host connection (what bindings execute).
+    pub fn insert_statements(&self, placeholder: crate::sql::Placeholder, jobs: &[PreparedJob]) -> Vec<Statement> {
+        self.store.sql().insert(placeholder, jobs)
+    }
+
+    /// Opens a transaction on the outbox's own database (for Rust applications and tests).
+    pub async fn begin(&self) -> Result<OutboxTransaction<'_>> {
+        let tx = match &self.store.pool {
+            Pool::Postgres(pool) => Tx::Postgres(pool.begin().await?),
+            Pool::Sqlite(pool) => Tx::Sqlite(pool.begin().await?),
+        };
+        Ok(OutboxTransaction { outbox: self, tx: Some(tx), levels: vec![Vec::new()], context: None })
+    }
+
+    /// Stages and commits jobs at once (autocommit): the row is written and relayed right away.
+    pub async fn enqueue_after_commit(&self, job: NewJob, context: Option<&RequestContext>) -> Result<String> {
+        let prepared = prepare(job, context)?;
+        let mut tx = self.begin().await?;
+        tx.stage(std::slice::from_ref(&prepared)).await?;
+        tx.commit().await?;
+        Ok(prepared.job_id)
+    }
+
+    /// `enqueue`: sends one job to the backend now, without the outbox (spec §5.1). Returns the
+    /// job id. Fails with `BACKEND_UNAVAILABLE` or `BACKEND_REJECTED`.
+    pub async fn enqueue_now(&self, job: NewJob, context: Option<&RequestContext>) -> Result<String> {
+        let prepared = prepare(job, context)?;
+        match self.backend.send_one(prepared.wire_json()).await {
+            Outcome::Delivered { .. } => Ok(prepared.job_id),
+            Outcome::Unavailable { reason, .. } | Outcome::Backpressure { reason, .. } | Outcome::Retry { reason, .. } => {
+                Err(Error::new(ErrorCode::BackendUnavailable, reason))
+            }
+            Outcome::Defer { reason, .. } | Outcome::Terminal { reason } | Outcome::Misconfigured { reason } => {
+                Err(Error::new(ErrorCode::BackendRejected, reason))
+            }
+            Outcome::Duplicate => Err(Error::new(ErrorCode::BackendRejected, "409 duplicate: an equal job exists")),
+        }
+    }
+}
+
+enum Tx {
+    Postgres(Transaction<'static, Postgres>),
+    Sqlite(Transaction<'static, Sqlite>),
+}
+
+/// A database transaction that stages jobs. Nested savepoints behave as the spec's §12.4 asks:
+/// a rolled-back savepoint discards its jobs; only the outermost commit wakes the relay.
+pub struct OutboxTransaction<'a> {
+    outbox: &'a Outbox,
+    tx: Option<Tx>,
+    /// Job ids staged at each nesting level; `levels[0]` is the outermost transaction.
+    levels: Vec<Vec<String>>,
+    context: Option<RequestContext>,
+}
+
+impl OutboxTransaction<'_> {
+    /// Request context applied to the jobs staged from now on.
+    pub fn set_context(&mut self, context: Option<RequestContext>) {
+        self.context = context;
+    }
+
+    pub async fn enqueue_after_commit(&mut self, job: NewJob) -> Result<String> {
+        let prepared = prepare(job, self.context.as_ref())?;
+        self.stage(std::slice::from_ref(&prepared)).await?;
+        Ok(prepared.job_id)
+    }
+
+    /// All or nothing: one invalid job stages none.
+    pub async fn enqueue_bulk(&mut self, jobs: Vec<NewJob>) -> Result<Vec<String>> {
+        let prepared = jobs.into_iter().map(|job| prepare(job, self.context.as_ref())).collect::<Result<Vec<_>>>()?;
+        self.stage(&prepared).await?;
+        Ok(prepared.into_iter().map(|job| job.job_id).collect())
+    }
+
+    async fn stage(&mut self, jobs: &[PreparedJob]) -> Result<()> {
+        let dialect = self.outbox.store.dialect();
+        for statement in self.outbox.store.sql().insert(dialect.native_placeholders(), jobs) {
+            self.execute_statement(&statement).await?;
+        }
+        let level = self.levels.last_mut().expect("at least the outermost level");
+        level.extend(jobs.iter().map(|job| job.job_id.clone()));
+        Ok(())
+    }
+
+    /// Runs an application statement in this transaction (business writes beside the jobs).
+    pub async fn execute(&mut self, sql: &str) -> Result<u64> {
+        self.execute_statement(&Statement { sql: sql.to_owned(), params: Vec::new() }).await
+    }
+
+    async fn execute_statement(&mut self, statement: &Statement) -> Result<u64> {
+        let tx = self.tx.as_mut().ok_or_else(|| Error::new(ErrorCode::NoTransaction, "the transaction has ended"))?;
+        let done = match tx {
+            Tx::Postgres(tx) => {
+                let mut query = sqlx::query(AssertSqlSafe(statement.sql.clone()));
+                for param in &statement.params {
+                    query = query.bind(param.as_deref());
+                }
+                query.execute(&mut **tx).await?.rows_affected()
+            }
+            Tx::Sqlite(tx) => {
+                let mut query = sqlx::query(AssertSqlSafe(statement.sql.clone()));
+                for param in &statement.params {
+                    query = query.bind(param.as_deref());
+                }
+                query.execute(&mut **tx).await?.rows_affected()
+            }
+        };
+        Ok(done)
+    }
+
+    fn savepoint_name(&self) -> String {
+        format!("ojs_savepoint_{}", self.levels.len() - 1)
+    }
+
+    /// Opens a nested transaction (SAVEPOINT).
+    pub async fn savepoint(&mut self) -> Result<()> {
+        self.levels.push(Vec::new());
+        let sql = format!("SAVEPOINT {}", self.savepoint_name());
+        if let Err(e) = self.execute(&sql).await {
+            self.levels.pop();
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    /// Commits the innermost nested transaction: its jobs now belong to the enclosing one.
+    /// Nothing is relayed.
+    pub async fn release_savepoint(&mut self) -> Result<()> {
+        self.require_savepoint()?;
+        self.execute(&format!("RELEASE SAVEPOINT {}", self.savepoint_name())).await?;
+        let released = self.levels.pop().expect("checked");
+        self.levels.last_mut().expect("outermost remains").extend(released);
+        Ok(())
+    }
+
+    /// Rolls back the innermost nested transaction: its rows and their wake-ups are discarded.
+    pub async fn rollback_savepoint(&mut self) -> Result<()> {
+        self.require_savepoint()?;
+        let name = self.savepoint_name();
+        self.execute(&format!("ROLLBACK TO SAVEPOINT {name}")).await?;
+        self.execute(&format!("RELEASE SAVEPOINT {name}")).await?;
+        self.levels.pop();
+        Ok(())
+    }
+
+    fn require_savepoint(&self) -> Result<()> {
+        if self.levels.len() < 2 {
+            return Err(Error::new(ErrorCode::NoTransaction, "no savepoint is open"));
+        }
+        Ok(())
+    }
+
+    /// Commits the outermost transaction, then wakes the relay for its jobs. Returns their ids.
+    pub async fn commit(mut self) -> Result<Vec<String>> {
+        let ids = self.commit_rows().await?;
+        self.outbox.notify_committed(ids.clone());
+        Ok(ids)
+    }
+
+    /// Commits without running the after-commit hook: what happens when the process dies
+    /// between COMMIT and the hook. The rows are durable; only the poller will find them.
+    #[doc(hidden)]
+    pub async fn commit_without_hook(mut self) -> Result<Vec<String>> {
+        self.commit_rows().await
+    }
+
+    async fn commit_rows(&mut self) -> Result<Vec<String>> {
+        match self.tx.take().ok_or_else(|| Error::new(ErrorCode::NoTransaction, "the transaction has ended"))? {
+            Tx::Postgres(tx) => tx.commit().await?,
+            Tx::Sqlite(tx) => tx.commit().await?,
+        }
+        Ok(self.levels.drain(..).flatten().collect())
+    }
+
+    /// Rolls back everything: no row remains, nothing is relayed.
+    pub async fn rollback(mut self) -> Result<()> {
+        match self.tx.take().ok_or_else(|| Error::new(ErrorCode::NoTransaction, "the transaction has ended"))? {
+            Tx::Postgres(tx) => tx.rollback().await?,
+            Tx::Sqlite(tx) => tx.rollback().await?,
+        }
+        Ok(())
+    }
+}

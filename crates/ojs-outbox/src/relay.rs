@@ -1,0 +1,523 @@
+//! The relay engine: takes committed outbox rows to the OJS backend.
+//!
+//! One task per relay, sequential, so what one relay sends leaves in id order (FIFO, §12.2).
+//! Work arrives two ways: the hot path (`notify_committed`, milliseconds after COMMIT) and the
+//! poller (every `poll_interval`, for rows the hot path never heard of: a crash between COMMIT
+//! and the hook, a full hot queue, other processes, a separate relay). Each round is
+//! claim (one statement, with a lease) -> send (batch when the manifest allows) -> settle (one
+//! statement). No database transaction is held across an HTTP call.
+
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde::Serialize;
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+use crate::backend::Backend;
+use crate::backoff;
+use crate::classify::Outcome;
+use crate::config::Config;
+use crate::job::{MAX_WIRE_BYTES, wire_json};
+use crate::store::{ClaimedRow, RowStatus, Settlement, Store};
+
+const PRUNE_CHUNK: usize = 10_000;
+const METRICS_REFRESH: Duration = Duration::from_secs(5);
+/// Wire forms larger than this are compacted before sending (PostgreSQL's jsonb text adds spaces).
+const COMPACT_ABOVE_BYTES: usize = 256 * 1024;
+
+/// Counters kept in memory, readable at any time through `Relay::metrics`.
+#[derive(Debug, Default)]
+struct Counters {
+    sent: AtomicU64,
+    retried: AtomicU64,
+    dead: AtomicU64,
+    deduplicated: AtomicU64,
+    hot_dropped: AtomicU64,
+    in_flight: AtomicI64,
+    pending: AtomicI64,
+    oldest_pending_age_ms: AtomicI64,
+    state: Mutex<BackendState>,
+}
+
+#[derive(Debug, Clone, Default)]
+struct BackendState {
+    healthy: bool,
+    last_error: Option<String>,
+}
+
+/// A snapshot of the relay's metrics. `pending` and `oldest_pending_age_ms` are refreshed from
+/// the table every few seconds; the rest are exact counts since the relay started.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Metrics {
+    pub pending: i64,
+    pub in_flight: i64,
+    pub sent: u64,
+    pub retried: u64,
+    pub dead: u64,
+    pub deduplicated: u64,
+    pub hot_dropped: u64,
+    pub oldest_pending_age_ms: i64,
+    pub backend_healthy: bool,
+    pub last_error: Option<String>,
+}
+
+/// A running relay. Dropping it without `shutdown` stops it at the next await point.
+pub struct Relay {
+    hot: mpsc::Sender<String>,
+    counters: Arc<Counters>,
+    stop: watch::Sender<bool>,
+    task: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl Relay {
+    /// Starts the relay on the current tokio runtime. `hot_path` says whether commits will be
+    /// announced through `notify_committed` (in-process); without one, the poller does not
+    /// leave young rows to it.
+    pub fn start(store: Store, backend: Backend, config: &Config, hot_path: bool) -> Relay {
+        let (hot, hot_rx) = mpsc::channel(config.relay.hot_queue_capacity);
+        let (stop, stop_rx) = watch::channel(false);
+        let counters = Arc::new(Counters::default());
+        let engine = Engine {
+            store,
+            backend,
+            config: config.clone(),
+            skip_recent: if hot_path { config.relay.skip_recent } else { Duration::ZERO },
+            counters: counters.clone(),
+            relay_id: uuid::Uuid::now_v7().simple().to_string(),
+            claims: 0,
+            batch_supported: None,
+            pause_until: None,
+            consecutive_pauses: 0,
+            hot_rx,
+            stop_rx,
+        };
+        let task = tokio::spawn(engine.run());
+        Relay { hot, counters, stop, task: Mutex::new(Some(task)) }
+    }
+
+    /// Wakes the relay for rows just committed. Never blocks and never fails: when the hot
+    /// queue is full the ids are dropped and the poller finds the rows. Returns how many ids
+    /// were queued.
+    pub fn notify_committed<I: IntoIterator<Item = String>>(&self, job_ids: I) -> usize {
+        let mut queued = 0;
+        for id in job_ids {
+            match self.hot.try_send(id) {
+                Ok(()) => queued += 1,
+                Err(_) => {
+                    self.counters.hot_dropped.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        }
+        queued
+    }
+
+    pub fn metrics(&self) -> Metrics {
+        let c = &self.counters;
+        let state = c.state.lock().expect("metrics lock").clone();
+        Metrics {
+            pending: c.pending.load(Ordering::Relaxed),
+            in_flight: c.in_flight.load(Ordering::Relaxed),
+            sent: c.sent.load(Ordering::Relaxed),
+            retried: c.retried.load(Ordering::Relaxed),
+            dead: c.dead.load(Ordering::Relaxed),
+            deduplicated: c.deduplicated.load(Ordering::Relaxed),
+            hot_dropped: c.hot_dropped.load(Ordering::Relaxed),
+            oldest_pending_age_ms: c.oldest_pending_age_ms.load(Ordering::Relaxed),
+            backend_healthy: state.healthy,
+            last_error: state.last_error,
+        }
+    }
+
+    pub fn is_running(&self) -> bool {
+        self.task.lock().expect("task lock").as_ref().is_some_and(|t| !t.is_finished())
+    }
+
+    /// Graceful stop: finishes the round in progress, sends what the hot queue holds (within
+    /// `shutdown_timeout`), releases every lease, then returns. Committed rows not sent stay
+    /// `pending` in the table: nothing is lost.
+    pub async fn shutdown(&self) {
+        let _ = self.stop.send(true);
+        let task = self.task.lock().expect("task lock").take();
+        if let Some(task) = task {
+            let _ = task.await;
+        }
+    }
+
+    /// Abrupt stop, as a crash would: no flush, leases stay until they expire.
+    pub fn kill(&self) {
+        if let Some(task) = self.task.lock().expect("task lock").take() {
+            task.abort();
+        }
+    }
+}
+
+impl Drop for Relay {
+    fn drop(&mut self) {
+        let _ = self.stop.send(true);
+    }
+}
+
+struct Engine {
+    store: Store,
+    backend: Backend,
+    config: Config,
+    skip_recent: Duration,
+    counters: Arc<Counters>,
+    relay_id: String,
+    claims: u64,
+    batch_supported: Option<bool>,
+    pause_until: Option<Instant>,
+    consecutive_pauses: u32,
+    hot_rx: mpsc::Receiver<String>,
+    stop_rx: watch::Receiver<bool>,
+}
+
+impl Engine {
+    async fn run(mut self) {
+        let poll_interval = self.config.outbox.poll_interval;
+        let batch_size = self.config.outbox.batch_size;
+        let mut next_poll = Instant::now();
+        let mut next_prune = Instant::now() + self.config.relay.prune_interval;
+        let mut next_refresh = Instant::now();
+        let mut hot_ids = Vec::with_capacity(batch_size);
+        loop {
+            if self.stopping() {
+                break;
+            }
+            if let Some(until) = self.pause_until {
+                let mut stop = self.stop_rx.clone();
+                tokio::select! {
+                    _ = tokio::time::sleep_until(until) => {}
+                    _ = stop.changed() => {}
+                }
+                self.pause_until = None;
+                continue;
+            }
+            let now = Instant::now();
+            if now >= next_refresh {
+                self.refresh_metrics().await;
+                next_refresh = now + METRICS_REFRESH;
+            }
+            if now >= next_prune {
+                self.prune().await;
+                next_prune = now + self.config.relay.prune_interval;
+            }
+            // Checked before waiting so a steady stream of hot ids cannot starve the poller.
+            if now >= next_poll {
+                self.poll_until_drained().await;
+                next_poll = Instant::now() + poll_interval;
+                continue;
+            }
+            let mut stop = self.stop_rx.clone();
+            tokio::select! {
+                biased;
+                _ = stop.changed() => {}
+                received = self.hot_rx.recv_many(&mut hot_ids, batch_size) => {
+                    if received == 0 {
+                        break; // every sender is gone: the relay handle was dropped
+                    }
+                    let ids = std::mem::take(&mut hot_ids);
+                    self.deliver_hot(ids).await;
+                }
+                _ = tokio::time::sleep_until(next_poll.min(next_prune).min(next_refresh)) => {}
+            }
+        }
+        self.flush().await;
+    }
+
+    fn stopping(&self) -> bool {
+        *self.stop_rx.borrow()
+    }
+
+    fn next_lease_token(&mut self) -> String {
+        self.claims += 1;
+        format!("{}-{}", self.relay_id, self.claims)
+    }
+
+    async fn deliver_hot(&mut self, ids: Vec<String>) {
+        let token = self.next_lease_token();
+        match self.store.claim_ids(&token, self.config.relay.lease, &ids).await {
+            Ok(rows) => self.deliver(&token, rows).await,
+            Err(e) => self.database_trouble(e).await,
+        }
+    }
+
+    async fn poll_until_drained(&mut self) {
+        let batch_size = self.config.outbox.batch_size;
+        loop {
+            let token = self.next_lease_token();
+            let claimed = self.store.claim_due(&token, self.config.relay.lease, batch_size, self.skip_recent).await;
+            match claimed {
+                Ok(rows) => {
+                    let full = rows.len() == batch_size;
+                    self.deliver(&token, rows).await;
+                    if !full || self.pause_until.is_some() || self.stopping() {
+                        return;
+                    }
+                }
+                Err(e) => return self.database_trouble(e).await,
+            }
+        }
+    }
+
+    async fn database_trouble(&mut self, error: crate::Error) {
+        tracing::warn!(%error, "outbox relay: database operation failed; leased rows are retried after their lease");
+        self.record_error(error.to_string(), false);
+        self.pause(Duration::from_millis(500).min(self.config.relay.max_backoff));
+    }
+
+    /// Sends claimed rows and settles them all in one statement.
+    async fn deliver(&mut self, token: &str, rows: Vec<ClaimedRow>) {
+        if rows.is_empty() {
+            return;
+        }
+        self.counters.in_flight.store(rows.len() as i64, Ordering::Relaxed);
+        let mut settlements = Vec::with_capacity(rows.len());
+        let batch = match self.batch_supported().await {
+            Ok(batch) => batch,
+            Err(reason) => {
+                self.pause_for(&Outcome::Unavailable { reason, retry_after: None });
+                false
+            }
+        };
+        let mut rest = rows.as_slice();
+        while !rest.is_empty() {
+            if self.pause_until.is_some() {
+                settlements.extend(rest.iter().map(release));
+                break;
+            }
+            if batch {
+                let (group, body) = take_batch(rest, self.config.outbox.batch_size);
+                rest = &rest[group.len()..];
+                self.send_batch(group, body, &mut settlements).await;
+            } else {
+                let row = &rest[0];
+                rest = &rest[1..];
+                settlements.push(self.send_single(row).await);
+            }
+        }
+        if let Err(error) = self.store.settle(token, &settlements).await {
+            self.database_trouble(error).await;
+        }
+        self.counters.in_flight.store(0, Ordering::Relaxed);
+    }
+
+    async fn batch_supported(&mut self) -> Result<bool, String> {
+        if let Some(known) = self.batch_supported {
+            return Ok(known);
+        }
+        let supported = self.backend.batch_supported().await?;
+        self.batch_supported = Some(supported);
+        Ok(supported)
+    }
+
+    async fn send_batch(&mut self, group: &[ClaimedRow], body: String, settlements: &mut Vec<Settlement>) {
+        let outcome = self.backend.send_batch(body).await;
+        match outcome {
+            Outcome::Delivered { .. } => {
+                self.backend_ok();
+                self.counters.sent.fetch_add(group.len() as u64, Ordering::Relaxed);
+                settlements.extend(group.iter().map(|row| settled(row, RowStatus::Sent, None, None, false)));
+            }
+            Outcome::Misconfigured { .. } => {
+                // The batch endpoint may be gone (manifest changed): ask again next round and
+                // settle these rows one by one, which tells a missing endpoint from bad credentials.
+                self.batch_supported = None;
+                self.settle_one_by_one(group, settlements).await;
+            }
+            ref pausing if pausing.pauses_relay() => {
+                self.pause_for(pausing);
+                settlements.extend(group.iter().map(release));
+            }
+            // A batch failure may hide a partial success or one poison job: settle row by row.
+            _ => self.settle_one_by_one(group, settlements).await,
+        }
+    }
+
+    async fn settle_one_by_one(&mut self, group: &[ClaimedRow], settlements: &mut Vec<Settlement>) {
+        for row in group {
+            if self.pause_until.is_some() {
+                settlements.push(release(row));
+            } else {
+                settlements.push(self.send_single(row).await);
+            }
+        }
+    }
+
+    async fn send_single(&mut self, row: &ClaimedRow) -> Settlement {
+        let outcome = self.backend.send_one(wire_form(row)).await;
+        match outcome {
+            Outcome::Delivered { deduplicated } => {
+                self.backend_ok();
+                self.counters.sent.fetch_add(1, Ordering::Relaxed);
+                if deduplicated {
+                    self.counters.deduplicated.fetch_add(1, Ordering::Relaxed);
+                    return settled(row, RowStatus::Sent, None, Some("deduplicated by the backend's unique policy".into()), false);
+                }
+                settled(row, RowStatus::Sent, None, None, false)
+            }
+            Outcome::Duplicate => match self.backend.job_exists(&row.job_id).await {
+                Ok(ours) => {
+                    self.backend_ok();
+                    self.counters.sent.fetch_add(1, Ordering::Relaxed);
+                    self.counters.deduplicated.fetch_add(1, Ordering::Relaxed);
+                    // Our id already there: an earlier attempt got through. Otherwise the
+                    // job's unique key matched another job, which is what the user asked for.
+                    let note = if ours { None } else { Some("unique conflict: the backend holds an equal job".to_owned()) };
+                    settled(row, RowStatus::Sent, None, note, false)
+                }
+                Err(reason) => {
+                    self.pause_for(&Outcome::Unavailable { reason, retry_after: None });
+                    release(row)
+                }
+            },
+            Outcome::Retry { reason, retry_after } => {
+                self.backend_ok();
+                let attempts = row.attempts as u32 + 1;
+                if attempts >= self.config.relay.max_attempts {
+                    self.counters.dead.fetch_add(1, Ordering::Relaxed);
+                    let error = format!("{reason} (gave up after {attempts} attempts)");
+                    return settled(row, RowStatus::Dead, None, Some(error), true);
+                }
+                self.counters.retried.fetch_add(1, Ordering::Relaxed);
+                let delay = backoff::jittered(attempts, self.config.relay.initial_backoff, self.config.relay.max_backoff)
+                    .max(retry_after.unwrap_or_default());
+                settled(row, RowStatus::Failed, Some(delay), Some(reason), true)
+            }
+            Outcome::Defer { reason, retry_after } => {
+                self.backend_ok();
+                self.counters.retried.fetch_add(1, Ordering::Relaxed);
+                let delay = retry_after.unwrap_or(self.config.relay.initial_backoff);
+                Settlement { id: row.id, status: None, consumed_attempt: false, retry_in: Some(delay), error: Some(reason) }
+            }
+            Outcome::Terminal { reason } => {
+                self.backend_ok();
+                self.counters.dead.fetch_add(1, Ordering::Relaxed);
+                settled(row, RowStatus::Dead, None, Some(reason), true)
+            }
+            ref pausing => {
+                self.pause_for(pausing);
+                release(row)
+            }
+        }
+    }
+
+    fn backend_ok(&mut self) {
+        self.consecutive_pauses = 0;
+        self.counters.state.lock().expect("metrics lock").healthy = true;
+    }
+
+    fn record_error(&self, error: String, backend_unhealthy: bool) {
+        let mut state = self.counters.state.lock().expect("metrics lock");
+        if backend_unhealthy {
+            state.healthy = false;
+        }
+        state.last_error = Some(error);
+    }
+
+    /// Stops sending for a while: the backend cannot take anything now. No attempt is consumed.
+    fn pause_for(&mut self, outcome: &Outcome) {
+        self.consecutive_pauses += 1;
+        let relay = &self.config.relay;
+        let backoff = backoff::jittered(self.consecutive_pauses, relay.initial_backoff, relay.max_backoff);
+        let (delay, reason) = match outcome {
+            Outcome::Unavailable { reason, retry_after } => (retry_after.unwrap_or(backoff), reason),
+            Outcome::Backpressure { reason, retry_after } => (*retry_after, reason),
+            Outcome::Misconfigured { reason } => {
+                tracing::error!(%reason, "outbox relay: the OJS backend refuses this relay (check ojs_url and auth_token); rows stay pending");
+                (backoff, reason)
+            }
+            _ => (backoff, &String::new()),
+        };
+        tracing::warn!(%reason, delay_ms = delay.as_millis() as u64, "outbox relay: pausing");
+        self.record_error(reason.clone(), true);
+        self.pause(delay);
+    }
+
+    fn pause(&mut self, delay: Duration) {
+        let until = Instant::now() + delay;
+        self.pause_until = Some(self.pause_until.map_or(until, |current| current.max(until)));
+    }
+
+    async fn prune(&mut self) {
+        loop {
+            match self.store.prune(self.config.relay.retention, PRUNE_CHUNK).await {
+                Ok(deleted) if deleted as usize == PRUNE_CHUNK => continue,
+                Ok(_) => return,
+                Err(error) => {
+                    tracing::warn!(%error, "outbox relay: prune failed");
+                    return;
+                }
+            }
+        }
+    }
+
+    async fn refresh_metrics(&mut self) {
+        if let Ok(status) = self.store.status().await {
+            self.counters.pending.store(status.pending + status.failed, Ordering::Relaxed);
+            self.counters.oldest_pending_age_ms.store(status.oldest_pending_age_ms, Ordering::Relaxed);
+        }
+    }
+
+    /// On graceful stop: send what the hot queue still holds, within the shutdown timeout.
+    async fn flush(&mut self) {
+        let deadline = Instant::now() + self.config.relay.shutdown_timeout;
+        self.pause_until = None;
+        let mut ids = Vec::new();
+        while let Ok(id) = self.hot_rx.try_recv() {
+            ids.push(id);
+        }
+        for chunk in ids.chunks(self.config.outbox.batch_size) {
+            if Instant::now() >= deadline || self.pause_until.is_some() {
+                return; // the rows stay pending: the next relay or the poller sends them
+            }
+            let work = self.deliver_hot(chunk.to_vec());
+            if tokio::time::timeout_at(deadline, work).await.is_err() {
+                return;
+            }
+        }
+    }
+}
+
+fn settled(row: &ClaimedRow, status: RowStatus, retry_in: Option<Duration>, error: Option<String>, consumed_attempt: bool) -> Settlement {
+    Settlement { id: row.id, status: Some(status), consumed_attempt, retry_in, error }
+}
+
+fn release(row: &ClaimedRow) -> Settlement {
+    Settlement { id: row.id, status: None, consumed_attempt: false, retry_in: None, error: None }
+}
+
+fn wire_form(row: &ClaimedRow) -> String {
+    let wire = wire_json(&row.job_id, &row.job_type, &row.args_json, &row.options_json, &row.meta_json);
+    if wire.len() <= COMPACT_ABOVE_BYTES {
+        return wire;
+    }
+    match serde_json::from_str::<serde_json::Value>(&wire) {
+        Ok(value) => value.to_string(),
+        Err(_) => wire,
+    }
+}
+
+/// The longest prefix of `rows` (at most `batch_size`, at least one) whose batch body stays
+/// within the backends' 1 MiB limit, and that body.
+fn take_batch(rows: &[ClaimedRow], batch_size: usize) -> (&[ClaimedRow], String) {
+    let mut body = String::from("{\"jobs\":[");
+    let mut taken = 0;
+    for row in rows.iter().take(batch_size) {
+        let wire = wire_form(row);
+        let grown = body.len() + wire.len() + 2;
+        if taken > 0 && grown > MAX_WIRE_BYTES {
+            break;
+        }
+        if taken > 0 {
+            body.push(',');
+        }
+        body.push_str(&wire);
+        taken += 1;
+    }
+    body.push_str("]}");
+    (&rows[..taken], body)
+}

@@ -1,0 +1,393 @@
+//! Every SQL statement of the product, per dialect, in one place. Bindings get the staging
+//! INSERT and the DDL from here as "SQL text + ordered parameters" and run them on the host
+//! connection; the relay's store runs the rest through sqlx. Dialect differences stay here.
+
+use crate::job::PreparedJob;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Dialect {
+    Postgres,
+    Sqlite,
+}
+
+impl Dialect {
+    pub fn parse(name: &str) -> Option<Dialect> {
+        match name {
+            "postgres" | "postgresql" | "pg" => Some(Dialect::Postgres),
+            "sqlite" | "sqlite3" => Some(Dialect::Sqlite),
+            _ => None,
+        }
+    }
+
+    /// The default parameter style of the dialect's own drivers (sqlx, libpq, sqlite3).
+    pub fn native_placeholders(self) -> Placeholder {
+        match self {
+            Dialect::Postgres => Placeholder::Dollar,
+            Dialect::Sqlite => Placeholder::Question,
+        }
+    }
+}
+
+/// How the host driver spells a positional parameter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Placeholder {
+    /// `$1, $2` (libpq, sqlx postgres, ActiveRecord's postgres binds)
+    Dollar,
+    /// `?` (sqlite3, knex bindings, ActiveRecord's sqlite binds)
+    Question,
+    /// `%s` (Python DB-API "format" style: Django's cursor, psycopg)
+    Percent,
+}
+
+impl Placeholder {
+    pub fn parse(name: &str) -> Option<Placeholder> {
+        match name {
+            "dollar" | "$" => Some(Placeholder::Dollar),
+            "question" | "?" => Some(Placeholder::Question),
+            "percent" | "%s" | "format" => Some(Placeholder::Percent),
+            _ => None,
+        }
+    }
+
+    fn write(self, out: &mut String, index: usize) {
+        match self {
+            Placeholder::Dollar => {
+                out.push('$');
+                out.push_str(&index.to_string());
+            }
+            Placeholder::Question => out.push('?'),
+            Placeholder::Percent => out.push_str("%s"),
+        }
+    }
+}
+
+/// A statement for a host connection: SQL text and its parameters, in order. Every parameter
+/// is text or NULL; casts in the SQL give the columns their types.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Statement {
+    pub sql: String,
+    pub params: Vec<Option<String>>,
+}
+
+/// Rows per staging INSERT: 6 parameters a row keeps one statement under the parameter limits
+/// of PostgreSQL (65535) and SQLite (32766).
+pub const MAX_ROWS_PER_INSERT: usize = 5000;
+const INSERT_COLUMNS: &str = "job_id, job_type, job_args, job_options, job_meta, tenant_id";
+
+/// The current time in milliseconds since the epoch, from SQLite's own clock (works on every
+/// SQLite from 3.x on: `unixepoch('subsec')` needs 3.42, hosts may have older).
+const SQLITE_NOW_MS: &str = "CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER)";
+
+/// The statements of one outbox table in one dialect.
+#[derive(Debug, Clone)]
+pub struct OutboxSql {
+    pub dialect: Dialect,
+    pub table: String,
+}
+
+impl OutboxSql {
+    pub fn new(dialect: Dialect, table: &str) -> Self {
+        OutboxSql { dialect, table: table.to_owned() }
+    }
+
+    fn index_prefix(&self) -> &str {
+        self.table.rsplit('.').next().unwrap_or(&self.table)
+    }
+
+    /// The DDL, one statement per element (drivers such as sqlite3 run one at a time).
+    /// Idempotent: `IF NOT EXISTS` throughout.
+    pub fn create_table(&self) -> Vec<String> {
+        let t = &self.table;
+        let p = self.index_prefix();
+        let table = match self.dialect {
+            Dialect::Postgres => format!(
+                "CREATE TABLE IF NOT EXISTS {t} (
+    id           BIGSERIAL PRIMARY KEY,
+    job_id       UUID NOT NULL UNIQUE,
+    job_type     TEXT NOT NULL,
+    job_args     JSONB NOT NULL,
+    job_options  JSONB NOT NULL DEFAULT '{{}}',
+    job_meta     JSONB NOT NULL DEFAULT '{{}}',
+    tenant_id    TEXT,
+    status       TEXT NOT NULL DEFAULT 'pending' CHECK (status IN ('pending', 'failed', 'sent', 'dead')),
+    attempts     INTEGER NOT NULL DEFAULT 0,
+    available_at TIMESTAMPTZ NOT NULL DEFAULT now(),
+    locked_until TIMESTAMPTZ,
+    lease_token  TEXT,
+    created_at   TIMESTAMPTZ NOT NULL DEFAULT now(),
+    sent_at      TIMESTAMPTZ,
+    error        TEXT
+)"
+            ),
+            Dialect::Sqlite => format!(
+                "CREATE TABLE IF NOT EXISTS {t} (
+    id           INTEGER PRIMARY KEY AUTOINCREMENT,
+    job_id       TEXT NOT NULL UNIQUE,
+    job_type     TEXT NOT NULL,
+    job_args     TEXT NOT NULL,
+    job_options  TEXT NOT NULL DEFAULT '{{}}',
+    job_meta     TEXT NOT NULL DEFAULT '{{}}',
+    tenant_id    TEXT,
+    status       TEXT NOT NULL DEFAULT 'pending' CHECK (status IN ('pending', 'failed', 'sent', 'dead')),
+    attempts     INTEGER NOT NULL DEFAULT 0,
+    available_at INTEGER NOT NULL DEFAULT ({SQLITE_NOW_MS}),
+    locked_until INTEGER,
+    lease_token  TEXT,
+    created_at   INTEGER NOT NULL DEFAULT ({SQLITE_NOW_MS}),
+    sent_at      INTEGER,
+    error        TEXT
+)"
+            ),
+        };
+        vec![
+            table,
+            // The relay's claim scans only due rows, in id order.
+            format!("CREATE INDEX IF NOT EXISTS {p}_due ON {t} (id) WHERE status IN ('pending', 'failed')"),
+            format!("CREATE INDEX IF NOT EXISTS {p}_sent ON {t} (sent_at) WHERE status = 'sent'"),
+            format!("CREATE INDEX IF NOT EXISTS {p}_dead ON {t} (tenant_id, id) WHERE status = 'dead'"),
+        ]
+    }
+
+    /// The staging INSERT for `jobs`, in as few statements as the parameter limits allow
+    /// (one for up to `MAX_ROWS_PER_INSERT` jobs). Runs inside the host's transaction.
+    pub fn insert(&self, placeholder: Placeholder, jobs: &[PreparedJob]) -> Vec<Statement> {
+        jobs.chunks(MAX_ROWS_PER_INSERT).map(|chunk| self.insert_chunk(placeholder, chunk)).collect()
+    }
+
+    fn insert_chunk(&self, placeholder: Placeholder, jobs: &[PreparedJob]) -> Statement {
+        let (uuid, json) = match self.dialect {
+            Dialect::Postgres => (("CAST(", " AS uuid)"), ("CAST(", " AS jsonb)")),
+            Dialect::Sqlite => (("", ""), ("", "")),
+        };
+        let mut sql = format!("INSERT INTO {} ({INSERT_COLUMNS}) VALUES ", self.table);
+        let mut params = Vec::with_capacity(jobs.len() * 6);
+        let mut index = 0;
+        let mut param = |sql: &mut String, wrap: (&str, &str)| {
+            index += 1;
+            sql.push_str(wrap.0);
+            placeholder.write(sql, index);
+            sql.push_str(wrap.1);
+        };
+        for (row, job) in jobs.iter().enumerate() {
+            sql.push_str(if row == 0 { "(" } else { ", (" });
+            param(&mut sql, uuid);
+            sql.push_str(", ");
+            param(&mut sql, ("", ""));
+            for _ in 0..3 {
+                sql.push_str(", ");
+                param(&mut sql, json);
+            }
+            sql.push_str(", ");
+            param(&mut sql, ("", ""));
+            sql.push(')');
+            params.push(Some(job.job_id.clone()));
+            params.push(Some(job.job_type.clone()));
+            params.push(Some(job.args_json.clone()));
+            params.push(Some(job.options_json.clone()));
+            params.push(Some(job.meta_json.clone()));
+            params.push(job.tenant_id.clone());
+        }
+        Statement { sql, params }
+    }
+
+    fn now(&self) -> &'static str {
+        match self.dialect {
+            Dialect::Postgres => "now()",
+            Dialect::Sqlite => SQLITE_NOW_MS,
+        }
+    }
+
+    /// `now() + ms` in the dialect, where `ms` is an SQL expression yielding milliseconds.
+    fn now_plus_ms(&self, ms: &str) -> String {
+        match self.dialect {
+            Dialect::Postgres => format!("now() + ({ms}) * interval '1 millisecond'"),
+            Dialect::Sqlite => format!("({SQLITE_NOW_MS} + ({ms}))"),
+        }
+    }
+
+    /// Claims due rows with a lease in one statement. Parameters: lease token, lease ms,
+    /// limit, then either skip-recent ms (`by_ids == false`) or the job ids (`by_ids == true`:
+    /// a JSON array text on SQLite, a text[] on Postgres). Returns
+    /// `id, job_id, job_type, job_args, job_options, job_meta, attempts`.
+    pub fn claim(&self, by_ids: bool) -> String {
+        let t = &self.table;
+        let now = self.now();
+        let due = format!(
+            "status IN ('pending', 'failed') AND available_at <= {now} AND (locked_until IS NULL OR locked_until <= {now})"
+        );
+        match self.dialect {
+            Dialect::Postgres => {
+                let filter = if by_ids {
+                    "job_id = ANY(CAST($4 AS uuid[]))".to_owned()
+                } else {
+                    "created_at <= now() - $4 * interval '1 millisecond'".to_owned()
+                };
+                format!(
+                    "WITH due AS (SELECT id FROM {t} WHERE {due} AND {filter} ORDER BY id LIMIT $3 FOR UPDATE SKIP LOCKED) \
+                     UPDATE {t} AS o SET locked_until = now() + $2 * interval '1 millisecond', lease_token = $1 \
+                     FROM due WHERE o.id = due.id \
+                     RETURNING o.id, o.job_id::text, o.job_type, o.job_args::text, o.job_options::text, o.job_meta::text, o.attempts"
+                )
+            }
+            Dialect::Sqlite => {
+                let filter = if by_ids {
+                    "job_id IN (SELECT value FROM json_each(?4))".to_owned()
+                } else {
+                    format!("created_at <= {now} - ?4")
+                };
+                format!(
+                    "UPDATE {t} SET locked_until = {now} + ?2, lease_token = ?1 \
+                     WHERE id IN (SELECT id FROM {t} WHERE {due} AND {filter} ORDER BY id LIMIT ?3) \
+                     RETURNING id, job_id, job_type, job_args, job_options, job_meta, attempts"
+                )
+            }
+        }
+    }
+
+    /// Settles every row of one claim in one statement. Each row gets a new status (NULL keeps
+    /// it: a release), an attempt increment, a retry delay (NULL keeps `available_at`) and an
+    /// error text. Only rows still leased under `lease token` are touched.
+    /// Postgres parameters: ids bigint[], statuses text[], attempt increments int[],
+    /// delays bigint[], errors text[], lease token. SQLite: one JSON array of
+    /// `[id, status, attempt, delay_ms, error]`, lease token.
+    pub fn settle(&self) -> String {
+        let t = &self.table;
+        let now = self.now();
+        let available = self.now_plus_ms("u.delay_ms");
+        let set = format!(
+            "status = COALESCE(u.status, {t}.status), \
+             attempts = {t}.attempts + u.attempt, \
+             available_at = CASE WHEN u.delay_ms IS NULL THEN {t}.available_at ELSE {available} END, \
+             sent_at = CASE WHEN u.status = 'sent' THEN {now} ELSE {t}.sent_at END, \
+             error = CASE WHEN u.status = 'sent' THEN u.error ELSE COALESCE(u.error, {t}.error) END, \
+             locked_until = NULL, lease_token = NULL"
+        );
+        match self.dialect {
+            Dialect::Postgres => format!(
+                "UPDATE {t} SET {set} \
+                 FROM unnest($1::bigint[], $2::text[], $3::int[], $4::bigint[], $5::text[]) AS u(id, status, attempt, delay_ms, error) \
+                 WHERE {t}.id = u.id AND {t}.lease_token = $6"
+            ),
+            Dialect::Sqlite => format!(
+                "UPDATE {t} SET {set} \
+                 FROM (SELECT json_extract(value, '$[0]') AS id, json_extract(value, '$[1]') AS status, \
+                 json_extract(value, '$[2]') AS attempt, json_extract(value, '$[3]') AS delay_ms, \
+                 json_extract(value, '$[4]') AS error FROM json_each(?1)) AS u \
+                 WHERE {t}.id = u.id AND {t}.lease_token = ?2"
+            ),
+        }
+    }
+
+    /// Deletes up to a limit of `sent` rows older than the retention. Parameters: retention ms, limit.
+    pub fn prune(&self) -> String {
+        let t = &self.table;
+        let cutoff = match self.dialect {
+            Dialect::Postgres => "now() - $1 * interval '1 millisecond'".to_owned(),
+            Dialect::Sqlite => format!("{SQLITE_NOW_MS} - ?1"),
+        };
+        let limit = self.param(2);
+        format!("DELETE FROM {t} WHERE id IN (SELECT id FROM {t} WHERE status = 'sent' AND sent_at < {cutoff} ORDER BY id LIMIT {limit})")
+    }
+
+    /// Counts by status with the in-flight count and the oldest row's age (ms) per status.
+    /// Returns `status, rows, in_flight, oldest_age_ms`.
+    pub fn status_counts(&self) -> String {
+        let t = &self.table;
+        match self.dialect {
+            Dialect::Postgres => format!(
+                "SELECT status, COUNT(*)::bigint, COUNT(*) FILTER (WHERE locked_until > now())::bigint, \
+                 COALESCE(FLOOR(EXTRACT(EPOCH FROM (now() - MIN(created_at))) * 1000), 0)::bigint \
+                 FROM {t} GROUP BY status"
+            ),
+            Dialect::Sqlite => format!(
+                "SELECT status, COUNT(*), SUM(CASE WHEN locked_until > {SQLITE_NOW_MS} THEN 1 ELSE 0 END), \
+                 COALESCE({SQLITE_NOW_MS} - MIN(created_at), 0) FROM {t} GROUP BY status"
+            ),
+        }
+    }
+
+    /// Mean ms from creation to delivery of rows sent in the last minute (the relay's lag).
+    pub fn recent_lag(&self) -> String {
+        let t = &self.table;
+        match self.dialect {
+            Dialect::Postgres => format!(
+                "SELECT COALESCE(FLOOR(AVG(EXTRACT(EPOCH FROM (sent_at - created_at)) * 1000)), 0)::bigint \
+                 FROM {t} WHERE status = 'sent' AND sent_at > now() - interval '1 minute'"
+            ),
+            Dialect::Sqlite => format!(
+                "SELECT CAST(COALESCE(AVG(sent_at - created_at), 0) AS INTEGER) FROM {t} \
+                 WHERE status = 'sent' AND sent_at > {SQLITE_NOW_MS} - 60000"
+            ),
+        }
+    }
+
+    fn param(&self, index: usize) -> String {
+        match self.dialect {
+            Dialect::Postgres => format!("${index}"),
+            Dialect::Sqlite => format!("?{index}"),
+        }
+    }
+
+    /// `(tenant IS NULL OR tenant_id = tenant)` on parameter 1.
+    fn tenant_filter(&self) -> String {
+        match self.dialect {
+            Dialect::Postgres => "($1::text IS NULL OR tenant_id = $1::text)".to_owned(),
+            Dialect::Sqlite => "(?1 IS NULL OR tenant_id = ?1)".to_owned(),
+        }
+    }
+
+    fn created_ms(&self) -> &'static str {
+        match self.dialect {
+            Dialect::Postgres => "FLOOR(EXTRACT(EPOCH FROM created_at) * 1000)::bigint",
+            Dialect::Sqlite => "created_at",
+        }
+    }
+
+    /// Dead rows of one tenant (parameter 1, NULL = every tenant), oldest first, up to parameter 2.
+    /// Returns `job_id, job_type, tenant_id, attempts, error, created_at_ms`.
+    pub fn dead_list(&self) -> String {
+        let job_id = if self.dialect == Dialect::Postgres { "job_id::text" } else { "job_id" };
+        format!(
+            "SELECT {job_id}, job_type, tenant_id, attempts, error, {} FROM {} WHERE status = 'dead' AND {} ORDER BY id LIMIT {}",
+            self.created_ms(),
+            self.table,
+            self.tenant_filter(),
+            self.param(2)
+        )
+    }
+
+    /// Puts dead rows of one tenant (parameter 1, NULL = all) back to `pending` with fresh attempts.
+    pub fn dead_replay(&self) -> String {
+        format!(
+            "UPDATE {} SET status = 'pending', attempts = 0, available_at = {}, error = NULL, locked_until = NULL, lease_token = NULL \
+             WHERE status = 'dead' AND {}",
+            self.table,
+            self.now(),
+            self.tenant_filter()
+        )
+    }
+
+    /// Deletes dead rows of one tenant (parameter 1, NULL = all).
+    pub fn dead_purge(&self) -> String {
+        format!("DELETE FROM {} WHERE status = 'dead' AND {}", self.table, self.tenant_filter())
+    }
+
+    /// Rows by job id (parameter 1: text[] on Postgres, JSON array text on SQLite).
+    /// Returns `job_id, status, attempts, error`.
+    pub fn rows_by_job_id(&self) -> String {
+        match self.dialect {
+            Dialect::Postgres => format!(
+                "SELECT job_id::text, status, attempts, error FROM {} WHERE job_id = ANY(CAST($1 AS uuid[]))",
+                self.table
+            ),
+            Dialect::Sqlite => format!(
+                "SELECT job_id, status, attempts, error FROM {} WHERE job_id IN (SELECT value FROM json_each(?1))",
+                self.table
+            ),
+        }
+    }
+
+    pub fn count_rows(&self) -> String {
+        format!("SELECT COUNT(*) FROM {}", self.table)
+    }
+}

@@ -1,0 +1,468 @@
+//! The relay's side of the database: one sqlx pool and the statements of `sql.rs`.
+//! Every operation is one round trip whatever the number of rows (seed 004).
+
+use std::collections::HashMap;
+use std::str::FromStr;
+use std::time::Duration;
+
+use serde::Serialize;
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions};
+use sqlx::{AssertSqlSafe, PgPool, Row, SqlSafeStr, SqlStr, SqlitePool};
+
+use crate::error::{Error, ErrorCode, Result};
+use crate::sql::{Dialect, OutboxSql};
+
+/// Where a row stands. `failed` means: the last attempt failed, retried at `available_at`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RowStatus {
+    Pending,
+    Failed,
+    Sent,
+    Dead,
+}
+
+impl RowStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RowStatus::Pending => "pending",
+            RowStatus::Failed => "failed",
+            RowStatus::Sent => "sent",
+            RowStatus::Dead => "dead",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<RowStatus> {
+        match text {
+            "pending" => Some(RowStatus::Pending),
+            "failed" => Some(RowStatus::Failed),
+            "sent" => Some(RowStatus::Sent),
+            "dead" => Some(RowStatus::Dead),
+            _ => None,
+        }
+    }
+}
+
+/// A row the relay holds a lease on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClaimedRow {
+    pub id: i64,
+    pub job_id: String,
+    pub job_type: String,
+    pub args_json: String,
+    pub options_json: String,
+    pub meta_json: String,
+    pub attempts: i32,
+}
+
+/// What happens to one claimed row.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Settlement {
+    pub id: i64,
+    /// `None` releases the lease and keeps the status (nothing was decided about the row).
+    pub status: Option<RowStatus>,
+    /// Whether this outcome consumed one of the row's attempts.
+    pub consumed_attempt: bool,
+    /// Delay before the row is due again; `None` keeps `available_at`.
+    pub retry_in: Option<Duration>,
+    pub error: Option<String>,
+}
+
+/// Counts by status, for `ojs-relay status` and the metrics.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct OutboxStatus {
+    pub pending: i64,
+    pub failed: i64,
+    pub sent: i64,
+    pub dead: i64,
+    pub in_flight: i64,
+    /// Age of the oldest row not yet delivered (pending or failed), in ms; 0 when none.
+    pub oldest_pending_age_ms: i64,
+    /// Mean creation-to-delivery time of rows sent in the last minute, in ms.
+    pub recent_lag_ms: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct DeadRow {
+    pub job_id: String,
+    pub job_type: String,
+    pub tenant_id: Option<String>,
+    pub attempts: i32,
+    pub error: Option<String>,
+    pub created_at_ms: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct RowState {
+    pub status: RowStatus,
+    pub attempts: i32,
+    pub error: Option<String>,
+}
+
+#[derive(Debug, Clone)]
+pub(crate) enum Pool {
+    Postgres(PgPool),
+    Sqlite(SqlitePool),
+}
+
+/// Prepared statement texts, built once per store.
+#[derive(Debug)]
+struct Statements {
+    claim_due: SqlStr,
+    claim_ids: SqlStr,
+    settle: SqlStr,
+    prune: SqlStr,
+}
+
+fn shared_sql(text: String) -> SqlStr {
+    AssertSqlSafe(std::sync::Arc::<str>::from(text)).into_sql_str()
+}
+
+#[derive(Debug, Clone)]
+pub struct Store {
+    pub(crate) pool: Pool,
+    sql: OutboxSql,
+    statements: std::sync::Arc<Statements>,
+}
+
+const ERROR_TEXT_LIMIT: usize = 2000;
+
+impl Store {
+    /// Connects to `sqlite://path` (created if missing) or `postgres://...`.
+    pub async fn connect(database_url: &str, table: &str) -> Result<Store> {
+        crate::config::validate_table_name(table).map_err(|why| Error::field(ErrorCode::InvalidConfig, "table_name", why))?;
+        let bad_url = |why: String| Error::field(ErrorCode::InvalidDatabaseUrl, "database_url", why);
+        let pool = if database_url.starts_with("sqlite:") {
+            let options = SqliteConnectOptions::from_str(database_url)
+                .map_err(|e| bad_url(format!("{database_url:?}: {e}")))?
+                .create_if_missing(true)
+                .journal_mode(SqliteJournalMode::Wal)
+                .busy_timeout(Duration::from_secs(10));
+            let pool = SqlitePoolOptions::new().max_connections(2).connect_with(options).await.map_err(Error::database)?;
+            Pool::Sqlite(pool)
+        } else if database_url.starts_with("postgres://") || database_url.starts_with("postgresql://") {
+            let options = PgConnectOptions::from_str(database_url).map_err(|e| bad_url(format!("{database_url:?}: {e}")))?;
+            let pool = PgPoolOptions::new()
+                .max_connections(4)
+                .acquire_timeout(Duration::from_secs(10))
+                .connect_with(options)
+                .await
+                .map_err(Error::database)?;
+            Pool::Postgres(pool)
+        } else {
+            return Err(bad_url(format!("{database_url:?}: expected sqlite://PATH or postgres://USER@HOST:PORT/DB")));
+        };
+        Ok(Store::from_pool(pool, table))
+    }
+
+    pub(crate) fn from_pool(pool: Pool, table: &str) -> Store {
+        let dialect = match pool {
+            Pool::Postgres(_) => Dialect::Postgres,
+            Pool::Sqlite(_) => Dialect::Sqlite,
+        };
+        let sql = OutboxSql::new(dialect, table);
+        let statements = Statements {
+            claim_due: shared_sql(sql.claim(false)),
+            claim_ids: shared_sql(sql.claim(true)),
+            settle: shared_sql(sql.settle()),
+            prune: shared_sql(sql.prune()),
+        };
+        Store { pool, sql, statements: std::sync::Arc::new(statements) }
+    }
+
+    pub fn dialect(&self) -> Dialect {
+        self.sql.dialect
+    }
+
+    pub fn sql(&self) -> &OutboxSql {
+        &self.sql
+    }
+
+    pub fn postgres_pool(&self) -> Option<&PgPool> {
+        match &self.pool {
+            Pool::Postgres(pool) => Some(pool),
+            Pool::Sqlite(_) => None,
+        }
+    }
+
+    pub fn sqlite_pool(&self) -> Option<&SqlitePool> {
+        match &self.pool {
+            Pool::Sqlite(pool) => Some(pool),
+            Pool::Postgres(_) => None,
+        }
+    }
+
+    /// Creates the table and its indexes if they do not exist.
+    pub async fn migrate(&self) -> Result<()> {
+        for statement in self.sql.create_table() {
+            self.execute(&statement).await?;
+        }
+        Ok(())
+    }
+
+    /// Fails with `OUTBOX_TABLE_MISSING` when the table does not exist.
+    pub async fn check_table(&self) -> Result<()> {
+        self.count_rows().await.map(|_| ())
+    }
+
+    async fn execute(&self, statement: &str) -> Result<u64> {
+        Ok(match &self.pool {
+            Pool::Postgres(pool) => sqlx::raw_sql(AssertSqlSafe(statement.to_owned())).execute(pool).await?.rows_affected(),
+            Pool::Sqlite(pool) => sqlx::raw_sql(AssertSqlSafe(statement.to_owned())).execute(pool).await?.rows_affected(),
+        })
+    }
+
+    /// Claims up to `limit` due rows older than `skip_recent`, in id order.
+    pub async fn claim_due(&self, lease_token: &str, lease: Duration, limit: usize, skip_recent: Duration) -> Result<Vec<ClaimedRow>> {
+        let lease_ms = lease.as_millis() as i64;
+        let skip_ms = skip_recent.as_millis() as i64;
+        let rows = match &self.pool {
+            Pool::Postgres(pool) => {
+                sqlx::query(self.statements.claim_due.clone())
+                    .bind(lease_token)
+                    .bind(lease_ms)
+                    .bind(limit as i64)
+                    .bind(skip_ms)
+                    .fetch_all(pool)
+                    .await?
+                    .iter()
+                    .map(claimed_pg)
+                    .collect()
+            }
+            Pool::Sqlite(pool) => sqlx::query(self.statements.claim_due.clone())
+                .bind(lease_token)
+                .bind(lease_ms)
+                .bind(limit as i64)
+                .bind(skip_ms)
+                .fetch_all(pool)
+                .await?
+                .iter()
+                .map(claimed_sqlite)
+                .collect(),
+        };
+        Ok(sorted(rows))
+    }
+
+    /// Claims the due rows among `job_ids` (the hot path), in id order.
+    pub async fn claim_ids(&self, lease_token: &str, lease: Duration, job_ids: &[String]) -> Result<Vec<ClaimedRow>> {
+        let lease_ms = lease.as_millis() as i64;
+        let rows = match &self.pool {
+            Pool::Postgres(pool) => sqlx::query(self.statements.claim_ids.clone())
+                .bind(lease_token)
+                .bind(lease_ms)
+                .bind(job_ids.len() as i64)
+                .bind(job_ids)
+                .fetch_all(pool)
+                .await?
+                .iter()
+                .map(claimed_pg)
+                .collect(),
+            Pool::Sqlite(pool) => sqlx::query(self.statements.claim_ids.clone())
+                .bind(lease_token)
+                .bind(lease_ms)
+                .bind(job_ids.len() as i64)
+                .bind(serde_json::to_string(job_ids).expect("strings serialize"))
+                .fetch_all(pool)
+                .await?
+                .iter()
+                .map(claimed_sqlite)
+                .collect(),
+        };
+        Ok(sorted(rows))
+    }
+
+    /// Applies the outcome of every row of one claim in one statement. Rows whose lease was
+    /// lost (reclaimed by another relay after expiry) are left alone.
+    pub async fn settle(&self, lease_token: &str, settlements: &[Settlement]) -> Result<u64> {
+        if settlements.is_empty() {
+            return Ok(0);
+        }
+        let error_of = |s: &Settlement| s.error.as_deref().map(truncate);
+        let delay_of = |s: &Settlement| s.retry_in.map(|d| d.as_millis() as i64);
+        let done = match &self.pool {
+            Pool::Postgres(pool) => {
+                let ids: Vec<i64> = settlements.iter().map(|s| s.id).collect();
+                let statuses: Vec<Option<&str>> = settlements.iter().map(|s| s.status.map(RowStatus::as_str)).collect();
+                let attempts: Vec<i32> = settlements.iter().map(|s| s.consumed_attempt as i32).collect();
+                let delays: Vec<Option<i64>> = settlements.iter().map(delay_of).collect();
+                let errors: Vec<Option<String>> = settlements.iter().map(error_of).collect();
+                sqlx::query(self.statements.settle.clone())
+                    .bind(ids)
+                    .bind(statuses)
+                    .bind(attempts)
+                    .bind(delays)
+                    .bind(errors)
+                    .bind(lease_token)
+                    .execute(pool)
+                    .await?
+                    .rows_affected()
+            }
+            Pool::Sqlite(pool) => {
+                let rows: Vec<serde_json::Value> = settlements
+                    .iter()
+                    .map(|s| {
+                        serde_json::json!([s.id, s.status.map(RowStatus::as_str), s.consumed_attempt as i32, delay_of(s), error_of(s)])
+                    })
+                    .collect();
+                sqlx::query(self.statements.settle.clone())
+                    .bind(serde_json::Value::Array(rows).to_string())
+                    .bind(lease_token)
+                    .execute(pool)
+                    .await?
+                    .rows_affected()
+            }
+        };
+        Ok(done)
+    }
+
+    /// Deletes up to `limit` `sent` rows older than `retention`; returns how many.
+    pub async fn prune(&self, retention: Duration, limit: usize) -> Result<u64> {
+        let retention_ms = retention.as_millis() as i64;
+        Ok(match &self.pool {
+            Pool::Postgres(pool) => {
+                sqlx::query(self.statements.prune.clone()).bind(retention_ms).bind(limit as i64).execute(pool).await?.rows_affected()
+            }
+            Pool::Sqlite(pool) => {
+                sqlx::query(self.statements.prune.clone()).bind(retention_ms).bind(limit as i64).execute(pool).await?.rows_affected()
+            }
+        })
+    }
+
+    pub async fn status(&self) -> Result<OutboxStatus> {
+        let counts: Vec<(String, i64, i64, i64)> = match &self.pool {
+            Pool::Postgres(pool) => sqlx::query_as(AssertSqlSafe(self.sql.status_counts())).fetch_all(pool).await?,
+            Pool::Sqlite(pool) => sqlx::query_as(AssertSqlSafe(self.sql.status_counts())).fetch_all(pool).await?,
+        };
+        let lag: (i64,) = match &self.pool {
+            Pool::Postgres(pool) => sqlx::query_as(AssertSqlSafe(self.sql.recent_lag())).fetch_one(pool).await?,
+            Pool::Sqlite(pool) => sqlx::query_as(AssertSqlSafe(self.sql.recent_lag())).fetch_one(pool).await?,
+        };
+        let mut status = OutboxStatus { recent_lag_ms: lag.0, ..OutboxStatus::default() };
+        for (name, rows, in_flight, oldest_ms) in counts {
+            status.in_flight += in_flight;
+            match RowStatus::parse(&name) {
+                Some(RowStatus::Pending) => status.pending = rows,
+                Some(RowStatus::Failed) => status.failed = rows,
+                Some(RowStatus::Sent) => status.sent = rows,
+                Some(RowStatus::Dead) => status.dead = rows,
+                None => {}
+            }
+            if matches!(name.as_str(), "pending" | "failed") {
+                status.oldest_pending_age_ms = status.oldest_pending_age_ms.max(oldest_ms);
+            }
+        }
+        Ok(status)
+    }
+
+    /// Dead rows, oldest first; `tenant` scopes them (seed 003: a tenant sees only its own).
+    pub async fn dead_list(&self, tenant: Option<&str>, limit: usize) -> Result<Vec<DeadRow>> {
+        let sql = self.sql.dead_list();
+        let rows: Vec<(String, String, Option<String>, i32, Option<String>, i64)> = match &self.pool {
+            Pool::Postgres(pool) => sqlx::query_as(AssertSqlSafe(sql.clone())).bind(tenant).bind(limit as i64).fetch_all(pool).await?,
+            Pool::Sqlite(pool) => sqlx::query_as(AssertSqlSafe(sql.clone())).bind(tenant).bind(limit as i64).fetch_all(pool).await?,
+        };
+        Ok(rows
+            .into_iter()
+            .map(|(job_id, job_type, tenant_id, attempts, error, created_at_ms)| DeadRow {
+                job_id,
+                job_type,
+                tenant_id,
+                attempts,
+                error,
+                created_at_ms,
+            })
+            .collect())
+    }
+
+    /// Puts dead rows back to `pending` with fresh attempts; returns how many.
+    pub async fn dead_replay(&self, tenant: Option<&str>) -> Result<u64> {
+        self.tenant_statement(&self.sql.dead_replay(), tenant).await
+    }
+
+    /// Deletes dead rows; returns how many.
+    pub async fn dead_purge(&self, tenant: Option<&str>) -> Result<u64> {
+        self.tenant_statement(&self.sql.dead_purge(), tenant).await
+    }
+
+    async fn tenant_statement(&self, sql: &str, tenant: Option<&str>) -> Result<u64> {
+        Ok(match &self.pool {
+            Pool::Postgres(pool) => sqlx::query(AssertSqlSafe(sql.to_owned())).bind(tenant).execute(pool).await?.rows_affected(),
+            Pool::Sqlite(pool) => sqlx::query(AssertSqlSafe(sql.to_owned())).bind(tenant).execute(pool).await?.rows_affected(),
+        })
+    }
+
+    /// The state of the rows of these job ids (absent ids have no row).
+    pub async fn rows_by_job_id(&self, job_ids: &[String]) -> Result<HashMap<String, RowState>> {
+        let sql = self.sql.rows_by_job_id();
+        let rows: Vec<(String, String, i32, Option<String>)> = match &self.pool {
+            Pool::Postgres(pool) => sqlx::query_as(AssertSqlSafe(sql.clone())).bind(job_ids).fetch_all(pool).await?,
+            Pool::Sqlite(pool) => {
+                sqlx::query_as(AssertSqlSafe(sql.clone())).bind(serde_json::to_string(job_ids).expect("strings serialize")).fetch_all(pool).await?
+            }
+        };
+        Ok(rows
+            .into_iter()
+            .filter_map(|(job_id, status, attempts, error)| {
+                RowStatus::parse(&status).map(|status| (job_id, RowState { status, attempts, error }))
+            })
+            .collect())
+    }
+
+    pub async fn count_rows(&self) -> Result<i64> {
+        let sql = self.sql.count_rows();
+        let (count,): (i64,) = match &self.pool {
+            Pool::Postgres(pool) => sqlx::query_as(AssertSqlSafe(sql.clone())).fetch_one(pool).await?,
+            Pool::Sqlite(pool) => sqlx::query_as(AssertSqlSafe(sql.clone())).fetch_one(pool).await?,
+        };
+        Ok(count)
+    }
+
+    pub async fn close(&self) {
+        match &self.pool {
+            Pool::Postgres(pool) => pool.close().await,
+            Pool::Sqlite(pool) => pool.close().await,
+        }
+    }
+}
+
+fn claimed_pg(row: &sqlx::postgres::PgRow) -> ClaimedRow {
+    ClaimedRow {
+        id: row.get(0),
+        job_id: row.get(1),
+        job_type: row.get(2),
+        args_json: row.get(3),
+        options_json: row.get(4),
+        meta_json: row.get(5),
+        attempts: row.get(6),
+    }
+}
+
+fn claimed_sqlite(row: &sqlx::sqlite::SqliteRow) -> ClaimedRow {
+    ClaimedRow {
+        id: row.get(0),
+        job_id: row.get(1),
+        job_type: row.get(2),
+        args_json: row.get(3),
+        options_json: row.get(4),
+        meta_json: row.get(5),
+        attempts: row.get(6),
+    }
+}
+
+/// RETURNING gives no order; the relay sends in insertion order (FIFO, spec §12.2).
+fn sorted(mut rows: Vec<ClaimedRow>) -> Vec<ClaimedRow> {
+    rows.sort_unstable_by_key(|row| row.id);
+    rows
+}
+
+fn truncate(text: &str) -> String {
+    if text.len() <= ERROR_TEXT_LIMIT {
+        return text.to_owned();
+    }
+    let mut end = ERROR_TEXT_LIMIT;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &text[..end])
+}
