@@ -1,0 +1,170 @@
+//! Bad input gets a typed error naming the field; good input becomes a row.
+
+use ojs_outbox::job::{MAX_WIRE_BYTES, NewJob, RequestContext, prepare};
+use ojs_outbox::{Config, ErrorCode};
+use serde_json::{Value, json};
+
+fn error_of(job: NewJob) -> (ErrorCode, String) {
+    let error = prepare(job, None).expect_err("must be refused");
+    (error.code, error.message)
+}
+
+#[test]
+fn refuses_bad_jobs_with_the_right_code_and_field() {
+    let long_type = "a".repeat(256);
+    let long_queue = "q".repeat(129);
+    let cases: Vec<(NewJob, ErrorCode, &str)> = vec![
+        (NewJob::new("", json!([])), ErrorCode::InvalidJobType, "type"),
+        (NewJob::new("Email.welcome", json!([])), ErrorCode::InvalidJobType, "type"),
+        (NewJob::new("email-welcome", json!([])), ErrorCode::InvalidJobType, "type"),
+        (NewJob::new("email..welcome", json!([])), ErrorCode::InvalidJobType, "type"),
+        (NewJob::new(".email", json!([])), ErrorCode::InvalidJobType, "type"),
+        (NewJob::new("1email", json!([])), ErrorCode::InvalidJobType, "type"),
+        (NewJob::new("email welcome", json!([])), ErrorCode::InvalidJobType, "type"),
+        (NewJob::new(long_type, json!([])), ErrorCode::InvalidJobType, "type"),
+        (NewJob::new("email.welcome", json!({"user": 1})), ErrorCode::InvalidArgs, "args"),
+        (NewJob::new("email.welcome", json!("hello")), ErrorCode::InvalidArgs, "args"),
+        (NewJob::new("email.welcome", Value::Null), ErrorCode::InvalidArgs, "args"),
+        (NewJob::new("email.welcome", json!(42)), ErrorCode::InvalidArgs, "args"),
+        (NewJob::new("a", json!([])).with_options(json!({"queue": "Email"})), ErrorCode::InvalidQueue, "options.queue"),
+        (NewJob::new("a", json!([])).with_options(json!({"queue": "-email"})), ErrorCode::InvalidQueue, "options.queue"),
+        (NewJob::new("a", json!([])).with_options(json!({"queue": "em ail"})), ErrorCode::InvalidQueue, "options.queue"),
+        (NewJob::new("a", json!([])).with_options(json!({"queue": long_queue})), ErrorCode::InvalidQueue, "options.queue"),
+        (NewJob::new("a", json!([])).with_options(json!({"queue": 7})), ErrorCode::InvalidQueue, "options.queue"),
+        (NewJob::new("a", json!([])).with_options(json!({"priority": 101})), ErrorCode::InvalidOptions, "options.priority"),
+        (NewJob::new("a", json!([])).with_options(json!({"priority": 1.5})), ErrorCode::InvalidOptions, "options.priority"),
+        (NewJob::new("a", json!([])).with_options(json!({"timeout_ms": 0})), ErrorCode::InvalidOptions, "options.timeout_ms"),
+        (NewJob::new("a", json!([])).with_options(json!({"delay_until": "tomorrow"})), ErrorCode::InvalidOptions, "options.delay_until"),
+        (NewJob::new("a", json!([])).with_options(json!({"expires_at": 1700000000})), ErrorCode::InvalidOptions, "options.expires_at"),
+        (NewJob::new("a", json!([])).with_options(json!({"retry": {"initial_interval": 1000}})), ErrorCode::InvalidOptions, "options.retry.initial_interval"),
+        (NewJob::new("a", json!([])).with_options(json!({"retry": {"max_interval": "5 minutes"}})), ErrorCode::InvalidOptions, "options.retry.max_interval"),
+        (NewJob::new("a", json!([])).with_options(json!({"retry": {"backoff_coefficient": 0.5}})), ErrorCode::InvalidOptions, "options.retry.backoff_coefficient"),
+        (NewJob::new("a", json!([])).with_options(json!({"retry": {"initial_interval_ms": 1000}})), ErrorCode::InvalidOptions, "options.retry.initial_interval_ms"),
+        (NewJob::new("a", json!([])).with_options(json!({"unique": {"on_conflict": "explode"}})), ErrorCode::InvalidOptions, "options.unique.on_conflict"),
+        (NewJob::new("a", json!([])).with_options(json!({"tags": "onboarding"})), ErrorCode::InvalidOptions, "options.tags"),
+        (NewJob::new("a", json!([])).with_options(json!({"queeu": "email"})), ErrorCode::InvalidOptions, "options.queeu"),
+        (NewJob::new("a", json!([])).with_options(json!(["queue"])), ErrorCode::InvalidOptions, "options"),
+        (NewJob::new("a", json!([])).with_meta(json!("trace")), ErrorCode::InvalidMeta, "meta"),
+        (NewJob::new("a", json!([])).with_meta(json!({"tenant_id": 5})), ErrorCode::InvalidMeta, "meta.tenant_id"),
+        (NewJob::new("a", json!(["x".repeat(MAX_WIRE_BYTES)])), ErrorCode::PayloadTooLarge, "args"),
+    ];
+    assert!(cases.len() >= 20);
+    for (job, code, field) in cases {
+        let described = format!("{job:?}").chars().take(120).collect::<String>();
+        let (actual, message) = error_of(job);
+        assert_eq!(actual, code, "{described}: {message}");
+        assert!(message.starts_with(field), "{described}: message {message:?} must name {field:?}");
+    }
+}
+
+#[test]
+fn refuses_json_that_does_not_parse() {
+    let bad_args = NewJob::from_json("a", "[1,", None, None).unwrap_err();
+    assert_eq!(bad_args.code, ErrorCode::InvalidArgs);
+    let bad_options = NewJob::from_json("a", "[]", Some("{queue"), None).unwrap_err();
+    assert_eq!(bad_options.code, ErrorCode::InvalidOptions);
+    let bad_meta = NewJob::from_json("a", "[]", None, Some("nope")).unwrap_err();
+    assert_eq!(bad_meta.code, ErrorCode::InvalidMeta);
+    let bad_context = RequestContext::from_json(r#"{"request_id": 5}"#).unwrap_err();
+    assert_eq!(bad_context.code, ErrorCode::InvalidMeta);
+}
+
+#[test]
+fn accepts_the_full_option_set_and_assigns_a_uuidv7() {
+    let job = NewJob::new("email.welcome", json!([42, {"locale": "fr"}]))
+        .with_options(json!({
+            "queue": "email-high.eu", "priority": -100, "timeout_ms": 30000,
+            "delay_until": "2026-03-01T09:00:00Z", "expires_at": "2026-03-02T09:00:00+01:00",
+            "retry": {"max_attempts": 5, "initial_interval": "PT1S", "backoff_coefficient": 2.0,
+                      "max_interval": "PT5M", "jitter": true, "on_exhaustion": "discard"},
+            "unique": {"keys": ["type", "args"], "period": "PT1H", "on_conflict": "reject"},
+            "tags": ["onboarding"]
+        }))
+        .with_meta(json!({"source": "signup"}));
+    let prepared = prepare(job, None).expect("valid");
+    let id = uuid::Uuid::parse_str(&prepared.job_id).expect("uuid");
+    assert_eq!(id.get_version_num(), 7);
+    assert_eq!(prepared.job_id, prepared.job_id.to_lowercase());
+    let wire: Value = serde_json::from_str(&prepared.wire_json()).expect("wire form is JSON");
+    assert_eq!(wire["id"], json!(prepared.job_id));
+    assert_eq!(wire["type"], json!("email.welcome"));
+    assert_eq!(wire["args"], json!([42, {"locale": "fr"}]));
+    assert_eq!(wire["options"]["queue"], json!("email-high.eu"));
+    assert_eq!(wire["meta"]["source"], json!("signup"));
+}
+
+#[test]
+fn ids_grow_in_creation_order() {
+    let ids: Vec<String> = (0..100).map(|_| prepare(NewJob::new("a", json!([])), None).unwrap().job_id).collect();
+    let mut sorted = ids.clone();
+    sorted.sort();
+    assert_eq!(ids, sorted, "UUIDv7 ids sort in creation order");
+}
+
+#[test]
+fn request_context_lands_in_meta_without_overriding_explicit_meta() {
+    let context = RequestContext {
+        request_id: Some("req-1".into()),
+        traceparent: Some("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01".into()),
+        tracestate: Some("vendor=1".into()),
+        user_id: Some("42".into()),
+        tenant_id: Some("acme".into()),
+        locale: Some("fr-FR".into()),
+    };
+    let job = NewJob::new("a", json!([])).with_meta(json!({"ojs.context.user_id": "explicit"}));
+    let prepared = prepare(job, Some(&context)).unwrap();
+    let meta: Value = serde_json::from_str(&prepared.meta_json).unwrap();
+    assert_eq!(meta["ojs.context.request_id"], "req-1");
+    assert_eq!(meta["traceparent"], "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01");
+    assert_eq!(meta["tracestate"], "vendor=1");
+    assert_eq!(meta["ojs.context.user_id"], "explicit");
+    assert_eq!(meta["tenant_id"], "acme");
+    assert_eq!(meta["ojs.context.locale"], "fr-FR");
+    assert_eq!(prepared.tenant_id.as_deref(), Some("acme"));
+}
+
+#[test]
+fn a_malformed_traceparent_is_dropped_not_propagated() {
+    let context = RequestContext { traceparent: Some("not-a-trace".into()), tracestate: Some("x=1".into()), ..Default::default() };
+    let prepared = prepare(NewJob::new("a", json!([])), Some(&context)).unwrap();
+    let meta: Value = serde_json::from_str(&prepared.meta_json).unwrap();
+    assert!(meta.get("traceparent").is_none() && meta.get("tracestate").is_none(), "{meta}");
+}
+
+#[test]
+fn config_errors_name_the_field() {
+    let cases = [
+        (r#"{"adapter": {"outbox": {"batch_size": 0}}}"#, "adapter.outbox.batch_size"),
+        (r#"{"adapter": {"outbox": {"batch_size": 5000}}}"#, "adapter.outbox.batch_size"),
+        (r#"{"adapter": {"outbox": {"poll_interval": "1s"}}}"#, "adapter.outbox.poll_interval"),
+        (r#"{"adapter": {"outbox": {"table_name": "x; DROP TABLE users"}}}"#, "adapter.outbox.table_name"),
+        (r#"{"adapter": {"ojs_url": "localhost:8080"}}"#, "adapter.ojs_url"),
+        (r#"{"adapter": {"backend_type": "redis"}}"#, "adapter.backend_type"),
+        (r#"{"adapter": {"relay": {"mode": "threaded"}}}"#, "adapter.relay.mode"),
+        (r#"{"adapter": {"relay": {"max_attempts": 0}}}"#, "adapter.relay.max_attempts"),
+        (r#"{"adapter": {"relay": {"lease": "PT1S", "request_timeout": "PT5S"}}}"#, "adapter.relay.lease"),
+        (r#"{"adapter": {"pol_interval": "PT1S"}}"#, "adapter.pol_interval"),
+        (r#"{"adapter": {}, "extra": 1}"#, "extra"),
+        (r#"[1]"#, "config"),
+        (r#"{"adapter": "#, "config"),
+    ];
+    for (text, field) in cases {
+        let error = Config::from_json(text).expect_err(text);
+        assert_eq!(error.code, ErrorCode::InvalidConfig, "{text}");
+        assert_eq!(error.field.as_deref(), Some(field), "{text}: {}", error.message);
+    }
+}
+
+#[test]
+fn config_reads_the_spec_shape_and_keeps_defaults_elsewhere() {
+    let config = Config::from_json(
+        r#"{"adapter": {"ojs_url": "http://ojs.internal:8080/", "backend_type": "external",
+            "outbox": {"enabled": true, "table_name": "jobs_outbox", "poll_interval": "PT0.5S", "batch_size": 250}}}"#,
+    )
+    .unwrap();
+    assert_eq!(config.ojs_url, "http://ojs.internal:8080");
+    assert_eq!(config.outbox.table_name, "jobs_outbox");
+    assert_eq!(config.outbox.poll_interval, std::time::Duration::from_millis(500));
+    assert_eq!(config.outbox.batch_size, 250);
+    assert_eq!(config.relay, Config::default().relay);
+}
