@@ -287,7 +287,7 @@ impl<'a> Run<'a> {
             "wait_outbox" => {
                 let deadline = Instant::now() + timeout;
                 loop {
-                    match self.check_outbox_rows(&step["rows"]).await {
+                    match self.check_outbox_rows(tx, &step["rows"]).await {
                         Ok(()) => break,
                         Err(why) if Instant::now() >= deadline => return Err(format!("wait_outbox timed out: {why}")),
                         Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
@@ -307,15 +307,19 @@ impl<'a> Run<'a> {
                 }
             }
             "expect_outbox" => {
-                self.check_outbox_rows(step.get("rows").unwrap_or(&Value::Null)).await?;
+                self.check_outbox_rows(tx, step.get("rows").unwrap_or(&Value::Null)).await?;
                 let absent = self.ids_of(&step["absent"])?;
                 let ids: Vec<String> = absent.iter().map(|(_, id)| id.clone()).collect();
-                let rows = self.outbox.store().rows_by_job_id(&ids).await.map_err(|e| e.to_string())?;
+                let rows = self.outbox_rows(tx, &ids).await?;
                 if let Some((reference, _)) = absent.iter().find(|(_, id)| rows.contains_key(id)) {
                     return Err(format!("outbox still has a row for {reference:?}"));
                 }
                 if let Some(total) = step.get("total").and_then(Value::as_i64) {
-                    let actual = self.outbox.store().count_rows().await.map_err(|e| e.to_string())?;
+                    let actual = match tx {
+                        Some(open) => open.count_rows().await,
+                        None => self.outbox.store().count_rows().await,
+                    }
+                    .map_err(|e| e.to_string())?;
                     if actual != total {
                         return Err(format!("expected {total} outbox rows, found {actual}"));
                     }
@@ -354,13 +358,23 @@ impl<'a> Run<'a> {
         }
     }
 
-    async fn check_outbox_rows(&self, rows: &Value) -> Result<(), String> {
+    /// Outbox rows as the application sees them: through its open transaction when there is
+    /// one (its own uncommitted rows included), else as committed.
+    async fn outbox_rows(&self, tx: &mut Option<OutboxTransaction<'a>>, ids: &[String]) -> Result<HashMap<String, ojs_outbox::store::RowState>, String> {
+        match tx {
+            Some(open) => open.rows_by_job_id(ids).await,
+            None => self.outbox.store().rows_by_job_id(ids).await,
+        }
+        .map_err(|e| e.to_string())
+    }
+
+    async fn check_outbox_rows(&self, tx: &mut Option<OutboxTransaction<'a>>, rows: &Value) -> Result<(), String> {
         let Some(rows) = rows.as_object() else { return Ok(()) };
         let mut ids = Vec::new();
         for reference in rows.keys() {
             ids.push(self.id_of(reference)?.clone());
         }
-        let states = self.outbox.store().rows_by_job_id(&ids).await.map_err(|e| e.to_string())?;
+        let states = self.outbox_rows(tx, &ids).await?;
         for (reference, expected) in rows {
             let id = self.id_of(reference)?;
             let actual = states.get(id).map(|s| s.status.as_str()).unwrap_or("absent");
@@ -422,8 +436,15 @@ impl<'a> Run<'a> {
             for (reference, expected) in map {
                 let id = self.id_of(reference)?;
                 let job = jobs.iter().find(|job| job["id"].as_str() == Some(id.as_str())).ok_or(format!("{reference:?} not stored"))?;
-                if !is_subset(expected, job) {
-                    return Err(format!("{reference:?}: expected {expected}, stored {job}"));
+                let mut fields = expected.clone();
+                let meta_absent = fields.as_object_mut().and_then(|f| f.remove("meta_absent")).unwrap_or(Value::Null);
+                if !is_subset(&fields, job) {
+                    return Err(format!("{reference:?}: expected {fields}, stored {job}"));
+                }
+                for key in meta_absent.as_array().into_iter().flatten().filter_map(Value::as_str) {
+                    if job["meta"].get(key).is_some() {
+                        return Err(format!("{reference:?}: meta must not have {key:?}, stored {}", job["meta"]));
+                    }
                 }
             }
         }

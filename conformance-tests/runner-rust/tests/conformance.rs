@@ -39,11 +39,12 @@ async fn every_case_passes_on_sqlite_and_postgres() {
     }
 
     let width = cases.iter().map(|c| c.id.len()).max().unwrap_or(10);
+    let mut report = String::new();
     let mut header = format!("{:width$}", "case");
     for (name, _) in &matrix {
         header.push_str(&format!("  {name:8}"));
     }
-    println!("\n{header}");
+    report.push_str(&format!("{header}\n"));
     let (mut passed, mut failed) = (0, 0);
     let mut failures = Vec::new();
     for (index, case) in cases.iter().enumerate() {
@@ -61,12 +62,16 @@ async fn every_case_passes_on_sqlite_and_postgres() {
                 }
             }
         }
-        println!("{line}");
+        report.push_str(&format!("{line}\n"));
     }
     for failure in &failures {
-        println!("FAILED {failure}");
+        report.push_str(&format!("FAILED {failure}\n"));
     }
-    println!("conformance: {passed} passed, {failed} failed");
+    report.push_str(&format!("conformance: {passed} passed, {failed} failed\n"));
+    println!("\n{report}");
+    // scripts/test.sh prints the matrix after the run.
+    let target = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/conformance-matrix.txt");
+    std::fs::write(target, &report).expect("matrix written");
     let _ = std::fs::remove_dir_all(&dir);
     assert!(failures.is_empty(), "{} conformance failures:\n{}", failures.len(), failures.join("\n"));
 }

@@ -3,6 +3,7 @@
 //! on the outermost commit. The framework bindings do the same through their host's
 //! connection and commit hooks; this is the reference they are checked against.
 
+use std::collections::HashMap;
 use std::sync::Mutex;
 
 use sqlx::{AssertSqlSafe, Postgres, Sqlite, Transaction};
@@ -14,7 +15,7 @@ use crate::error::{Error, ErrorCode, Result};
 use crate::job::{NewJob, PreparedJob, RequestContext, prepare};
 use crate::relay::{Metrics, Relay};
 use crate::sql::Statement;
-use crate::store::{Pool, Store};
+use crate::store::{self, Pool, RowState, Store};
 
 pub struct Outbox {
     config: Config,
@@ -177,7 +178,7 @@ impl OutboxTransaction<'_> {
     }
 
     async fn execute_statement(&mut self, statement: &Statement) -> Result<u64> {
-        let tx = self.tx.as_mut().ok_or_else(|| Error::new(ErrorCode::NoTransaction, "the transaction has ended"))?;
+        let tx = self.tx.as_mut().ok_or_else(ended)?;
         let done = match tx {
             Tx::Postgres(tx) => {
                 let mut query = sqlx::query(AssertSqlSafe(statement.sql.clone()));
@@ -195,6 +196,24 @@ impl OutboxTransaction<'_> {
             }
         };
         Ok(done)
+    }
+
+    /// The state of these jobs' rows as this transaction sees them (its own uncommitted rows too).
+    pub async fn rows_by_job_id(&mut self, job_ids: &[String]) -> Result<HashMap<String, RowState>> {
+        let sql = self.outbox.store.sql();
+        match self.tx.as_mut().ok_or_else(ended)? {
+            Tx::Postgres(tx) => store::rows_by_job_id_pg(sql, &mut **tx, job_ids).await,
+            Tx::Sqlite(tx) => store::rows_by_job_id_sqlite(sql, &mut **tx, job_ids).await,
+        }
+    }
+
+    /// Rows in the outbox table as this transaction sees them.
+    pub async fn count_rows(&mut self) -> Result<i64> {
+        let sql = self.outbox.store.sql();
+        match self.tx.as_mut().ok_or_else(ended)? {
+            Tx::Postgres(tx) => store::count_rows_pg(sql, &mut **tx).await,
+            Tx::Sqlite(tx) => store::count_rows_sqlite(sql, &mut **tx).await,
+        }
     }
 
     fn savepoint_name(&self) -> String {
@@ -254,7 +273,7 @@ impl OutboxTransaction<'_> {
     }
 
     async fn commit_rows(&mut self) -> Result<Vec<String>> {
-        match self.tx.take().ok_or_else(|| Error::new(ErrorCode::NoTransaction, "the transaction has ended"))? {
+        match self.tx.take().ok_or_else(ended)? {
             Tx::Postgres(tx) => tx.commit().await?,
             Tx::Sqlite(tx) => tx.commit().await?,
         }
@@ -263,10 +282,14 @@ impl OutboxTransaction<'_> {
 
     /// Rolls back everything: no row remains, nothing is relayed.
     pub async fn rollback(mut self) -> Result<()> {
-        match self.tx.take().ok_or_else(|| Error::new(ErrorCode::NoTransaction, "the transaction has ended"))? {
+        match self.tx.take().ok_or_else(ended)? {
             Tx::Postgres(tx) => tx.rollback().await?,
             Tx::Sqlite(tx) => tx.rollback().await?,
         }
         Ok(())
     }
+}
+
+fn ended() -> Error {
+    Error::new(ErrorCode::NoTransaction, "the transaction has ended")
 }

@@ -392,30 +392,19 @@ impl Store {
         })
     }
 
-    /// The state of the rows of these job ids (absent ids have no row).
+    /// The state of the rows of these job ids (absent ids have no row), as committed.
     pub async fn rows_by_job_id(&self, job_ids: &[String]) -> Result<HashMap<String, RowState>> {
-        let sql = self.sql.rows_by_job_id();
-        let rows: Vec<(String, String, i32, Option<String>)> = match &self.pool {
-            Pool::Postgres(pool) => sqlx::query_as(AssertSqlSafe(sql.clone())).bind(job_ids).fetch_all(pool).await?,
-            Pool::Sqlite(pool) => {
-                sqlx::query_as(AssertSqlSafe(sql.clone())).bind(serde_json::to_string(job_ids).expect("strings serialize")).fetch_all(pool).await?
-            }
-        };
-        Ok(rows
-            .into_iter()
-            .filter_map(|(job_id, status, attempts, error)| {
-                RowStatus::parse(&status).map(|status| (job_id, RowState { status, attempts, error }))
-            })
-            .collect())
+        match &self.pool {
+            Pool::Postgres(pool) => rows_by_job_id_pg(&self.sql, pool, job_ids).await,
+            Pool::Sqlite(pool) => rows_by_job_id_sqlite(&self.sql, pool, job_ids).await,
+        }
     }
 
     pub async fn count_rows(&self) -> Result<i64> {
-        let sql = self.sql.count_rows();
-        let (count,): (i64,) = match &self.pool {
-            Pool::Postgres(pool) => sqlx::query_as(AssertSqlSafe(sql.clone())).fetch_one(pool).await?,
-            Pool::Sqlite(pool) => sqlx::query_as(AssertSqlSafe(sql.clone())).fetch_one(pool).await?,
-        };
-        Ok(count)
+        match &self.pool {
+            Pool::Postgres(pool) => count_rows_pg(&self.sql, pool).await,
+            Pool::Sqlite(pool) => count_rows_sqlite(&self.sql, pool).await,
+        }
     }
 
     pub async fn close(&self) {
@@ -465,4 +454,34 @@ fn truncate(text: &str) -> String {
         end -= 1;
     }
     format!("{}…", &text[..end])
+}
+
+type RowTuple = (String, String, i32, Option<String>);
+
+fn row_states(rows: Vec<RowTuple>) -> HashMap<String, RowState> {
+    rows.into_iter()
+        .filter_map(|(job_id, status, attempts, error)| RowStatus::parse(&status).map(|status| (job_id, RowState { status, attempts, error })))
+        .collect()
+}
+
+// Readers generic over the executor, so a transaction sees its own uncommitted rows.
+pub(crate) async fn rows_by_job_id_pg<'e, E: sqlx::PgExecutor<'e>>(sql: &OutboxSql, executor: E, job_ids: &[String]) -> Result<HashMap<String, RowState>> {
+    let rows: Vec<RowTuple> = sqlx::query_as(AssertSqlSafe(sql.rows_by_job_id())).bind(job_ids).fetch_all(executor).await?;
+    Ok(row_states(rows))
+}
+
+pub(crate) async fn rows_by_job_id_sqlite<'e, E: sqlx::SqliteExecutor<'e>>(sql: &OutboxSql, executor: E, job_ids: &[String]) -> Result<HashMap<String, RowState>> {
+    let ids = serde_json::to_string(job_ids).expect("strings serialize");
+    let rows: Vec<RowTuple> = sqlx::query_as(AssertSqlSafe(sql.rows_by_job_id())).bind(ids).fetch_all(executor).await?;
+    Ok(row_states(rows))
+}
+
+pub(crate) async fn count_rows_pg<'e, E: sqlx::PgExecutor<'e>>(sql: &OutboxSql, executor: E) -> Result<i64> {
+    let (count,): (i64,) = sqlx::query_as(AssertSqlSafe(sql.count_rows())).fetch_one(executor).await?;
+    Ok(count)
+}
+
+pub(crate) async fn count_rows_sqlite<'e, E: sqlx::SqliteExecutor<'e>>(sql: &OutboxSql, executor: E) -> Result<i64> {
+    let (count,): (i64,) = sqlx::query_as(AssertSqlSafe(sql.count_rows())).fetch_one(executor).await?;
+    Ok(count)
 }
