@@ -59,7 +59,17 @@ impl Database {
     }
 
     fn url_and_table(&self, case: &Case) -> (String, String) {
-        let slug: String = case.id.chars().map(|c| if c.is_ascii_alphanumeric() { c.to_ascii_lowercase() } else { '_' }).collect();
+        let slug: String = case
+            .id
+            .chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() {
+                    c.to_ascii_lowercase()
+                } else {
+                    '_'
+                }
+            })
+            .collect();
         let table = format!("ojs_case_{}", &slug[..slug.len().min(40)]);
         match self {
             Database::Sqlite { dir } => {
@@ -93,41 +103,61 @@ struct Backend {
 }
 
 impl Backend {
-    async fn call(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> Result<Value, String> {
+    async fn call(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<Value>,
+    ) -> Result<Value, String> {
         let mut request = self.http.request(method, format!("{}{path}", self.url));
         if let Some(body) = body {
-            request = request.header("content-type", "application/json").body(body.to_string());
+            request = request
+                .header("content-type", "application/json")
+                .body(body.to_string());
         }
-        let response = request.send().await.map_err(|e| format!("dev backend {path}: {e}"))?;
+        let response = request
+            .send()
+            .await
+            .map_err(|e| format!("dev backend {path}: {e}"))?;
         let text = response.text().await.map_err(|e| e.to_string())?;
         Ok(serde_json::from_str(&text).unwrap_or(Value::Null))
     }
 
     async fn received(&self) -> Result<Value, String> {
-        self.call(reqwest::Method::GET, "/_dev/received", None).await
+        self.call(reqwest::Method::GET, "/_dev/received", None)
+            .await
     }
 }
 
 /// The ids of stored jobs in arrival order, with their record.
 fn stored_jobs(received: &Value) -> Vec<&Value> {
-    received["jobs"].as_array().map(|jobs| jobs.iter().collect()).unwrap_or_default()
+    received["jobs"]
+        .as_array()
+        .map(|jobs| jobs.iter().collect())
+        .unwrap_or_default()
 }
 
 fn is_subset(expected: &Value, actual: &Value) -> bool {
     match (expected, actual) {
-        (Value::Object(expected), Value::Object(actual)) => {
-            expected.iter().all(|(key, value)| actual.get(key).is_some_and(|a| is_subset(value, a)))
-        }
+        (Value::Object(expected), Value::Object(actual)) => expected
+            .iter()
+            .all(|(key, value)| actual.get(key).is_some_and(|a| is_subset(value, a))),
         _ => expected == actual,
     }
 }
 
 fn now_us() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).expect("clock after 1970").as_micros() as u64
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .expect("clock after 1970")
+        .as_micros() as u64
 }
 
 fn job_of(step: &Value) -> NewJob {
-    let mut job = NewJob::new(step["type"].as_str().unwrap_or_default(), step.get("args").cloned().unwrap_or(Value::Null));
+    let mut job = NewJob::new(
+        step["type"].as_str().unwrap_or_default(),
+        step.get("args").cloned().unwrap_or(Value::Null),
+    );
     if let Some(options) = step.get("options") {
         job = job.with_options(options.clone());
     }
@@ -143,11 +173,22 @@ fn bulk_jobs(step: &Value) -> Vec<(Option<String>, NewJob)> {
         let count = generate["count"].as_u64().unwrap_or(0);
         let job_type = generate["type"].as_str().unwrap_or_default();
         let prefix = generate["ref_prefix"].as_str().unwrap_or("g");
-        return (0..count).map(|i| (Some(format!("{prefix}{i}")), NewJob::new(job_type, json!([i])))).collect();
+        return (0..count)
+            .map(|i| {
+                (
+                    Some(format!("{prefix}{i}")),
+                    NewJob::new(job_type, json!([i])),
+                )
+            })
+            .collect();
     }
     step["jobs"]
         .as_array()
-        .map(|jobs| jobs.iter().map(|job| (job["ref"].as_str().map(str::to_owned), job_of(job))).collect())
+        .map(|jobs| {
+            jobs.iter()
+                .map(|job| (job["ref"].as_str().map(str::to_owned), job_of(job)))
+                .collect()
+        })
         .unwrap_or_default()
 }
 
@@ -161,14 +202,19 @@ struct Run<'a> {
 
 impl<'a> Run<'a> {
     fn id_of(&self, reference: &str) -> Result<&String, String> {
-        self.refs.get(reference).ok_or_else(|| format!("ref {reference:?} was never enqueued"))
+        self.refs
+            .get(reference)
+            .ok_or_else(|| format!("ref {reference:?} was never enqueued"))
     }
 
     fn ids_of(&self, value: &Value) -> Result<Vec<(String, String)>, String> {
         value
             .as_array()
             .map(|refs| {
-                refs.iter().filter_map(Value::as_str).map(|r| self.id_of(r).map(|id| (r.to_owned(), id.clone()))).collect()
+                refs.iter()
+                    .filter_map(Value::as_str)
+                    .map(|r| self.id_of(r).map(|id| (r.to_owned(), id.clone())))
+                    .collect()
             })
             .unwrap_or_else(|| Ok(Vec::new()))
     }
@@ -190,8 +236,17 @@ impl<'a> Run<'a> {
     }
 
     /// Stages one step's jobs: inside the open transaction, or in one of their own (autocommit).
-    async fn stage(&mut self, tx: &mut Option<OutboxTransaction<'a>>, step: &Value, bulk: bool) -> Result<(), String> {
-        let jobs = if bulk { bulk_jobs(step) } else { vec![(step["ref"].as_str().map(str::to_owned), job_of(step))] };
+    async fn stage(
+        &mut self,
+        tx: &mut Option<OutboxTransaction<'a>>,
+        step: &Value,
+        bulk: bool,
+    ) -> Result<(), String> {
+        let jobs = if bulk {
+            bulk_jobs(step)
+        } else {
+            vec![(step["ref"].as_str().map(str::to_owned), job_of(step))]
+        };
         let (refs, jobs): (Vec<Option<String>>, Vec<NewJob>) = jobs.into_iter().unzip();
         let autocommit = tx.is_none();
         if autocommit {
@@ -205,7 +260,11 @@ impl<'a> Run<'a> {
         let staged_ids = staged.as_ref().ok().cloned();
         if Self::check_error(step, &staged.map(|_| ()))? {
             if autocommit {
-                tx.take().expect("own").rollback().await.map_err(|e| e.to_string())?;
+                tx.take()
+                    .expect("own")
+                    .rollback()
+                    .await
+                    .map_err(|e| e.to_string())?;
             }
             return Ok(());
         }
@@ -213,13 +272,21 @@ impl<'a> Run<'a> {
             self.remember(reference.as_deref(), id);
         }
         if autocommit {
-            tx.take().expect("own").commit().await.map_err(|e| e.to_string())?;
+            tx.take()
+                .expect("own")
+                .commit()
+                .await
+                .map_err(|e| e.to_string())?;
             self.last_commit_us = now_us();
         }
         Ok(())
     }
 
-    async fn step(&mut self, tx: &mut Option<OutboxTransaction<'a>>, step: &Value) -> Result<(), String> {
+    async fn step(
+        &mut self,
+        tx: &mut Option<OutboxTransaction<'a>>,
+        step: &Value,
+    ) -> Result<(), String> {
         let op = step["op"].as_str().ok_or("step without op")?;
         let timeout = Duration::from_millis(step["timeout_ms"].as_u64().unwrap_or(10_000));
         let no_tx = || "no transaction is open".to_owned();
@@ -230,58 +297,105 @@ impl<'a> Run<'a> {
                 }
                 *tx = Some(self.outbox.begin().await.map_err(|e| e.to_string())?);
             }
-            "savepoint" => tx.as_mut().ok_or_else(no_tx)?.savepoint().await.map_err(|e| e.to_string())?,
-            "release_savepoint" => tx.as_mut().ok_or_else(no_tx)?.release_savepoint().await.map_err(|e| e.to_string())?,
-            "rollback_savepoint" => tx.as_mut().ok_or_else(no_tx)?.rollback_savepoint().await.map_err(|e| e.to_string())?,
+            "savepoint" => tx
+                .as_mut()
+                .ok_or_else(no_tx)?
+                .savepoint()
+                .await
+                .map_err(|e| e.to_string())?,
+            "release_savepoint" => tx
+                .as_mut()
+                .ok_or_else(no_tx)?
+                .release_savepoint()
+                .await
+                .map_err(|e| e.to_string())?,
+            "rollback_savepoint" => tx
+                .as_mut()
+                .ok_or_else(no_tx)?
+                .rollback_savepoint()
+                .await
+                .map_err(|e| e.to_string())?,
             "commit" => {
                 let open = tx.take().ok_or_else(no_tx)?;
                 if step["crash_before_hook"].as_bool() == Some(true) {
-                    open.commit_without_hook().await.map_err(|e| e.to_string())?;
+                    open.commit_without_hook()
+                        .await
+                        .map_err(|e| e.to_string())?;
                 } else {
                     open.commit().await.map_err(|e| e.to_string())?;
                 }
                 self.last_commit_us = now_us();
             }
-            "rollback" => tx.take().ok_or_else(no_tx)?.rollback().await.map_err(|e| e.to_string())?,
+            "rollback" => tx
+                .take()
+                .ok_or_else(no_tx)?
+                .rollback()
+                .await
+                .map_err(|e| e.to_string())?,
             "enqueue_after_commit" => self.stage(tx, step, false).await?,
             "enqueue_bulk" => self.stage(tx, step, true).await?,
             "enqueue" => {
-                let result = self.outbox.enqueue_now(job_of(step), self.context.as_ref()).await;
+                let result = self
+                    .outbox
+                    .enqueue_now(job_of(step), self.context.as_ref())
+                    .await;
                 let id = result.as_ref().ok().cloned();
                 if !Self::check_error(step, &result.map(|_| ()))? {
                     self.remember(step["ref"].as_str(), id.expect("succeeded"));
                 }
             }
             "set_context" => {
-                let context: RequestContext = serde_json::from_value(step["context"].clone()).map_err(|e| e.to_string())?;
+                let context: RequestContext =
+                    serde_json::from_value(step["context"].clone()).map_err(|e| e.to_string())?;
                 self.context = Some(context);
             }
             "clear_context" => self.context = None,
             "backend_fault" => {
                 let mut fault = step.clone();
                 fault.as_object_mut().expect("object").remove("op");
-                self.backend.call(reqwest::Method::POST, "/_dev/faults", Some(fault)).await?;
+                self.backend
+                    .call(reqwest::Method::POST, "/_dev/faults", Some(fault))
+                    .await?;
             }
             "backend_clear_faults" => {
-                self.backend.call(reqwest::Method::DELETE, "/_dev/faults", None).await?;
+                self.backend
+                    .call(reqwest::Method::DELETE, "/_dev/faults", None)
+                    .await?;
             }
             "backend_manifest" => {
                 let body = json!({"batch_enqueue": step["batch_enqueue"]});
-                self.backend.call(reqwest::Method::POST, "/_dev/manifest", Some(body)).await?;
+                self.backend
+                    .call(reqwest::Method::POST, "/_dev/manifest", Some(body))
+                    .await?;
             }
             "relay_start" => self.outbox.start_relay(),
             "relay_stop" => self.outbox.stop_relay().await,
             "relay_kill" => self.outbox.kill_relay(),
-            "sleep" => tokio::time::sleep(Duration::from_millis(step["ms"].as_u64().unwrap_or(0))).await,
+            "sleep" => {
+                tokio::time::sleep(Duration::from_millis(step["ms"].as_u64().unwrap_or(0))).await
+            }
             "prune" => {
-                let retention = ojs_outbox::duration::parse(step["older_than"].as_str().unwrap_or("PT0S"))?;
-                self.outbox.store().prune(retention, usize::MAX >> 1).await.map_err(|e| e.to_string())?;
+                let retention =
+                    ojs_outbox::duration::parse(step["older_than"].as_str().unwrap_or("PT0S"))?;
+                self.outbox
+                    .store()
+                    .prune(retention, usize::MAX >> 1)
+                    .await
+                    .map_err(|e| e.to_string())?;
             }
             "dead_replay" => {
-                self.outbox.store().dead_replay(step["tenant_id"].as_str()).await.map_err(|e| e.to_string())?;
+                self.outbox
+                    .store()
+                    .dead_replay(step["tenant_id"].as_str())
+                    .await
+                    .map_err(|e| e.to_string())?;
             }
             "dead_purge" => {
-                self.outbox.store().dead_purge(step["tenant_id"].as_str()).await.map_err(|e| e.to_string())?;
+                self.outbox
+                    .store()
+                    .dead_purge(step["tenant_id"].as_str())
+                    .await
+                    .map_err(|e| e.to_string())?;
             }
             "wait_delivered" => self.wait_delivered(step, timeout).await?,
             "wait_outbox" => {
@@ -289,7 +403,9 @@ impl<'a> Run<'a> {
                 loop {
                     match self.check_outbox_rows(tx, &step["rows"]).await {
                         Ok(()) => break,
-                        Err(why) if Instant::now() >= deadline => return Err(format!("wait_outbox timed out: {why}")),
+                        Err(why) if Instant::now() >= deadline => {
+                            return Err(format!("wait_outbox timed out: {why}"));
+                        }
                         Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
                     }
                 }
@@ -301,13 +417,16 @@ impl<'a> Run<'a> {
                     if let Some(expected) = step.get(kind).and_then(Value::as_u64) {
                         let actual = received["requests"][kind].as_u64().unwrap_or(0);
                         if actual != expected {
-                            return Err(format!("expected {expected} {kind} requests, the backend got {actual}"));
+                            return Err(format!(
+                                "expected {expected} {kind} requests, the backend got {actual}"
+                            ));
                         }
                     }
                 }
             }
             "expect_outbox" => {
-                self.check_outbox_rows(tx, step.get("rows").unwrap_or(&Value::Null)).await?;
+                self.check_outbox_rows(tx, step.get("rows").unwrap_or(&Value::Null))
+                    .await?;
                 let absent = self.ids_of(&step["absent"])?;
                 let ids: Vec<String> = absent.iter().map(|(_, id)| id.clone()).collect();
                 let rows = self.outbox_rows(tx, &ids).await?;
@@ -337,22 +456,45 @@ impl<'a> Run<'a> {
             let received = self.backend.received().await?;
             let stored: HashMap<&str, u64> = stored_jobs(&received)
                 .iter()
-                .filter_map(|job| Some((job["id"].as_str()?, job["received_at_us"].as_u64().unwrap_or(0))))
+                .filter_map(|job| {
+                    Some((
+                        job["id"].as_str()?,
+                        job["received_at_us"].as_u64().unwrap_or(0),
+                    ))
+                })
                 .collect();
-            let missing: Vec<&String> = wanted.iter().filter(|(_, id)| !stored.contains_key(id.as_str())).map(|(r, _)| r).collect();
+            let missing: Vec<&String> = wanted
+                .iter()
+                .filter(|(_, id)| !stored.contains_key(id.as_str()))
+                .map(|(r, _)| r)
+                .collect();
             if missing.is_empty() {
                 if let Some(min_elapsed) = step.get("min_elapsed_ms").and_then(Value::as_u64) {
-                    let last = wanted.iter().map(|(_, id)| stored[id.as_str()]).max().unwrap_or(0);
+                    let last = wanted
+                        .iter()
+                        .map(|(_, id)| stored[id.as_str()])
+                        .max()
+                        .unwrap_or(0);
                     let elapsed_ms = last.saturating_sub(self.last_commit_us) / 1000;
                     if elapsed_ms < min_elapsed {
-                        return Err(format!("delivered {elapsed_ms} ms after commit, expected at least {min_elapsed} ms"));
+                        return Err(format!(
+                            "delivered {elapsed_ms} ms after commit, expected at least {min_elapsed} ms"
+                        ));
                     }
                 }
                 return Ok(());
             }
             if Instant::now() >= deadline {
-                let outbox = self.outbox.store().status().await.map(|s| format!("{s:?}")).unwrap_or_default();
-                return Err(format!("not delivered within {timeout:?}: {missing:?}; outbox {outbox}"));
+                let outbox = self
+                    .outbox
+                    .store()
+                    .status()
+                    .await
+                    .map(|s| format!("{s:?}"))
+                    .unwrap_or_default();
+                return Err(format!(
+                    "not delivered within {timeout:?}: {missing:?}; outbox {outbox}"
+                ));
             }
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
@@ -360,7 +502,11 @@ impl<'a> Run<'a> {
 
     /// Outbox rows as the application sees them: through its open transaction when there is
     /// one (its own uncommitted rows included), else as committed.
-    async fn outbox_rows(&self, tx: &mut Option<OutboxTransaction<'a>>, ids: &[String]) -> Result<HashMap<String, ojs_outbox::store::RowState>, String> {
+    async fn outbox_rows(
+        &self,
+        tx: &mut Option<OutboxTransaction<'a>>,
+        ids: &[String],
+    ) -> Result<HashMap<String, ojs_outbox::store::RowState>, String> {
         match tx {
             Some(open) => open.rows_by_job_id(ids).await,
             None => self.outbox.store().rows_by_job_id(ids).await,
@@ -368,8 +514,14 @@ impl<'a> Run<'a> {
         .map_err(|e| e.to_string())
     }
 
-    async fn check_outbox_rows(&self, tx: &mut Option<OutboxTransaction<'a>>, rows: &Value) -> Result<(), String> {
-        let Some(rows) = rows.as_object() else { return Ok(()) };
+    async fn check_outbox_rows(
+        &self,
+        tx: &mut Option<OutboxTransaction<'a>>,
+        rows: &Value,
+    ) -> Result<(), String> {
+        let Some(rows) = rows.as_object() else {
+            return Ok(());
+        };
         let mut ids = Vec::new();
         for reference in rows.keys() {
             ids.push(self.id_of(reference)?.clone());
@@ -377,13 +529,18 @@ impl<'a> Run<'a> {
         let states = self.outbox_rows(tx, &ids).await?;
         for (reference, expected) in rows {
             let id = self.id_of(reference)?;
-            let actual = states.get(id).map(|s| s.status.as_str()).unwrap_or("absent");
+            let actual = states
+                .get(id)
+                .map(|s| s.status.as_str())
+                .unwrap_or("absent");
             let allowed: Vec<&str> = match expected {
                 Value::Array(list) => list.iter().filter_map(Value::as_str).collect(),
                 other => other.as_str().into_iter().collect(),
             };
             if !allowed.contains(&actual) {
-                return Err(format!("row {reference:?} is {actual}, expected {expected}"));
+                return Err(format!(
+                    "row {reference:?} is {actual}, expected {expected}"
+                ));
             }
         }
         Ok(())
@@ -392,7 +549,11 @@ impl<'a> Run<'a> {
     async fn expect_backend(&self, step: &Value) -> Result<(), String> {
         let received = self.backend.received().await?;
         let jobs = stored_jobs(&received);
-        let position: HashMap<&str, usize> = jobs.iter().enumerate().filter_map(|(i, job)| Some((job["id"].as_str()?, i))).collect();
+        let position: HashMap<&str, usize> = jobs
+            .iter()
+            .enumerate()
+            .filter_map(|(i, job)| Some((job["id"].as_str()?, i)))
+            .collect();
         let expected = self.ids_of(&step["received"])?;
         for (reference, id) in &expected {
             if !position.contains_key(id.as_str()) {
@@ -400,27 +561,41 @@ impl<'a> Run<'a> {
             }
         }
         if step["order"].as_str() == Some("exact") {
-            let positions: Vec<usize> = expected.iter().map(|(_, id)| position[id.as_str()]).collect();
+            let positions: Vec<usize> = expected
+                .iter()
+                .map(|(_, id)| position[id.as_str()])
+                .collect();
             if let Some(pair) = positions.windows(2).position(|w| w[0] > w[1]) {
-                return Err(format!("{:?} arrived before {:?}", expected[pair + 1].0, expected[pair].0));
+                return Err(format!(
+                    "{:?} arrived before {:?}",
+                    expected[pair + 1].0,
+                    expected[pair].0
+                ));
             }
         }
         for (reference, id) in self.ids_of(&step["absent"])? {
             if position.contains_key(id.as_str()) {
-                return Err(format!("the backend received {reference:?}, which must not be sent"));
+                return Err(format!(
+                    "the backend received {reference:?}, which must not be sent"
+                ));
             }
         }
-        if let Some(total) = step.get("total").and_then(Value::as_u64) {
-            if jobs.len() as u64 != total {
-                return Err(format!("the backend stored {} jobs, expected {total}", jobs.len()));
-            }
+        if let Some(total) = step.get("total").and_then(Value::as_u64)
+            && jobs.len() as u64 != total
+        {
+            return Err(format!(
+                "the backend stored {} jobs, expected {total}",
+                jobs.len()
+            ));
         }
         let deliveries = |id: &str| received["deliveries"][id].as_u64().unwrap_or(0);
         if let Some(map) = step["deliveries_at_least"].as_object() {
             for (reference, minimum) in map {
                 let n = deliveries(self.id_of(reference)?);
                 if n < minimum.as_u64().unwrap_or(0) {
-                    return Err(format!("{reference:?} was delivered {n} times, expected at least {minimum}"));
+                    return Err(format!(
+                        "{reference:?} was delivered {n} times, expected at least {minimum}"
+                    ));
                 }
             }
         }
@@ -428,22 +603,38 @@ impl<'a> Run<'a> {
             for (reference, exactly) in map {
                 let n = deliveries(self.id_of(reference)?);
                 if Some(n) != exactly.as_u64() {
-                    return Err(format!("{reference:?} was delivered {n} times, expected {exactly}"));
+                    return Err(format!(
+                        "{reference:?} was delivered {n} times, expected {exactly}"
+                    ));
                 }
             }
         }
         if let Some(map) = step["jobs"].as_object() {
             for (reference, expected) in map {
                 let id = self.id_of(reference)?;
-                let job = jobs.iter().find(|job| job["id"].as_str() == Some(id.as_str())).ok_or(format!("{reference:?} not stored"))?;
+                let job = jobs
+                    .iter()
+                    .find(|job| job["id"].as_str() == Some(id.as_str()))
+                    .ok_or(format!("{reference:?} not stored"))?;
                 let mut fields = expected.clone();
-                let meta_absent = fields.as_object_mut().and_then(|f| f.remove("meta_absent")).unwrap_or(Value::Null);
+                let meta_absent = fields
+                    .as_object_mut()
+                    .and_then(|f| f.remove("meta_absent"))
+                    .unwrap_or(Value::Null);
                 if !is_subset(&fields, job) {
                     return Err(format!("{reference:?}: expected {fields}, stored {job}"));
                 }
-                for key in meta_absent.as_array().into_iter().flatten().filter_map(Value::as_str) {
+                for key in meta_absent
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(Value::as_str)
+                {
                     if job["meta"].get(key).is_some() {
-                        return Err(format!("{reference:?}: meta must not have {key:?}, stored {}", job["meta"]));
+                        return Err(format!(
+                            "{reference:?}: meta must not have {key:?}, stored {}",
+                            job["meta"]
+                        ));
                     }
                 }
             }
@@ -454,8 +645,13 @@ impl<'a> Run<'a> {
 
 /// Runs one case against one database and the dev backend at `backend_url` (reset first).
 pub async fn run_case(case: &Case, database: &Database, backend_url: &str) -> Result<(), String> {
-    let backend = Backend { url: backend_url.to_owned(), http: reqwest::Client::new() };
-    backend.call(reqwest::Method::POST, "/_dev/reset", None).await?;
+    let backend = Backend {
+        url: backend_url.to_owned(),
+        http: reqwest::Client::new(),
+    };
+    backend
+        .call(reqwest::Method::POST, "/_dev/reset", None)
+        .await?;
     let (database_url, table) = database.url_and_table(case);
     let mut config = json!({
         "ojs_url": backend_url,
@@ -470,18 +666,30 @@ pub async fn run_case(case: &Case, database: &Database, backend_url: &str) -> Re
     if let Database::Postgres { .. } = database {
         let drop = format!("DROP TABLE IF EXISTS {table}");
         let pool = outbox.store().postgres_pool().expect("postgres");
-        sqlx::raw_sql(sqlx::AssertSqlSafe(drop)).execute(pool).await.map_err(|e| e.to_string())?;
+        sqlx::raw_sql(sqlx::AssertSqlSafe(drop))
+            .execute(pool)
+            .await
+            .map_err(|e| e.to_string())?;
     }
     outbox.store().migrate().await.map_err(|e| e.to_string())?;
     if case.relay.as_deref() != Some("stopped") {
         outbox.start_relay();
     }
-    let mut run = Run { outbox: &outbox, backend, refs: HashMap::new(), context: None, last_commit_us: 0 };
+    let mut run = Run {
+        outbox: &outbox,
+        backend,
+        refs: HashMap::new(),
+        context: None,
+        last_commit_us: 0,
+    };
     let mut tx = None;
     let mut result = Ok(());
     for (index, step) in case.steps.iter().enumerate() {
         if let Err(why) = run.step(&mut tx, step).await {
-            result = Err(format!("step {index} ({}): {why}", step["op"].as_str().unwrap_or("?")));
+            result = Err(format!(
+                "step {index} ({}): {why}",
+                step["op"].as_str().unwrap_or("?")
+            ));
             break;
         }
     }

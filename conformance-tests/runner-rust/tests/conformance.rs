@@ -15,8 +15,12 @@ async fn every_case_passes_on_sqlite_and_postgres() {
     let mut databases = vec![Database::Sqlite { dir: dir.clone() }];
     match std::env::var("OJS_TEST_DATABASE_URL") {
         Ok(url) if !url.is_empty() => databases.push(Database::Postgres { url }),
-        _ if std::env::var_os("CI").is_some() => panic!("OJS_TEST_DATABASE_URL is unset under CI: run scripts/test.sh"),
-        _ => eprintln!("SKIP postgres column: OJS_TEST_DATABASE_URL is unset (scripts/test.sh sets it)"),
+        _ if std::env::var_os("CI").is_some() => {
+            panic!("OJS_TEST_DATABASE_URL is unset under CI: run scripts/test.sh")
+        }
+        _ => eprintln!(
+            "SKIP postgres column: OJS_TEST_DATABASE_URL is unset (scripts/test.sh sets it)"
+        ),
     }
     // One dev backend per database, so the two columns run side by side.
     let mut columns = Vec::new();
@@ -58,7 +62,11 @@ async fn every_case_passes_on_sqlite_and_postgres() {
                 Err(why) => {
                     failed += 1;
                     line.push_str("  FAIL    ");
-                    failures.push(format!("{} [{name}] ({}): {why}", case.id, case.spec.join(", ")));
+                    failures.push(format!(
+                        "{} [{name}] ({}): {why}",
+                        case.id,
+                        case.spec.join(", ")
+                    ));
                 }
             }
         }
@@ -70,8 +78,14 @@ async fn every_case_passes_on_sqlite_and_postgres() {
     report.push_str(&format!("conformance: {passed} passed, {failed} failed\n"));
     println!("\n{report}");
     // scripts/test.sh prints the matrix after the run.
-    let target = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/conformance-matrix.txt");
+    let target = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../target/conformance-matrix.txt");
     std::fs::write(target, &report).expect("matrix written");
     let _ = std::fs::remove_dir_all(&dir);
-    assert!(failures.is_empty(), "{} conformance failures:\n{}", failures.len(), failures.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "{} conformance failures:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
 }

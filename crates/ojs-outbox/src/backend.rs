@@ -25,7 +25,9 @@ impl Backend {
             .connect_timeout(config.relay.request_timeout.min(Duration::from_secs(5)))
             .pool_idle_timeout(Duration::from_secs(30))
             .build()
-            .map_err(|e| Error::field(ErrorCode::InvalidConfig, "adapter.ojs_url", e.to_string()))?;
+            .map_err(|e| {
+                Error::field(ErrorCode::InvalidConfig, "adapter.ojs_url", e.to_string())
+            })?;
         Ok(Backend {
             client,
             base_url: config.ojs_url.trim_end_matches('/').to_owned(),
@@ -38,7 +40,10 @@ impl Backend {
     }
 
     fn request(&self, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
-        let mut builder = self.client.request(method, format!("{}{path}", self.base_url)).header(ACCEPT, OJS_JSON);
+        let mut builder = self
+            .client
+            .request(method, format!("{}{path}", self.base_url))
+            .header(ACCEPT, OJS_JSON);
         if let Some(auth) = &self.auth_header {
             builder = builder.header(AUTHORIZATION, auth);
         }
@@ -46,7 +51,10 @@ impl Backend {
     }
 
     async fn post(&self, path: &str, body: String) -> Outcome {
-        let request = self.request(reqwest::Method::POST, path).header(CONTENT_TYPE, OJS_JSON).body(body);
+        let request = self
+            .request(reqwest::Method::POST, path)
+            .header(CONTENT_TYPE, OJS_JSON)
+            .body(body);
         match request.send().await {
             Ok(response) => {
                 let status = response.status().as_u16();
@@ -91,20 +99,42 @@ impl Backend {
 
     /// Whether the manifest offers `POST /ojs/v1/jobs/batch`. Err = could not tell.
     pub async fn batch_supported(&self) -> std::result::Result<bool, String> {
-        let response = self.request(reqwest::Method::GET, "/ojs/manifest").send().await.map_err(|e| e.to_string())?;
+        let response = self
+            .request(reqwest::Method::GET, "/ojs/manifest")
+            .send()
+            .await
+            .map_err(|e| e.to_string())?;
         if !response.status().is_success() {
             return Err(format!("GET /ojs/manifest answered {}", response.status()));
         }
         let manifest: serde_json::Value = response.json_value().await?;
-        Ok(manifest.pointer("/capabilities/batch_enqueue").and_then(serde_json::Value::as_bool).unwrap_or(false))
+        Ok(manifest
+            .pointer("/capabilities/batch_enqueue")
+            .and_then(serde_json::Value::as_bool)
+            .unwrap_or(false))
     }
 
     /// `GET /ojs/v1/health`: Ok when the backend answers 200.
     pub async fn health(&self) -> Result<()> {
-        let unavailable = |why: String| Error::new(ErrorCode::BackendUnavailable, format!("{}: {why}", self.base_url));
-        let response =
-            self.request(reqwest::Method::GET, "/ojs/v1/health").send().await.map_err(|e| unavailable(e.to_string()))?;
-        if response.status().is_success() { Ok(()) } else { Err(unavailable(format!("health answered {}", response.status()))) }
+        let unavailable = |why: String| {
+            Error::new(
+                ErrorCode::BackendUnavailable,
+                format!("{}: {why}", self.base_url),
+            )
+        };
+        let response = self
+            .request(reqwest::Method::GET, "/ojs/v1/health")
+            .send()
+            .await
+            .map_err(|e| unavailable(e.to_string()))?;
+        if response.status().is_success() {
+            Ok(())
+        } else {
+            Err(unavailable(format!(
+                "health answered {}",
+                response.status()
+            )))
+        }
     }
 }
 
@@ -127,5 +157,8 @@ fn transport(error: reqwest::Error) -> Outcome {
         reason.push_str(&inner.to_string());
         source = inner.source();
     }
-    Outcome::Unavailable { reason, retry_after: None }
+    Outcome::Unavailable {
+        reason,
+        retry_after: None,
+    }
 }

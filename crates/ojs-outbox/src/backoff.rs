@@ -30,8 +30,16 @@ mod tests {
         let max = Duration::from_secs(300);
         for attempt in 1..=6 {
             let full = S * 2u32.pow(attempt - 1);
-            assert_eq!(delay(attempt, S, max, 0.0), full / 2, "lowest at attempt {attempt}");
-            assert_eq!(delay(attempt, S, max, 1.0), full, "highest at attempt {attempt}");
+            assert_eq!(
+                delay(attempt, S, max, 0.0),
+                full / 2,
+                "lowest at attempt {attempt}"
+            );
+            assert_eq!(
+                delay(attempt, S, max, 1.0),
+                full,
+                "highest at attempt {attempt}"
+            );
         }
     }
 
@@ -50,7 +58,15 @@ mod tests {
         let max = Duration::from_secs(300);
         let samples: std::collections::HashSet<u128> =
             (0..50).map(|_| jittered(4, S, max).as_micros()).collect();
-        assert!(samples.len() > 10, "jitter produced only {} distinct delays", samples.len());
-        assert!(samples.iter().all(|&us| (4_000_000..=8_000_000).contains(&us)));
+        assert!(
+            samples.len() > 10,
+            "jitter produced only {} distinct delays",
+            samples.len()
+        );
+        assert!(
+            samples
+                .iter()
+                .all(|&us| (4_000_000..=8_000_000).contains(&us))
+        );
     }
 }

@@ -13,16 +13,28 @@ pub enum Outcome {
     /// 409 duplicate: the id (or its unique key) exists; a GET tells whether it is ours.
     Duplicate,
     /// A failure of this job that may pass later (500, `retryable: true`): consumes an attempt.
-    Retry { reason: String, retry_after: Option<Duration> },
+    Retry {
+        reason: String,
+        retry_after: Option<Duration>,
+    },
     /// The queue is paused: try again later without consuming an attempt.
-    Defer { reason: String, retry_after: Option<Duration> },
+    Defer {
+        reason: String,
+        retry_after: Option<Duration>,
+    },
     /// The job can never be accepted: dead at once.
     Terminal { reason: String },
     /// The backend is unreachable or overloaded (transport error, 502/503/504): pause the
     /// relay, consume no attempt.
-    Unavailable { reason: String, retry_after: Option<Duration> },
+    Unavailable {
+        reason: String,
+        retry_after: Option<Duration>,
+    },
     /// Backpressure (429, queue full): pause for `Retry-After` (1 s if absent), consume no attempt.
-    Backpressure { reason: String, retry_after: Duration },
+    Backpressure {
+        reason: String,
+        retry_after: Duration,
+    },
     /// 401/403/404/405: the relay is misconfigured (credentials, URL). Pause, keep rows, report loudly.
     Misconfigured { reason: String },
 }
@@ -30,7 +42,12 @@ pub enum Outcome {
 impl Outcome {
     /// Outcomes that stop the whole relay for a while rather than settle one row.
     pub fn pauses_relay(&self) -> bool {
-        matches!(self, Outcome::Unavailable { .. } | Outcome::Backpressure { .. } | Outcome::Misconfigured { .. })
+        matches!(
+            self,
+            Outcome::Unavailable { .. }
+                | Outcome::Backpressure { .. }
+                | Outcome::Misconfigured { .. }
+        )
     }
 }
 
@@ -48,12 +65,27 @@ pub fn parse_body(body: &str) -> ErrorBody {
     let Ok(value) = serde_json::from_str::<Value>(body) else {
         return ErrorBody::default();
     };
-    let deduplicated = value.get("deduplicated").and_then(Value::as_bool).unwrap_or(false)
-        || value.pointer("/job/deduplicated").and_then(Value::as_bool).unwrap_or(false);
-    let error = value.get("error").filter(|e| e.is_object()).unwrap_or(&value);
+    let deduplicated = value
+        .get("deduplicated")
+        .and_then(Value::as_bool)
+        .unwrap_or(false)
+        || value
+            .pointer("/job/deduplicated")
+            .and_then(Value::as_bool)
+            .unwrap_or(false);
+    let error = value
+        .get("error")
+        .filter(|e| e.is_object())
+        .unwrap_or(&value);
     ErrorBody {
-        code: error.get("code").and_then(Value::as_str).map(|c| c.to_ascii_lowercase()),
-        message: error.get("message").and_then(Value::as_str).map(str::to_owned),
+        code: error
+            .get("code")
+            .and_then(Value::as_str)
+            .map(|c| c.to_ascii_lowercase()),
+        message: error
+            .get("message")
+            .and_then(Value::as_str)
+            .map(str::to_owned),
         retryable: error.get("retryable").and_then(Value::as_bool),
         deduplicated,
     }
@@ -63,18 +95,26 @@ pub fn parse_body(body: &str) -> ErrorBody {
 pub fn parse_retry_after(value: &str, now: time::OffsetDateTime) -> Option<Duration> {
     let value = value.trim();
     if let Ok(seconds) = value.parse::<f64>() {
-        return (seconds.is_finite() && seconds >= 0.0).then(|| Duration::from_secs_f64(seconds.min(86_400.0)));
+        return (seconds.is_finite() && seconds >= 0.0)
+            .then(|| Duration::from_secs_f64(seconds.min(86_400.0)));
     }
-    let date = time::OffsetDateTime::parse(value, &time::format_description::well_known::Rfc2822).ok()?;
+    let date =
+        time::OffsetDateTime::parse(value, &time::format_description::well_known::Rfc2822).ok()?;
     let delta = date - now;
-    Some(if delta.is_negative() { Duration::ZERO } else { Duration::from_secs_f64(delta.as_seconds_f64().min(86_400.0)) })
+    Some(if delta.is_negative() {
+        Duration::ZERO
+    } else {
+        Duration::from_secs_f64(delta.as_seconds_f64().min(86_400.0))
+    })
 }
 
 /// Classifies one HTTP answer.
 pub fn classify(status: u16, retry_after: Option<Duration>, body: &str) -> Outcome {
     let parsed = parse_body(body);
     if (200..300).contains(&status) {
-        return Outcome::Delivered { deduplicated: parsed.deduplicated };
+        return Outcome::Delivered {
+            deduplicated: parsed.deduplicated,
+        };
     }
     let code = parsed.code.clone().unwrap_or_default();
     let reason = match &parsed.message {
@@ -83,15 +123,28 @@ pub fn classify(status: u16, retry_after: Option<Duration>, body: &str) -> Outco
     };
     match code.as_str() {
         "duplicate" | "duplicate_job" => return Outcome::Duplicate,
-        "queue_paused" => return Outcome::Defer { reason, retry_after },
+        "queue_paused" => {
+            return Outcome::Defer {
+                reason,
+                retry_after,
+            };
+        }
         "rate_limited" | "queue_full" | "backpressure" => {
-            return Outcome::Backpressure { reason, retry_after: retry_after.unwrap_or(Duration::from_secs(1)) };
+            return Outcome::Backpressure {
+                reason,
+                retry_after: retry_after.unwrap_or(Duration::from_secs(1)),
+            };
         }
         "payload_too_large" => return Outcome::Terminal { reason },
         _ => {}
     }
     match status {
-        429 => return Outcome::Backpressure { reason, retry_after: retry_after.unwrap_or(Duration::from_secs(1)) },
+        429 => {
+            return Outcome::Backpressure {
+                reason,
+                retry_after: retry_after.unwrap_or(Duration::from_secs(1)),
+            };
+        }
         409 if parsed.code.is_none() => return Outcome::Duplicate,
         413 => return Outcome::Terminal { reason },
         401 | 403 | 404 | 405 => return Outcome::Misconfigured { reason },
@@ -99,11 +152,23 @@ pub fn classify(status: u16, retry_after: Option<Duration>, body: &str) -> Outco
     }
     let transient_status = matches!(status, 502..=504);
     match parsed.retryable {
-        Some(true) if transient_status => Outcome::Unavailable { reason, retry_after },
-        Some(true) => Outcome::Retry { reason, retry_after },
+        Some(true) if transient_status => Outcome::Unavailable {
+            reason,
+            retry_after,
+        },
+        Some(true) => Outcome::Retry {
+            reason,
+            retry_after,
+        },
         Some(false) => Outcome::Terminal { reason },
-        None if transient_status => Outcome::Unavailable { reason, retry_after },
-        None if status >= 500 => Outcome::Retry { reason, retry_after },
+        None if transient_status => Outcome::Unavailable {
+            reason,
+            retry_after,
+        },
+        None if status >= 500 => Outcome::Retry {
+            reason,
+            retry_after,
+        },
         None => Outcome::Terminal { reason },
     }
 }

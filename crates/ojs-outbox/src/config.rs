@@ -97,8 +97,13 @@ impl Config {
     /// Parses the spec §5.2 structure (`{"adapter": {...}}`, or the inner object alone), every
     /// key optional. Unknown keys are errors: a typo must not silently fall back to a default.
     pub fn from_json(text: &str) -> Result<Config> {
-        let value: Value = serde_json::from_str(text)
-            .map_err(|e| Error::field(ErrorCode::InvalidConfig, "config", format!("not valid JSON: {e}")))?;
+        let value: Value = serde_json::from_str(text).map_err(|e| {
+            Error::field(
+                ErrorCode::InvalidConfig,
+                "config",
+                format!("not valid JSON: {e}"),
+            )
+        })?;
         Config::from_value(&value)
     }
 
@@ -106,7 +111,11 @@ impl Config {
         let mut root = as_object(value, "config")?;
         if let Some(adapter) = root.get("adapter") {
             if root.len() != 1 {
-                let other = root.keys().find(|k| *k != "adapter").cloned().unwrap_or_default();
+                let other = root
+                    .keys()
+                    .find(|k| *k != "adapter")
+                    .cloned()
+                    .unwrap_or_default();
                 return Err(invalid(&other, "unknown key beside \"adapter\""));
             }
             root = as_object(adapter, "adapter")?;
@@ -120,12 +129,16 @@ impl Config {
                     if kind != "external" {
                         return Err(invalid(
                             "adapter.backend_type",
-                            &format!("{kind:?} is not supported; this adapter relays to an external backend (\"external\")"),
+                            &format!(
+                                "{kind:?} is not supported; this adapter relays to an external backend (\"external\")"
+                            ),
                         ));
                     }
                     config.backend_type = kind;
                 }
-                "database_url" => config.database_url = optional_string(value, "adapter.database_url")?,
+                "database_url" => {
+                    config.database_url = optional_string(value, "adapter.database_url")?
+                }
                 "auth_token" => config.auth_token = optional_string(value, "adapter.auth_token")?,
                 "outbox" => apply_outbox(&mut config.outbox, value)?,
                 "relay" => apply_relay(&mut config.relay, value)?,
@@ -140,7 +153,11 @@ fn apply_outbox(outbox: &mut OutboxConfig, value: &Value) -> Result<()> {
     for (key, value) in as_object(value, "adapter.outbox")? {
         let field = format!("adapter.outbox.{key}");
         match key.as_str() {
-            "enabled" => outbox.enabled = value.as_bool().ok_or_else(|| invalid(&field, "must be true or false"))?,
+            "enabled" => {
+                outbox.enabled = value
+                    .as_bool()
+                    .ok_or_else(|| invalid(&field, "must be true or false"))?
+            }
             "table_name" => {
                 let name = string(value, &field)?;
                 validate_table_name(&name).map_err(|why| invalid(&field, &why))?;
@@ -152,7 +169,12 @@ fn apply_outbox(outbox: &mut OutboxConfig, value: &Value) -> Result<()> {
             "batch_size" => {
                 outbox.batch_size = match value.as_u64() {
                     Some(n) if (1..=MAX_BATCH_SIZE as u64).contains(&n) => n as usize,
-                    _ => return Err(invalid(&field, &format!("must be an integer from 1 to {MAX_BATCH_SIZE}, got {value}"))),
+                    _ => {
+                        return Err(invalid(
+                            &field,
+                            &format!("must be an integer from 1 to {MAX_BATCH_SIZE}, got {value}"),
+                        ));
+                    }
                 }
             }
             _ => return Err(invalid(&field, "unknown key")),
@@ -170,34 +192,60 @@ fn apply_relay(relay: &mut RelayConfig, value: &Value) -> Result<()> {
                 relay.mode = match value.as_str() {
                     Some("in_process") => RelayMode::InProcess,
                     Some("external") => RelayMode::External,
-                    _ => return Err(invalid(field, &format!("must be \"in_process\" or \"external\", got {value}"))),
+                    _ => {
+                        return Err(invalid(
+                            field,
+                            &format!("must be \"in_process\" or \"external\", got {value}"),
+                        ));
+                    }
                 }
             }
             "max_attempts" => {
                 relay.max_attempts = match value.as_u64() {
                     Some(n) if (1..=1000).contains(&n) => n as u32,
-                    _ => return Err(invalid(field, &format!("must be an integer from 1 to 1000, got {value}"))),
+                    _ => {
+                        return Err(invalid(
+                            field,
+                            &format!("must be an integer from 1 to 1000, got {value}"),
+                        ));
+                    }
                 }
             }
             "hot_queue_capacity" => {
                 relay.hot_queue_capacity = match value.as_u64() {
                     Some(n) if (1..=10_000_000).contains(&n) => n as usize,
-                    _ => return Err(invalid(field, &format!("must be an integer from 1 to 10000000, got {value}"))),
+                    _ => {
+                        return Err(invalid(
+                            field,
+                            &format!("must be an integer from 1 to 10000000, got {value}"),
+                        ));
+                    }
                 }
             }
-            "initial_backoff" => relay.initial_backoff = positive_duration(value, field, Duration::from_millis(1))?,
-            "max_backoff" => relay.max_backoff = positive_duration(value, field, Duration::from_millis(1))?,
+            "initial_backoff" => {
+                relay.initial_backoff = positive_duration(value, field, Duration::from_millis(1))?
+            }
+            "max_backoff" => {
+                relay.max_backoff = positive_duration(value, field, Duration::from_millis(1))?
+            }
             "lease" => relay.lease = positive_duration(value, field, Duration::from_millis(100))?,
             "skip_recent" => relay.skip_recent = duration_value(value, field)?,
             "retention" => relay.retention = duration_value(value, field)?,
-            "prune_interval" => relay.prune_interval = positive_duration(value, field, Duration::from_millis(10))?,
-            "request_timeout" => relay.request_timeout = positive_duration(value, field, Duration::from_millis(10))?,
+            "prune_interval" => {
+                relay.prune_interval = positive_duration(value, field, Duration::from_millis(10))?
+            }
+            "request_timeout" => {
+                relay.request_timeout = positive_duration(value, field, Duration::from_millis(10))?
+            }
             "shutdown_timeout" => relay.shutdown_timeout = duration_value(value, field)?,
             _ => return Err(invalid(field, "unknown key")),
         }
     }
     if relay.max_backoff < relay.initial_backoff {
-        return Err(invalid("adapter.relay.max_backoff", "must not be shorter than initial_backoff"));
+        return Err(invalid(
+            "adapter.relay.max_backoff",
+            "must not be shorter than initial_backoff",
+        ));
     }
     if relay.lease <= relay.request_timeout {
         return Err(invalid(
@@ -218,7 +266,13 @@ pub fn validate_table_name(name: &str) -> std::result::Result<(), String> {
                 && bytes.all(|b| b.is_ascii_alphanumeric() || b == b'_')
                 && p.len() <= 63
         });
-    if ok { Ok(()) } else { Err(format!("{name:?} is not a valid table name (letters, digits and '_', optionally schema-qualified)")) }
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "{name:?} is not a valid table name (letters, digits and '_', optionally schema-qualified)"
+        ))
+    }
 }
 
 fn invalid(field: &str, why: &str) -> Error {
@@ -226,35 +280,56 @@ fn invalid(field: &str, why: &str) -> Error {
 }
 
 fn as_object<'a>(value: &'a Value, field: &str) -> Result<&'a Map<String, Value>> {
-    value.as_object().ok_or_else(|| invalid(field, "must be a JSON object"))
+    value
+        .as_object()
+        .ok_or_else(|| invalid(field, "must be a JSON object"))
 }
 
 fn string(value: &Value, field: &str) -> Result<String> {
-    value.as_str().map(str::to_owned).ok_or_else(|| invalid(field, &format!("must be a string, got {value}")))
+    value
+        .as_str()
+        .map(str::to_owned)
+        .ok_or_else(|| invalid(field, &format!("must be a string, got {value}")))
 }
 
 fn optional_string(value: &Value, field: &str) -> Result<Option<String>> {
-    if value.is_null() { Ok(None) } else { string(value, field).map(Some) }
+    if value.is_null() {
+        Ok(None)
+    } else {
+        string(value, field).map(Some)
+    }
 }
 
 fn url(value: &Value, field: &str) -> Result<String> {
     let text = string(value, field)?;
-    let parsed = reqwest::Url::parse(&text).map_err(|e| invalid(field, &format!("{text:?} is not a URL: {e}")))?;
+    let parsed = reqwest::Url::parse(&text)
+        .map_err(|e| invalid(field, &format!("{text:?} is not a URL: {e}")))?;
     if !matches!(parsed.scheme(), "http" | "https") || parsed.host_str().is_none() {
-        return Err(invalid(field, &format!("{text:?} must be an http:// or https:// URL with a host")));
+        return Err(invalid(
+            field,
+            &format!("{text:?} must be an http:// or https:// URL with a host"),
+        ));
     }
     Ok(text.trim_end_matches('/').to_owned())
 }
 
 fn duration_value(value: &Value, field: &str) -> Result<Duration> {
-    let text = value.as_str().ok_or_else(|| invalid(field, &format!("must be an ISO-8601 duration string such as \"PT1S\", got {value}")))?;
+    let text = value.as_str().ok_or_else(|| {
+        invalid(
+            field,
+            &format!("must be an ISO-8601 duration string such as \"PT1S\", got {value}"),
+        )
+    })?;
     duration::parse(text).map_err(|why| invalid(field, &why))
 }
 
 fn positive_duration(value: &Value, field: &str, minimum: Duration) -> Result<Duration> {
     let parsed = duration_value(value, field)?;
     if parsed < minimum {
-        return Err(invalid(field, &format!("must be at least {}", duration::format(minimum))));
+        return Err(invalid(
+            field,
+            &format!("must be at least {}", duration::format(minimum)),
+        ));
     }
     Ok(parsed)
 }

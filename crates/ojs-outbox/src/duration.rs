@@ -30,7 +30,9 @@ pub fn parse(text: &str) -> Result<Duration, String> {
                     (true, 'M') => 60_000.0,
                     (true, 'S') => 1_000.0,
                     (false, 'Y') | (false, 'M') => {
-                        return Err(format!("{text:?}: years and months have no fixed length; use days"));
+                        return Err(format!(
+                            "{text:?}: years and months have no fixed length; use days"
+                        ));
                     }
                     _ => return Err(format!("{text:?}: unexpected {unit:?}")),
                 };
@@ -52,7 +54,7 @@ pub fn parse(text: &str) -> Result<Duration, String> {
 /// Formats a duration as ISO-8601 seconds (`PT1.5S`), the inverse of `parse` for display.
 pub fn format(duration: Duration) -> String {
     let ms = duration.as_millis();
-    if ms % 1000 == 0 {
+    if ms.is_multiple_of(1000) {
         format!("PT{}S", ms / 1000)
     } else {
         format!("PT{}.{:03}S", ms / 1000, ms % 1000)
@@ -76,7 +78,9 @@ mod tests {
 
     #[test]
     fn refuses_what_is_not_a_fixed_duration() {
-        for bad in ["", "1S", "P", "PT", "PT1", "P1M", "P1Y", "PTS", "PT1X", "PT1.2.3S", "pt1s"] {
+        for bad in [
+            "", "1S", "P", "PT", "PT1", "P1M", "P1Y", "PTS", "PT1X", "PT1.2.3S", "pt1s",
+        ] {
             assert!(parse(bad).is_err(), "{bad:?} should be refused");
         }
     }

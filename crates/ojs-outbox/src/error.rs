@@ -96,18 +96,27 @@ pub struct Error {
 
 impl Error {
     pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
-        Error { code, field: None, message: message.into() }
+        Error {
+            code,
+            field: None,
+            message: message.into(),
+        }
     }
 
     pub fn field(code: ErrorCode, field: impl Into<String>, message: impl Into<String>) -> Self {
         let field = field.into();
         let message = format!("{field}: {}", message.into());
-        Error { code, field: Some(field), message }
+        Error {
+            code,
+            field: Some(field),
+            message,
+        }
     }
 
     pub fn database(err: sqlx::Error) -> Self {
         let text = err.to_string();
-        let missing_table = text.contains("no such table") || (text.contains("relation") && text.contains("does not exist"));
+        let missing_table = text.contains("no such table")
+            || (text.contains("relation") && text.contains("does not exist"));
         if missing_table {
             return Error::new(
                 ErrorCode::OutboxTableMissing,

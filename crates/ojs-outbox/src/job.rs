@@ -13,8 +13,16 @@ use crate::error::{Error, ErrorCode, Result};
 pub const MAX_WIRE_BYTES: usize = 1024 * 1024;
 const MAX_TYPE_BYTES: usize = 255;
 const MAX_QUEUE_BYTES: usize = 128;
-const OPTION_KEYS: [&str; 8] =
-    ["queue", "priority", "timeout_ms", "delay_until", "expires_at", "retry", "unique", "tags"];
+const OPTION_KEYS: [&str; 8] = [
+    "queue",
+    "priority",
+    "timeout_ms",
+    "delay_until",
+    "expires_at",
+    "retry",
+    "unique",
+    "tags",
+];
 const RETRY_KEYS: [&str; 7] = [
     "max_attempts",
     "initial_interval",
@@ -37,7 +45,12 @@ pub struct NewJob {
 
 impl NewJob {
     pub fn new(job_type: impl Into<String>, args: Value) -> Self {
-        NewJob { job_type: job_type.into(), args, options: None, meta: None }
+        NewJob {
+            job_type: job_type.into(),
+            args,
+            options: None,
+            meta: None,
+        }
     }
 
     pub fn with_options(mut self, options: Value) -> Self {
@@ -52,9 +65,19 @@ impl NewJob {
 
     /// Builds a job from JSON texts, the form every binding hands over the FFI line.
     /// `None` or `"null"` options/meta mean "unset".
-    pub fn from_json(job_type: &str, args_json: &str, options_json: Option<&str>, meta_json: Option<&str>) -> Result<Self> {
-        let args = serde_json::from_str(args_json)
-            .map_err(|e| Error::field(ErrorCode::InvalidArgs, "args", format!("not valid JSON: {e}")))?;
+    pub fn from_json(
+        job_type: &str,
+        args_json: &str,
+        options_json: Option<&str>,
+        meta_json: Option<&str>,
+    ) -> Result<Self> {
+        let args = serde_json::from_str(args_json).map_err(|e| {
+            Error::field(
+                ErrorCode::InvalidArgs,
+                "args",
+                format!("not valid JSON: {e}"),
+            )
+        })?;
         let parse_optional = |text: Option<&str>, code, field: &str| -> Result<Option<Value>> {
             match text {
                 None => Ok(None),
@@ -89,7 +112,8 @@ pub struct RequestContext {
 
 impl RequestContext {
     pub fn from_json(text: &str) -> Result<Self> {
-        serde_json::from_str(text).map_err(|e| Error::field(ErrorCode::InvalidMeta, "context", e.to_string()))
+        serde_json::from_str(text)
+            .map_err(|e| Error::field(ErrorCode::InvalidMeta, "context", e.to_string()))
     }
 
     pub fn is_empty(&self) -> bool {
@@ -119,7 +143,11 @@ impl RequestContext {
 
 fn is_traceparent(value: &str) -> bool {
     let parts: Vec<&str> = value.split('-').collect();
-    let hex = |s: &str, len: usize| s.len() == len && s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
+    let hex = |s: &str, len: usize| {
+        s.len() == len
+            && s.bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    };
     parts.len() >= 4
         && hex(parts[0], 2)
         && parts[0] != "ff"
@@ -145,13 +173,27 @@ pub struct PreparedJob {
 impl PreparedJob {
     /// The job as the backend receives it (`POST /ojs/v1/jobs` body, or one batch element).
     pub fn wire_json(&self) -> String {
-        wire_json(&self.job_id, &self.job_type, &self.args_json, &self.options_json, &self.meta_json)
+        wire_json(
+            &self.job_id,
+            &self.job_type,
+            &self.args_json,
+            &self.options_json,
+            &self.meta_json,
+        )
     }
 }
 
 /// Assembles the wire form from column texts without re-parsing them.
-pub fn wire_json(job_id: &str, job_type: &str, args_json: &str, options_json: &str, meta_json: &str) -> String {
-    let mut out = String::with_capacity(64 + job_type.len() + args_json.len() + options_json.len() + meta_json.len());
+pub fn wire_json(
+    job_id: &str,
+    job_type: &str,
+    args_json: &str,
+    options_json: &str,
+    meta_json: &str,
+) -> String {
+    let mut out = String::with_capacity(
+        64 + job_type.len() + args_json.len() + options_json.len() + meta_json.len(),
+    );
     out.push_str("{\"id\":\"");
     out.push_str(job_id);
     out.push_str("\",\"type\":\"");
@@ -180,7 +222,11 @@ pub fn prepare(job: NewJob, context: Option<&RequestContext>) -> Result<Prepared
         None => Map::new(),
         Some(Value::Object(map)) => map,
         Some(other) => {
-            return Err(Error::field(ErrorCode::InvalidOptions, "options", format!("must be an object, got {}", json_kind(&other))));
+            return Err(Error::field(
+                ErrorCode::InvalidOptions,
+                "options",
+                format!("must be an object, got {}", json_kind(&other)),
+            ));
         }
     };
     validate_options(&options)?;
@@ -188,7 +234,11 @@ pub fn prepare(job: NewJob, context: Option<&RequestContext>) -> Result<Prepared
         None => Map::new(),
         Some(Value::Object(map)) => map,
         Some(other) => {
-            return Err(Error::field(ErrorCode::InvalidMeta, "meta", format!("must be an object, got {}", json_kind(&other))));
+            return Err(Error::field(
+                ErrorCode::InvalidMeta,
+                "meta",
+                format!("must be an object, got {}", json_kind(&other)),
+            ));
         }
     };
     if let Some(context) = context {
@@ -200,7 +250,11 @@ pub fn prepare(job: NewJob, context: Option<&RequestContext>) -> Result<Prepared
         None | Some(Value::Null) => None,
         Some(Value::String(tenant)) => Some(tenant.clone()),
         Some(other) => {
-            return Err(Error::field(ErrorCode::InvalidMeta, "meta.tenant_id", format!("must be a string, got {}", json_kind(other))));
+            return Err(Error::field(
+                ErrorCode::InvalidMeta,
+                "meta.tenant_id",
+                format!("must be a string, got {}", json_kind(other)),
+            ));
         }
     };
     let prepared = PreparedJob {
@@ -216,7 +270,9 @@ pub fn prepare(job: NewJob, context: Option<&RequestContext>) -> Result<Prepared
         return Err(Error::field(
             ErrorCode::PayloadTooLarge,
             "args",
-            format!("the job's wire form is {wire_bytes} bytes; OJS backends accept at most {MAX_WIRE_BYTES}"),
+            format!(
+                "the job's wire form is {wire_bytes} bytes; OJS backends accept at most {MAX_WIRE_BYTES}"
+            ),
         ));
     }
     Ok(prepared)
@@ -224,7 +280,13 @@ pub fn prepare(job: NewJob, context: Option<&RequestContext>) -> Result<Prepared
 
 /// `^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)*$`, at most 255 bytes.
 pub fn validate_type(job_type: &str) -> Result<()> {
-    let fail = |why: &str| Err(Error::field(ErrorCode::InvalidJobType, "type", format!("{job_type:?} {why}")));
+    let fail = |why: &str| {
+        Err(Error::field(
+            ErrorCode::InvalidJobType,
+            "type",
+            format!("{job_type:?} {why}"),
+        ))
+    };
     if job_type.is_empty() {
         return fail("is empty");
     }
@@ -235,7 +297,11 @@ pub fn validate_type(job_type: &str) -> Result<()> {
         let mut bytes = segment.bytes();
         match bytes.next() {
             Some(b'a'..=b'z') => {}
-            _ => return fail("must be dot-separated segments that each start with a lowercase letter (e.g. \"email.welcome\")"),
+            _ => {
+                return fail(
+                    "must be dot-separated segments that each start with a lowercase letter (e.g. \"email.welcome\")",
+                );
+            }
         }
         if !bytes.all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_') {
             return fail("may contain only lowercase letters, digits, '_' and '.'");
@@ -246,7 +312,13 @@ pub fn validate_type(job_type: &str) -> Result<()> {
 
 /// `^[a-z0-9][a-z0-9\-.]*$`, at most 128 bytes.
 pub fn validate_queue(queue: &str) -> Result<()> {
-    let fail = |why: &str| Err(Error::field(ErrorCode::InvalidQueue, "options.queue", format!("{queue:?} {why}")));
+    let fail = |why: &str| {
+        Err(Error::field(
+            ErrorCode::InvalidQueue,
+            "options.queue",
+            format!("{queue:?} {why}"),
+        ))
+    };
     if queue.len() > MAX_QUEUE_BYTES {
         return fail("is longer than 128 bytes");
     }
@@ -262,18 +334,33 @@ pub fn validate_queue(queue: &str) -> Result<()> {
 }
 
 fn validate_options(options: &Map<String, Value>) -> Result<()> {
-    let invalid = |field: &str, why: String| Err(Error::field(ErrorCode::InvalidOptions, format!("options.{field}"), why));
+    let invalid = |field: &str, why: String| {
+        Err(Error::field(
+            ErrorCode::InvalidOptions,
+            format!("options.{field}"),
+            why,
+        ))
+    };
     for (key, value) in options {
         match key.as_str() {
             "queue" => match value {
                 Value::String(queue) => validate_queue(queue)?,
                 other => {
-                    return Err(Error::field(ErrorCode::InvalidQueue, "options.queue", format!("must be a string, got {}", json_kind(other))));
+                    return Err(Error::field(
+                        ErrorCode::InvalidQueue,
+                        "options.queue",
+                        format!("must be a string, got {}", json_kind(other)),
+                    ));
                 }
             },
             "priority" => match value.as_i64() {
                 Some(p) if (-100..=100).contains(&p) => {}
-                _ => return invalid(key, format!("must be an integer from -100 to 100, got {value}")),
+                _ => {
+                    return invalid(
+                        key,
+                        format!("must be an integer from -100 to 100, got {value}"),
+                    );
+                }
             },
             "timeout_ms" => match value.as_u64() {
                 Some(ms) if ms > 0 => {}
@@ -284,7 +371,10 @@ fn validate_options(options: &Map<String, Value>) -> Result<()> {
             "unique" => check_unique(value)?,
             "tags" => check_string_array(key, value)?,
             unknown => {
-                return invalid(unknown, format!("unknown option; allowed: {}", OPTION_KEYS.join(", ")));
+                return invalid(
+                    unknown,
+                    format!("unknown option; allowed: {}", OPTION_KEYS.join(", ")),
+                );
             }
         }
     }
@@ -305,21 +395,39 @@ fn check_timestamp(field: &str, value: &Value) -> Result<()> {
 
 fn check_duration(field: &str, value: &Value) -> Result<()> {
     let text = value.as_str().ok_or_else(|| {
-        Error::field(ErrorCode::InvalidOptions, field, format!("must be an ISO-8601 duration string, got {value}"))
+        Error::field(
+            ErrorCode::InvalidOptions,
+            field,
+            format!("must be an ISO-8601 duration string, got {value}"),
+        )
     })?;
-    duration::parse(text).map(|_| ()).map_err(|why| Error::field(ErrorCode::InvalidOptions, field, why))
+    duration::parse(text)
+        .map(|_| ())
+        .map_err(|why| Error::field(ErrorCode::InvalidOptions, field, why))
 }
 
 fn check_string_array(field: &str, value: &Value) -> Result<()> {
     match value.as_array() {
         Some(items) if items.iter().all(Value::is_string) => Ok(()),
-        _ => Err(Error::field(ErrorCode::InvalidOptions, format!("options.{field}"), format!("must be an array of strings, got {value}"))),
+        _ => Err(Error::field(
+            ErrorCode::InvalidOptions,
+            format!("options.{field}"),
+            format!("must be an array of strings, got {value}"),
+        )),
     }
 }
 
-fn object_with_keys<'a>(field: &str, value: &'a Value, allowed: &[&str]) -> Result<&'a Map<String, Value>> {
+fn object_with_keys<'a>(
+    field: &str,
+    value: &'a Value,
+    allowed: &[&str],
+) -> Result<&'a Map<String, Value>> {
     let map = value.as_object().ok_or_else(|| {
-        Error::field(ErrorCode::InvalidOptions, format!("options.{field}"), format!("must be an object, got {}", json_kind(value)))
+        Error::field(
+            ErrorCode::InvalidOptions,
+            format!("options.{field}"),
+            format!("must be an object, got {}", json_kind(value)),
+        )
     })?;
     if let Some(unknown) = map.keys().find(|k| !allowed.contains(&k.as_str())) {
         return Err(Error::field(
@@ -333,17 +441,32 @@ fn object_with_keys<'a>(field: &str, value: &'a Value, allowed: &[&str]) -> Resu
 
 fn check_retry(value: &Value) -> Result<()> {
     let retry = object_with_keys("retry", value, &RETRY_KEYS)?;
-    let invalid = |key: &str, why: String| Err(Error::field(ErrorCode::InvalidOptions, format!("options.retry.{key}"), why));
+    let invalid = |key: &str, why: String| {
+        Err(Error::field(
+            ErrorCode::InvalidOptions,
+            format!("options.retry.{key}"),
+            why,
+        ))
+    };
     for (key, value) in retry {
         match key.as_str() {
-            "max_attempts" if value.as_u64().is_none() => return invalid(key, format!("must be a non-negative integer, got {value}")),
-            "initial_interval" | "max_interval" => check_duration(&format!("options.retry.{key}"), value)?,
+            "max_attempts" if value.as_u64().is_none() => {
+                return invalid(key, format!("must be a non-negative integer, got {value}"));
+            }
+            "initial_interval" | "max_interval" => {
+                check_duration(&format!("options.retry.{key}"), value)?
+            }
             "backoff_coefficient" if !value.as_f64().is_some_and(|c| c >= 1.0) => {
                 return invalid(key, format!("must be a number >= 1, got {value}"));
             }
-            "jitter" if !value.is_boolean() => return invalid(key, format!("must be true or false, got {value}")),
+            "jitter" if !value.is_boolean() => {
+                return invalid(key, format!("must be true or false, got {value}"));
+            }
             "on_exhaustion" if !matches!(value.as_str(), Some("discard" | "dead_letter")) => {
-                return invalid(key, format!("must be \"discard\" or \"dead_letter\", got {value}"));
+                return invalid(
+                    key,
+                    format!("must be \"discard\" or \"dead_letter\", got {value}"),
+                );
             }
             "non_retryable_errors" => check_string_array("retry.non_retryable_errors", value)?,
             _ => {}
@@ -358,11 +481,18 @@ fn check_unique(value: &Value) -> Result<()> {
         match key.as_str() {
             "keys" | "states" => check_string_array(&format!("unique.{key}"), value)?,
             "period" => check_duration("options.unique.period", value)?,
-            "on_conflict" if !matches!(value.as_str(), Some("reject" | "ignore" | "replace" | "replace_except_schedule")) => {
+            "on_conflict"
+                if !matches!(
+                    value.as_str(),
+                    Some("reject" | "ignore" | "replace" | "replace_except_schedule")
+                ) =>
+            {
                 return Err(Error::field(
                     ErrorCode::InvalidOptions,
                     "options.unique.on_conflict",
-                    format!("must be reject, ignore, replace or replace_except_schedule, got {value}"),
+                    format!(
+                        "must be reject, ignore, replace or replace_except_schedule, got {value}"
+                    ),
                 ));
             }
             _ => {}

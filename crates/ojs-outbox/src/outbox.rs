@@ -28,11 +28,20 @@ impl Outbox {
     /// Connects to `config.database_url`. Does not start the relay: see `start_relay`.
     pub async fn connect(config: Config) -> Result<Outbox> {
         let url = config.database_url.clone().ok_or_else(|| {
-            Error::field(ErrorCode::InvalidConfig, "adapter.database_url", "is required for the relay's own connection")
+            Error::field(
+                ErrorCode::InvalidConfig,
+                "adapter.database_url",
+                "is required for the relay's own connection",
+            )
         })?;
         let store = Store::connect(&url, &config.outbox.table_name).await?;
         let backend = Backend::new(&config)?;
-        Ok(Outbox { config, store, backend, relay: Mutex::new(None) })
+        Ok(Outbox {
+            config,
+            store,
+            backend,
+            relay: Mutex::new(None),
+        })
     }
 
     pub fn config(&self) -> &Config {
@@ -57,7 +66,12 @@ impl Outbox {
         if relay.as_ref().is_some_and(Relay::is_running) {
             return;
         }
-        *relay = Some(Relay::start(self.store.clone(), self.backend.clone(), &self.config, true));
+        *relay = Some(Relay::start(
+            self.store.clone(),
+            self.backend.clone(),
+            &self.config,
+            true,
+        ));
     }
 
     /// Graceful stop: flushes, releases leases.
@@ -85,11 +99,19 @@ impl Outbox {
     }
 
     pub fn metrics(&self) -> Option<Metrics> {
-        self.relay.lock().expect("relay lock").as_ref().map(Relay::metrics)
+        self.relay
+            .lock()
+            .expect("relay lock")
+            .as_ref()
+            .map(Relay::metrics)
     }
 
     /// The staging INSERT for the host connection (what bindings execute).
-    pub fn insert_statements(&self, placeholder: crate::sql::Placeholder, jobs: &[PreparedJob]) -> Vec<Statement> {
+    pub fn insert_statements(
+        &self,
+        placeholder: crate::sql::Placeholder,
+        jobs: &[PreparedJob],
+    ) -> Vec<Statement> {
         self.store.sql().insert(placeholder, jobs)
     }
 
@@ -99,11 +121,20 @@ impl Outbox {
             Pool::Postgres(pool) => Tx::Postgres(pool.begin().await?),
             Pool::Sqlite(pool) => Tx::Sqlite(pool.begin().await?),
         };
-        Ok(OutboxTransaction { outbox: self, tx: Some(tx), levels: vec![Vec::new()], context: None })
+        Ok(OutboxTransaction {
+            outbox: self,
+            tx: Some(tx),
+            levels: vec![Vec::new()],
+            context: None,
+        })
     }
 
     /// Stages and commits jobs at once (autocommit): the row is written and relayed right away.
-    pub async fn enqueue_after_commit(&self, job: NewJob, context: Option<&RequestContext>) -> Result<String> {
+    pub async fn enqueue_after_commit(
+        &self,
+        job: NewJob,
+        context: Option<&RequestContext>,
+    ) -> Result<String> {
         let prepared = prepare(job, context)?;
         let mut tx = self.begin().await?;
         tx.stage(std::slice::from_ref(&prepared)).await?;
@@ -113,17 +144,28 @@ impl Outbox {
 
     /// `enqueue`: sends one job to the backend now, without the outbox (spec §5.1). Returns the
     /// job id. Fails with `BACKEND_UNAVAILABLE` or `BACKEND_REJECTED`.
-    pub async fn enqueue_now(&self, job: NewJob, context: Option<&RequestContext>) -> Result<String> {
+    pub async fn enqueue_now(
+        &self,
+        job: NewJob,
+        context: Option<&RequestContext>,
+    ) -> Result<String> {
         let prepared = prepare(job, context)?;
         match self.backend.send_one(prepared.wire_json()).await {
             Outcome::Delivered { .. } => Ok(prepared.job_id),
-            Outcome::Unavailable { reason, .. } | Outcome::Backpressure { reason, .. } | Outcome::Retry { reason, .. } => {
+            Outcome::Unavailable { reason, .. }
+            | Outcome::Backpressure { reason, .. }
+            | Outcome::Retry { reason, .. } => {
                 Err(Error::new(ErrorCode::BackendUnavailable, reason))
             }
-            Outcome::Defer { reason, .. } | Outcome::Terminal { reason } | Outcome::Misconfigured { reason } => {
+            Outcome::Defer { reason, .. }
+            | Outcome::Terminal { reason }
+            | Outcome::Misconfigured { reason } => {
                 Err(Error::new(ErrorCode::BackendRejected, reason))
             }
-            Outcome::Duplicate => Err(Error::new(ErrorCode::BackendRejected, "409 duplicate: an equal job exists")),
+            Outcome::Duplicate => Err(Error::new(
+                ErrorCode::BackendRejected,
+                "409 duplicate: an equal job exists",
+            )),
         }
     }
 }
@@ -157,24 +199,39 @@ impl OutboxTransaction<'_> {
 
     /// All or nothing: one invalid job stages none.
     pub async fn enqueue_bulk(&mut self, jobs: Vec<NewJob>) -> Result<Vec<String>> {
-        let prepared = jobs.into_iter().map(|job| prepare(job, self.context.as_ref())).collect::<Result<Vec<_>>>()?;
+        let prepared = jobs
+            .into_iter()
+            .map(|job| prepare(job, self.context.as_ref()))
+            .collect::<Result<Vec<_>>>()?;
         self.stage(&prepared).await?;
         Ok(prepared.into_iter().map(|job| job.job_id).collect())
     }
 
     async fn stage(&mut self, jobs: &[PreparedJob]) -> Result<()> {
         let dialect = self.outbox.store.dialect();
-        for statement in self.outbox.store.sql().insert(dialect.native_placeholders(), jobs) {
+        for statement in self
+            .outbox
+            .store
+            .sql()
+            .insert(dialect.native_placeholders(), jobs)
+        {
             self.execute_statement(&statement).await?;
         }
-        let level = self.levels.last_mut().expect("at least the outermost level");
+        let level = self
+            .levels
+            .last_mut()
+            .expect("at least the outermost level");
         level.extend(jobs.iter().map(|job| job.job_id.clone()));
         Ok(())
     }
 
     /// Runs an application statement in this transaction (business writes beside the jobs).
     pub async fn execute(&mut self, sql: &str) -> Result<u64> {
-        self.execute_statement(&Statement { sql: sql.to_owned(), params: Vec::new() }).await
+        self.execute_statement(&Statement {
+            sql: sql.to_owned(),
+            params: Vec::new(),
+        })
+        .await
     }
 
     async fn execute_statement(&mut self, statement: &Statement) -> Result<u64> {
@@ -199,7 +256,10 @@ impl OutboxTransaction<'_> {
     }
 
     /// The state of these jobs' rows as this transaction sees them (its own uncommitted rows too).
-    pub async fn rows_by_job_id(&mut self, job_ids: &[String]) -> Result<HashMap<String, RowState>> {
+    pub async fn rows_by_job_id(
+        &mut self,
+        job_ids: &[String],
+    ) -> Result<HashMap<String, RowState>> {
         let sql = self.outbox.store.sql();
         match self.tx.as_mut().ok_or_else(ended)? {
             Tx::Postgres(tx) => store::rows_by_job_id_pg(sql, &mut **tx, job_ids).await,
@@ -235,9 +295,13 @@ impl OutboxTransaction<'_> {
     /// Nothing is relayed.
     pub async fn release_savepoint(&mut self) -> Result<()> {
         self.require_savepoint()?;
-        self.execute(&format!("RELEASE SAVEPOINT {}", self.savepoint_name())).await?;
+        self.execute(&format!("RELEASE SAVEPOINT {}", self.savepoint_name()))
+            .await?;
         let released = self.levels.pop().expect("checked");
-        self.levels.last_mut().expect("outermost remains").extend(released);
+        self.levels
+            .last_mut()
+            .expect("outermost remains")
+            .extend(released);
         Ok(())
     }
 
@@ -245,7 +309,8 @@ impl OutboxTransaction<'_> {
     pub async fn rollback_savepoint(&mut self) -> Result<()> {
         self.require_savepoint()?;
         let name = self.savepoint_name();
-        self.execute(&format!("ROLLBACK TO SAVEPOINT {name}")).await?;
+        self.execute(&format!("ROLLBACK TO SAVEPOINT {name}"))
+            .await?;
         self.execute(&format!("RELEASE SAVEPOINT {name}")).await?;
         self.levels.pop();
         Ok(())

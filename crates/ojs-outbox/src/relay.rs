@@ -84,7 +84,11 @@ impl Relay {
             store,
             backend,
             config: config.clone(),
-            skip_recent: if hot_path { config.relay.skip_recent } else { Duration::ZERO },
+            skip_recent: if hot_path {
+                config.relay.skip_recent
+            } else {
+                Duration::ZERO
+            },
             counters: counters.clone(),
             relay_id: uuid::Uuid::now_v7().simple().to_string(),
             claims: 0,
@@ -95,7 +99,12 @@ impl Relay {
             stop_rx,
         };
         let task = tokio::spawn(engine.run());
-        Relay { hot, counters, stop, task: Mutex::new(Some(task)) }
+        Relay {
+            hot,
+            counters,
+            stop,
+            task: Mutex::new(Some(task)),
+        }
     }
 
     /// Wakes the relay for rows just committed. Never blocks and never fails: when the hot
@@ -132,7 +141,11 @@ impl Relay {
     }
 
     pub fn is_running(&self) -> bool {
-        self.task.lock().expect("task lock").as_ref().is_some_and(|t| !t.is_finished())
+        self.task
+            .lock()
+            .expect("task lock")
+            .as_ref()
+            .is_some_and(|t| !t.is_finished())
     }
 
     /// Graceful stop: finishes the round in progress, sends what the hot queue holds (within
@@ -239,7 +252,11 @@ impl Engine {
 
     async fn deliver_hot(&mut self, ids: Vec<String>) {
         let token = self.next_lease_token();
-        match self.store.claim_ids(&token, self.config.relay.lease, &ids).await {
+        match self
+            .store
+            .claim_ids(&token, self.config.relay.lease, &ids)
+            .await
+        {
             Ok(rows) => self.deliver(&token, rows).await,
             Err(e) => self.database_trouble(e).await,
         }
@@ -249,7 +266,15 @@ impl Engine {
         let batch_size = self.config.outbox.batch_size;
         loop {
             let token = self.next_lease_token();
-            let claimed = self.store.claim_due(&token, self.config.relay.lease, batch_size, self.skip_recent).await;
+            let claimed = self
+                .store
+                .claim_due(
+                    &token,
+                    self.config.relay.lease,
+                    batch_size,
+                    self.skip_recent,
+                )
+                .await;
             match claimed {
                 Ok(rows) => {
                     let full = rows.len() == batch_size;
@@ -274,12 +299,17 @@ impl Engine {
         if rows.is_empty() {
             return;
         }
-        self.counters.in_flight.store(rows.len() as i64, Ordering::Relaxed);
+        self.counters
+            .in_flight
+            .store(rows.len() as i64, Ordering::Relaxed);
         let mut settlements = Vec::with_capacity(rows.len());
         let batch = match self.batch_supported().await {
             Ok(batch) => batch,
             Err(reason) => {
-                self.pause_for(&Outcome::Unavailable { reason, retry_after: None });
+                self.pause_for(&Outcome::Unavailable {
+                    reason,
+                    retry_after: None,
+                });
                 false
             }
         };
@@ -314,13 +344,24 @@ impl Engine {
         Ok(supported)
     }
 
-    async fn send_batch(&mut self, group: &[ClaimedRow], body: String, settlements: &mut Vec<Settlement>) {
+    async fn send_batch(
+        &mut self,
+        group: &[ClaimedRow],
+        body: String,
+        settlements: &mut Vec<Settlement>,
+    ) {
         let outcome = self.backend.send_batch(body).await;
         match outcome {
             Outcome::Delivered { .. } => {
                 self.backend_ok();
-                self.counters.sent.fetch_add(group.len() as u64, Ordering::Relaxed);
-                settlements.extend(group.iter().map(|row| settled(row, RowStatus::Sent, None, None, false)));
+                self.counters
+                    .sent
+                    .fetch_add(group.len() as u64, Ordering::Relaxed);
+                settlements.extend(
+                    group
+                        .iter()
+                        .map(|row| settled(row, RowStatus::Sent, None, None, false)),
+                );
             }
             Outcome::Misconfigured { .. } => {
                 // The batch endpoint may be gone (manifest changed): ask again next round and
@@ -355,7 +396,13 @@ impl Engine {
                 self.counters.sent.fetch_add(1, Ordering::Relaxed);
                 if deduplicated {
                     self.counters.deduplicated.fetch_add(1, Ordering::Relaxed);
-                    return settled(row, RowStatus::Sent, None, Some("deduplicated by the backend's unique policy".into()), false);
+                    return settled(
+                        row,
+                        RowStatus::Sent,
+                        None,
+                        Some("deduplicated by the backend's unique policy".into()),
+                        false,
+                    );
                 }
                 settled(row, RowStatus::Sent, None, None, false)
             }
@@ -366,15 +413,25 @@ impl Engine {
                     self.counters.deduplicated.fetch_add(1, Ordering::Relaxed);
                     // Our id already there: an earlier attempt got through. Otherwise the
                     // job's unique key matched another job, which is what the user asked for.
-                    let note = if ours { None } else { Some("unique conflict: the backend holds an equal job".to_owned()) };
+                    let note = if ours {
+                        None
+                    } else {
+                        Some("unique conflict: the backend holds an equal job".to_owned())
+                    };
                     settled(row, RowStatus::Sent, None, note, false)
                 }
                 Err(reason) => {
-                    self.pause_for(&Outcome::Unavailable { reason, retry_after: None });
+                    self.pause_for(&Outcome::Unavailable {
+                        reason,
+                        retry_after: None,
+                    });
                     release(row)
                 }
             },
-            Outcome::Retry { reason, retry_after } => {
+            Outcome::Retry {
+                reason,
+                retry_after,
+            } => {
                 self.backend_ok();
                 let attempts = row.attempts as u32 + 1;
                 if attempts >= self.config.relay.max_attempts {
@@ -383,15 +440,28 @@ impl Engine {
                     return settled(row, RowStatus::Dead, None, Some(error), true);
                 }
                 self.counters.retried.fetch_add(1, Ordering::Relaxed);
-                let delay = backoff::jittered(attempts, self.config.relay.initial_backoff, self.config.relay.max_backoff)
-                    .max(retry_after.unwrap_or_default());
+                let delay = backoff::jittered(
+                    attempts,
+                    self.config.relay.initial_backoff,
+                    self.config.relay.max_backoff,
+                )
+                .max(retry_after.unwrap_or_default());
                 settled(row, RowStatus::Failed, Some(delay), Some(reason), true)
             }
-            Outcome::Defer { reason, retry_after } => {
+            Outcome::Defer {
+                reason,
+                retry_after,
+            } => {
                 self.backend_ok();
                 self.counters.retried.fetch_add(1, Ordering::Relaxed);
                 let delay = retry_after.unwrap_or(self.config.relay.initial_backoff);
-                Settlement { id: row.id, status: None, consumed_attempt: false, retry_in: Some(delay), error: Some(reason) }
+                Settlement {
+                    id: row.id,
+                    status: None,
+                    consumed_attempt: false,
+                    retry_in: Some(delay),
+                    error: Some(reason),
+                }
             }
             Outcome::Terminal { reason } => {
                 self.backend_ok();
@@ -422,10 +492,20 @@ impl Engine {
     fn pause_for(&mut self, outcome: &Outcome) {
         self.consecutive_pauses += 1;
         let relay = &self.config.relay;
-        let backoff = backoff::jittered(self.consecutive_pauses, relay.initial_backoff, relay.max_backoff);
+        let backoff = backoff::jittered(
+            self.consecutive_pauses,
+            relay.initial_backoff,
+            relay.max_backoff,
+        );
         let (delay, reason) = match outcome {
-            Outcome::Unavailable { reason, retry_after } => (retry_after.unwrap_or(backoff), reason),
-            Outcome::Backpressure { reason, retry_after } => (*retry_after, reason),
+            Outcome::Unavailable {
+                reason,
+                retry_after,
+            } => (retry_after.unwrap_or(backoff), reason),
+            Outcome::Backpressure {
+                reason,
+                retry_after,
+            } => (*retry_after, reason),
             Outcome::Misconfigured { reason } => {
                 tracing::error!(%reason, "outbox relay: the OJS backend refuses this relay (check ojs_url and auth_token); rows stay pending");
                 (backoff, reason)
@@ -444,7 +524,11 @@ impl Engine {
 
     async fn prune(&mut self) {
         loop {
-            match self.store.prune(self.config.relay.retention, PRUNE_CHUNK).await {
+            match self
+                .store
+                .prune(self.config.relay.retention, PRUNE_CHUNK)
+                .await
+            {
                 Ok(deleted) if deleted as usize == PRUNE_CHUNK => continue,
                 Ok(_) => return,
                 Err(error) => {
@@ -457,8 +541,12 @@ impl Engine {
 
     async fn refresh_metrics(&mut self) {
         if let Ok(status) = self.store.status().await {
-            self.counters.pending.store(status.pending + status.failed, Ordering::Relaxed);
-            self.counters.oldest_pending_age_ms.store(status.oldest_pending_age_ms, Ordering::Relaxed);
+            self.counters
+                .pending
+                .store(status.pending + status.failed, Ordering::Relaxed);
+            self.counters
+                .oldest_pending_age_ms
+                .store(status.oldest_pending_age_ms, Ordering::Relaxed);
         }
     }
 
@@ -482,16 +570,40 @@ impl Engine {
     }
 }
 
-fn settled(row: &ClaimedRow, status: RowStatus, retry_in: Option<Duration>, error: Option<String>, consumed_attempt: bool) -> Settlement {
-    Settlement { id: row.id, status: Some(status), consumed_attempt, retry_in, error }
+fn settled(
+    row: &ClaimedRow,
+    status: RowStatus,
+    retry_in: Option<Duration>,
+    error: Option<String>,
+    consumed_attempt: bool,
+) -> Settlement {
+    Settlement {
+        id: row.id,
+        status: Some(status),
+        consumed_attempt,
+        retry_in,
+        error,
+    }
 }
 
 fn release(row: &ClaimedRow) -> Settlement {
-    Settlement { id: row.id, status: None, consumed_attempt: false, retry_in: None, error: None }
+    Settlement {
+        id: row.id,
+        status: None,
+        consumed_attempt: false,
+        retry_in: None,
+        error: None,
+    }
 }
 
 fn wire_form(row: &ClaimedRow) -> String {
-    let wire = wire_json(&row.job_id, &row.job_type, &row.args_json, &row.options_json, &row.meta_json);
+    let wire = wire_json(
+        &row.job_id,
+        &row.job_type,
+        &row.args_json,
+        &row.options_json,
+        &row.meta_json,
+    );
     if wire.len() <= COMPACT_ABOVE_BYTES {
         return wire;
     }

@@ -87,7 +87,10 @@ pub struct OutboxSql {
 
 impl OutboxSql {
     pub fn new(dialect: Dialect, table: &str) -> Self {
-        OutboxSql { dialect, table: table.to_owned() }
+        OutboxSql {
+            dialect,
+            table: table.to_owned(),
+        }
     }
 
     fn index_prefix(&self) -> &str {
@@ -142,16 +145,22 @@ impl OutboxSql {
         vec![
             table,
             // The relay's claim scans only due rows, in id order.
-            format!("CREATE INDEX IF NOT EXISTS {p}_due ON {t} (id) WHERE status IN ('pending', 'failed')"),
+            format!(
+                "CREATE INDEX IF NOT EXISTS {p}_due ON {t} (id) WHERE status IN ('pending', 'failed')"
+            ),
             format!("CREATE INDEX IF NOT EXISTS {p}_sent ON {t} (sent_at) WHERE status = 'sent'"),
-            format!("CREATE INDEX IF NOT EXISTS {p}_dead ON {t} (tenant_id, id) WHERE status = 'dead'"),
+            format!(
+                "CREATE INDEX IF NOT EXISTS {p}_dead ON {t} (tenant_id, id) WHERE status = 'dead'"
+            ),
         ]
     }
 
     /// The staging INSERT for `jobs`, in as few statements as the parameter limits allow
     /// (one for up to `MAX_ROWS_PER_INSERT` jobs). Runs inside the host's transaction.
     pub fn insert(&self, placeholder: Placeholder, jobs: &[PreparedJob]) -> Vec<Statement> {
-        jobs.chunks(MAX_ROWS_PER_INSERT).map(|chunk| self.insert_chunk(placeholder, chunk)).collect()
+        jobs.chunks(MAX_ROWS_PER_INSERT)
+            .map(|chunk| self.insert_chunk(placeholder, chunk))
+            .collect()
     }
 
     fn insert_chunk(&self, placeholder: Placeholder, jobs: &[PreparedJob]) -> Statement {
@@ -286,7 +295,9 @@ impl OutboxSql {
             Dialect::Sqlite => format!("{SQLITE_NOW_MS} - ?1"),
         };
         let limit = self.param(2);
-        format!("DELETE FROM {t} WHERE id IN (SELECT id FROM {t} WHERE status = 'sent' AND sent_at < {cutoff} ORDER BY id LIMIT {limit})")
+        format!(
+            "DELETE FROM {t} WHERE id IN (SELECT id FROM {t} WHERE status = 'sent' AND sent_at < {cutoff} ORDER BY id LIMIT {limit})"
+        )
     }
 
     /// Counts by status with the in-flight count and the oldest row's age (ms) per status.
@@ -346,7 +357,11 @@ impl OutboxSql {
     /// Dead rows of one tenant (parameter 1, NULL = every tenant), oldest first, up to parameter 2.
     /// Returns `job_id, job_type, tenant_id, attempts, error, created_at_ms`.
     pub fn dead_list(&self) -> String {
-        let job_id = if self.dialect == Dialect::Postgres { "job_id::text" } else { "job_id" };
+        let job_id = if self.dialect == Dialect::Postgres {
+            "job_id::text"
+        } else {
+            "job_id"
+        };
         format!(
             "SELECT {job_id}, job_type, tenant_id, attempts, error, {} FROM {} WHERE status = 'dead' AND {} ORDER BY id LIMIT {}",
             self.created_ms(),
@@ -369,7 +384,11 @@ impl OutboxSql {
 
     /// Deletes dead rows of one tenant (parameter 1, NULL = all).
     pub fn dead_purge(&self) -> String {
-        format!("DELETE FROM {} WHERE status = 'dead' AND {}", self.table, self.tenant_filter())
+        format!(
+            "DELETE FROM {} WHERE status = 'dead' AND {}",
+            self.table,
+            self.tenant_filter()
+        )
     }
 
     /// Rows by job id (parameter 1: text[] on Postgres, JSON array text on SQLite).

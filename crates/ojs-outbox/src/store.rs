@@ -131,18 +131,27 @@ const ERROR_TEXT_LIMIT: usize = 2000;
 impl Store {
     /// Connects to `sqlite://path` (created if missing) or `postgres://...`.
     pub async fn connect(database_url: &str, table: &str) -> Result<Store> {
-        crate::config::validate_table_name(table).map_err(|why| Error::field(ErrorCode::InvalidConfig, "table_name", why))?;
-        let bad_url = |why: String| Error::field(ErrorCode::InvalidDatabaseUrl, "database_url", why);
+        crate::config::validate_table_name(table)
+            .map_err(|why| Error::field(ErrorCode::InvalidConfig, "table_name", why))?;
+        let bad_url =
+            |why: String| Error::field(ErrorCode::InvalidDatabaseUrl, "database_url", why);
         let pool = if database_url.starts_with("sqlite:") {
             let options = SqliteConnectOptions::from_str(database_url)
                 .map_err(|e| bad_url(format!("{database_url:?}: {e}")))?
                 .create_if_missing(true)
                 .journal_mode(SqliteJournalMode::Wal)
                 .busy_timeout(Duration::from_secs(10));
-            let pool = SqlitePoolOptions::new().max_connections(2).connect_with(options).await.map_err(Error::database)?;
+            let pool = SqlitePoolOptions::new()
+                .max_connections(2)
+                .connect_with(options)
+                .await
+                .map_err(Error::database)?;
             Pool::Sqlite(pool)
-        } else if database_url.starts_with("postgres://") || database_url.starts_with("postgresql://") {
-            let options = PgConnectOptions::from_str(database_url).map_err(|e| bad_url(format!("{database_url:?}: {e}")))?;
+        } else if database_url.starts_with("postgres://")
+            || database_url.starts_with("postgresql://")
+        {
+            let options = PgConnectOptions::from_str(database_url)
+                .map_err(|e| bad_url(format!("{database_url:?}: {e}")))?;
             let pool = PgPoolOptions::new()
                 .max_connections(4)
                 .acquire_timeout(Duration::from_secs(10))
@@ -151,7 +160,9 @@ impl Store {
                 .map_err(Error::database)?;
             Pool::Postgres(pool)
         } else {
-            return Err(bad_url(format!("{database_url:?}: expected sqlite://PATH or postgres://USER@HOST:PORT/DB")));
+            return Err(bad_url(format!(
+                "{database_url:?}: expected sqlite://PATH or postgres://USER@HOST:PORT/DB"
+            )));
         };
         Ok(Store::from_pool(pool, table))
     }
@@ -168,7 +179,11 @@ impl Store {
             settle: shared_sql(sql.settle()),
             prune: shared_sql(sql.prune()),
         };
-        Store { pool, sql, statements: std::sync::Arc::new(statements) }
+        Store {
+            pool,
+            sql,
+            statements: std::sync::Arc::new(statements),
+        }
     }
 
     pub fn dialect(&self) -> Dialect {
@@ -208,28 +223,38 @@ impl Store {
 
     async fn execute(&self, statement: &str) -> Result<u64> {
         Ok(match &self.pool {
-            Pool::Postgres(pool) => sqlx::raw_sql(AssertSqlSafe(statement.to_owned())).execute(pool).await?.rows_affected(),
-            Pool::Sqlite(pool) => sqlx::raw_sql(AssertSqlSafe(statement.to_owned())).execute(pool).await?.rows_affected(),
+            Pool::Postgres(pool) => sqlx::raw_sql(AssertSqlSafe(statement.to_owned()))
+                .execute(pool)
+                .await?
+                .rows_affected(),
+            Pool::Sqlite(pool) => sqlx::raw_sql(AssertSqlSafe(statement.to_owned()))
+                .execute(pool)
+                .await?
+                .rows_affected(),
         })
     }
 
     /// Claims up to `limit` due rows older than `skip_recent`, in id order.
-    pub async fn claim_due(&self, lease_token: &str, lease: Duration, limit: usize, skip_recent: Duration) -> Result<Vec<ClaimedRow>> {
+    pub async fn claim_due(
+        &self,
+        lease_token: &str,
+        lease: Duration,
+        limit: usize,
+        skip_recent: Duration,
+    ) -> Result<Vec<ClaimedRow>> {
         let lease_ms = lease.as_millis() as i64;
         let skip_ms = skip_recent.as_millis() as i64;
         let rows = match &self.pool {
-            Pool::Postgres(pool) => {
-                sqlx::query(self.statements.claim_due.clone())
-                    .bind(lease_token)
-                    .bind(lease_ms)
-                    .bind(limit as i64)
-                    .bind(skip_ms)
-                    .fetch_all(pool)
-                    .await?
-                    .iter()
-                    .map(claimed_pg)
-                    .collect()
-            }
+            Pool::Postgres(pool) => sqlx::query(self.statements.claim_due.clone())
+                .bind(lease_token)
+                .bind(lease_ms)
+                .bind(limit as i64)
+                .bind(skip_ms)
+                .fetch_all(pool)
+                .await?
+                .iter()
+                .map(claimed_pg)
+                .collect(),
             Pool::Sqlite(pool) => sqlx::query(self.statements.claim_due.clone())
                 .bind(lease_token)
                 .bind(lease_ms)
@@ -245,7 +270,12 @@ impl Store {
     }
 
     /// Claims the due rows among `job_ids` (the hot path), in id order.
-    pub async fn claim_ids(&self, lease_token: &str, lease: Duration, job_ids: &[String]) -> Result<Vec<ClaimedRow>> {
+    pub async fn claim_ids(
+        &self,
+        lease_token: &str,
+        lease: Duration,
+        job_ids: &[String],
+    ) -> Result<Vec<ClaimedRow>> {
         let lease_ms = lease.as_millis() as i64;
         let rows = match &self.pool {
             Pool::Postgres(pool) => sqlx::query(self.statements.claim_ids.clone())
@@ -283,8 +313,14 @@ impl Store {
         let done = match &self.pool {
             Pool::Postgres(pool) => {
                 let ids: Vec<i64> = settlements.iter().map(|s| s.id).collect();
-                let statuses: Vec<Option<&str>> = settlements.iter().map(|s| s.status.map(RowStatus::as_str)).collect();
-                let attempts: Vec<i32> = settlements.iter().map(|s| s.consumed_attempt as i32).collect();
+                let statuses: Vec<Option<&str>> = settlements
+                    .iter()
+                    .map(|s| s.status.map(RowStatus::as_str))
+                    .collect();
+                let attempts: Vec<i32> = settlements
+                    .iter()
+                    .map(|s| s.consumed_attempt as i32)
+                    .collect();
                 let delays: Vec<Option<i64>> = settlements.iter().map(delay_of).collect();
                 let errors: Vec<Option<String>> = settlements.iter().map(error_of).collect();
                 sqlx::query(self.statements.settle.clone())
@@ -302,7 +338,13 @@ impl Store {
                 let rows: Vec<serde_json::Value> = settlements
                     .iter()
                     .map(|s| {
-                        serde_json::json!([s.id, s.status.map(RowStatus::as_str), s.consumed_attempt as i32, delay_of(s), error_of(s)])
+                        serde_json::json!([
+                            s.id,
+                            s.status.map(RowStatus::as_str),
+                            s.consumed_attempt as i32,
+                            delay_of(s),
+                            error_of(s)
+                        ])
                     })
                     .collect();
                 sqlx::query(self.statements.settle.clone())
@@ -320,25 +362,50 @@ impl Store {
     pub async fn prune(&self, retention: Duration, limit: usize) -> Result<u64> {
         let retention_ms = retention.as_millis() as i64;
         Ok(match &self.pool {
-            Pool::Postgres(pool) => {
-                sqlx::query(self.statements.prune.clone()).bind(retention_ms).bind(limit as i64).execute(pool).await?.rows_affected()
-            }
-            Pool::Sqlite(pool) => {
-                sqlx::query(self.statements.prune.clone()).bind(retention_ms).bind(limit as i64).execute(pool).await?.rows_affected()
-            }
+            Pool::Postgres(pool) => sqlx::query(self.statements.prune.clone())
+                .bind(retention_ms)
+                .bind(limit as i64)
+                .execute(pool)
+                .await?
+                .rows_affected(),
+            Pool::Sqlite(pool) => sqlx::query(self.statements.prune.clone())
+                .bind(retention_ms)
+                .bind(limit as i64)
+                .execute(pool)
+                .await?
+                .rows_affected(),
         })
     }
 
     pub async fn status(&self) -> Result<OutboxStatus> {
         let counts: Vec<(String, i64, i64, i64)> = match &self.pool {
-            Pool::Postgres(pool) => sqlx::query_as(AssertSqlSafe(self.sql.status_counts())).fetch_all(pool).await?,
-            Pool::Sqlite(pool) => sqlx::query_as(AssertSqlSafe(self.sql.status_counts())).fetch_all(pool).await?,
+            Pool::Postgres(pool) => {
+                sqlx::query_as(AssertSqlSafe(self.sql.status_counts()))
+                    .fetch_all(pool)
+                    .await?
+            }
+            Pool::Sqlite(pool) => {
+                sqlx::query_as(AssertSqlSafe(self.sql.status_counts()))
+                    .fetch_all(pool)
+                    .await?
+            }
         };
         let lag: (i64,) = match &self.pool {
-            Pool::Postgres(pool) => sqlx::query_as(AssertSqlSafe(self.sql.recent_lag())).fetch_one(pool).await?,
-            Pool::Sqlite(pool) => sqlx::query_as(AssertSqlSafe(self.sql.recent_lag())).fetch_one(pool).await?,
+            Pool::Postgres(pool) => {
+                sqlx::query_as(AssertSqlSafe(self.sql.recent_lag()))
+                    .fetch_one(pool)
+                    .await?
+            }
+            Pool::Sqlite(pool) => {
+                sqlx::query_as(AssertSqlSafe(self.sql.recent_lag()))
+                    .fetch_one(pool)
+                    .await?
+            }
         };
-        let mut status = OutboxStatus { recent_lag_ms: lag.0, ..OutboxStatus::default() };
+        let mut status = OutboxStatus {
+            recent_lag_ms: lag.0,
+            ..OutboxStatus::default()
+        };
         for (name, rows, in_flight, oldest_ms) in counts {
             status.in_flight += in_flight;
             match RowStatus::parse(&name) {
@@ -358,20 +425,34 @@ impl Store {
     /// Dead rows, oldest first; `tenant` scopes them (seed 003: a tenant sees only its own).
     pub async fn dead_list(&self, tenant: Option<&str>, limit: usize) -> Result<Vec<DeadRow>> {
         let sql = self.sql.dead_list();
-        let rows: Vec<(String, String, Option<String>, i32, Option<String>, i64)> = match &self.pool {
-            Pool::Postgres(pool) => sqlx::query_as(AssertSqlSafe(sql.clone())).bind(tenant).bind(limit as i64).fetch_all(pool).await?,
-            Pool::Sqlite(pool) => sqlx::query_as(AssertSqlSafe(sql.clone())).bind(tenant).bind(limit as i64).fetch_all(pool).await?,
+        let rows: Vec<DeadTuple> = match &self.pool {
+            Pool::Postgres(pool) => {
+                sqlx::query_as(AssertSqlSafe(sql.clone()))
+                    .bind(tenant)
+                    .bind(limit as i64)
+                    .fetch_all(pool)
+                    .await?
+            }
+            Pool::Sqlite(pool) => {
+                sqlx::query_as(AssertSqlSafe(sql.clone()))
+                    .bind(tenant)
+                    .bind(limit as i64)
+                    .fetch_all(pool)
+                    .await?
+            }
         };
         Ok(rows
             .into_iter()
-            .map(|(job_id, job_type, tenant_id, attempts, error, created_at_ms)| DeadRow {
-                job_id,
-                job_type,
-                tenant_id,
-                attempts,
-                error,
-                created_at_ms,
-            })
+            .map(
+                |(job_id, job_type, tenant_id, attempts, error, created_at_ms)| DeadRow {
+                    job_id,
+                    job_type,
+                    tenant_id,
+                    attempts,
+                    error,
+                    created_at_ms,
+                },
+            )
             .collect())
     }
 
@@ -387,8 +468,16 @@ impl Store {
 
     async fn tenant_statement(&self, sql: &str, tenant: Option<&str>) -> Result<u64> {
         Ok(match &self.pool {
-            Pool::Postgres(pool) => sqlx::query(AssertSqlSafe(sql.to_owned())).bind(tenant).execute(pool).await?.rows_affected(),
-            Pool::Sqlite(pool) => sqlx::query(AssertSqlSafe(sql.to_owned())).bind(tenant).execute(pool).await?.rows_affected(),
+            Pool::Postgres(pool) => sqlx::query(AssertSqlSafe(sql.to_owned()))
+                .bind(tenant)
+                .execute(pool)
+                .await?
+                .rows_affected(),
+            Pool::Sqlite(pool) => sqlx::query(AssertSqlSafe(sql.to_owned()))
+                .bind(tenant)
+                .execute(pool)
+                .await?
+                .rows_affected(),
         })
     }
 
@@ -457,31 +546,67 @@ fn truncate(text: &str) -> String {
 }
 
 type RowTuple = (String, String, i32, Option<String>);
+type DeadTuple = (String, String, Option<String>, i32, Option<String>, i64);
 
 fn row_states(rows: Vec<RowTuple>) -> HashMap<String, RowState> {
     rows.into_iter()
-        .filter_map(|(job_id, status, attempts, error)| RowStatus::parse(&status).map(|status| (job_id, RowState { status, attempts, error })))
+        .filter_map(|(job_id, status, attempts, error)| {
+            RowStatus::parse(&status).map(|status| {
+                (
+                    job_id,
+                    RowState {
+                        status,
+                        attempts,
+                        error,
+                    },
+                )
+            })
+        })
         .collect()
 }
 
 // Readers generic over the executor, so a transaction sees its own uncommitted rows.
-pub(crate) async fn rows_by_job_id_pg<'e, E: sqlx::PgExecutor<'e>>(sql: &OutboxSql, executor: E, job_ids: &[String]) -> Result<HashMap<String, RowState>> {
-    let rows: Vec<RowTuple> = sqlx::query_as(AssertSqlSafe(sql.rows_by_job_id())).bind(job_ids).fetch_all(executor).await?;
+pub(crate) async fn rows_by_job_id_pg<'e, E: sqlx::PgExecutor<'e>>(
+    sql: &OutboxSql,
+    executor: E,
+    job_ids: &[String],
+) -> Result<HashMap<String, RowState>> {
+    let rows: Vec<RowTuple> = sqlx::query_as(AssertSqlSafe(sql.rows_by_job_id()))
+        .bind(job_ids)
+        .fetch_all(executor)
+        .await?;
     Ok(row_states(rows))
 }
 
-pub(crate) async fn rows_by_job_id_sqlite<'e, E: sqlx::SqliteExecutor<'e>>(sql: &OutboxSql, executor: E, job_ids: &[String]) -> Result<HashMap<String, RowState>> {
+pub(crate) async fn rows_by_job_id_sqlite<'e, E: sqlx::SqliteExecutor<'e>>(
+    sql: &OutboxSql,
+    executor: E,
+    job_ids: &[String],
+) -> Result<HashMap<String, RowState>> {
     let ids = serde_json::to_string(job_ids).expect("strings serialize");
-    let rows: Vec<RowTuple> = sqlx::query_as(AssertSqlSafe(sql.rows_by_job_id())).bind(ids).fetch_all(executor).await?;
+    let rows: Vec<RowTuple> = sqlx::query_as(AssertSqlSafe(sql.rows_by_job_id()))
+        .bind(ids)
+        .fetch_all(executor)
+        .await?;
     Ok(row_states(rows))
 }
 
-pub(crate) async fn count_rows_pg<'e, E: sqlx::PgExecutor<'e>>(sql: &OutboxSql, executor: E) -> Result<i64> {
-    let (count,): (i64,) = sqlx::query_as(AssertSqlSafe(sql.count_rows())).fetch_one(executor).await?;
+pub(crate) async fn count_rows_pg<'e, E: sqlx::PgExecutor<'e>>(
+    sql: &OutboxSql,
+    executor: E,
+) -> Result<i64> {
+    let (count,): (i64,) = sqlx::query_as(AssertSqlSafe(sql.count_rows()))
+        .fetch_one(executor)
+        .await?;
     Ok(count)
 }
 
-pub(crate) async fn count_rows_sqlite<'e, E: sqlx::SqliteExecutor<'e>>(sql: &OutboxSql, executor: E) -> Result<i64> {
-    let (count,): (i64,) = sqlx::query_as(AssertSqlSafe(sql.count_rows())).fetch_one(executor).await?;
+pub(crate) async fn count_rows_sqlite<'e, E: sqlx::SqliteExecutor<'e>>(
+    sql: &OutboxSql,
+    executor: E,
+) -> Result<i64> {
+    let (count,): (i64,) = sqlx::query_as(AssertSqlSafe(sql.count_rows()))
+        .fetch_one(executor)
+        .await?;
     Ok(count)
 }

@@ -13,54 +13,110 @@ fn err(code: &str, retryable: Option<bool>) -> String {
 
 #[test]
 fn success_and_dedup() {
-    assert_eq!(classify(201, None, r#"{"job":{}}"#), Outcome::Delivered { deduplicated: false });
-    assert_eq!(classify(200, None, r#"{"job":{},"deduplicated":true}"#), Outcome::Delivered { deduplicated: true });
+    assert_eq!(
+        classify(201, None, r#"{"job":{}}"#),
+        Outcome::Delivered {
+            deduplicated: false
+        }
+    );
+    assert_eq!(
+        classify(200, None, r#"{"job":{},"deduplicated":true}"#),
+        Outcome::Delivered { deduplicated: true }
+    );
 }
 
 #[test]
 fn duplicates_in_every_spelling() {
-    assert_eq!(classify(409, None, &err("duplicate", Some(false))), Outcome::Duplicate);
-    assert_eq!(classify(409, None, r#"{"code":"DUPLICATE_JOB"}"#), Outcome::Duplicate);
+    assert_eq!(
+        classify(409, None, &err("duplicate", Some(false))),
+        Outcome::Duplicate
+    );
+    assert_eq!(
+        classify(409, None, r#"{"code":"DUPLICATE_JOB"}"#),
+        Outcome::Duplicate
+    );
     assert_eq!(classify(409, None, ""), Outcome::Duplicate);
 }
 
 #[test]
 fn queue_paused_defers_whatever_the_status() {
     for status in [409, 422] {
-        assert!(matches!(classify(status, None, &err("queue_paused", None)), Outcome::Defer { .. }));
+        assert!(matches!(
+            classify(status, None, &err("queue_paused", None)),
+            Outcome::Defer { .. }
+        ));
     }
 }
 
 #[test]
 fn backpressure_honours_retry_after_or_waits_a_second() {
     let two = Some(Duration::from_secs(2));
-    assert!(matches!(classify(429, two, &err("rate_limited", Some(true))), Outcome::Backpressure { retry_after, .. } if retry_after == Duration::from_secs(2)));
-    assert!(matches!(classify(429, None, ""), Outcome::Backpressure { retry_after, .. } if retry_after == Duration::from_secs(1)));
-    assert!(matches!(classify(503, None, r#"{"code":"QUEUE_FULL"}"#), Outcome::Backpressure { .. }));
+    assert!(
+        matches!(classify(429, two, &err("rate_limited", Some(true))), Outcome::Backpressure { retry_after, .. } if retry_after == Duration::from_secs(2))
+    );
+    assert!(
+        matches!(classify(429, None, ""), Outcome::Backpressure { retry_after, .. } if retry_after == Duration::from_secs(1))
+    );
+    assert!(matches!(
+        classify(503, None, r#"{"code":"QUEUE_FULL"}"#),
+        Outcome::Backpressure { .. }
+    ));
 }
 
 #[test]
 fn never_acceptable_jobs_are_terminal() {
-    for (status, code) in [(400, "invalid_request"), (400, "validation_error"), (422, "schema_validation"), (400, "unsupported")] {
-        assert!(matches!(classify(status, None, &err(code, Some(false))), Outcome::Terminal { .. }), "{status} {code}");
+    for (status, code) in [
+        (400, "invalid_request"),
+        (400, "validation_error"),
+        (422, "schema_validation"),
+        (400, "unsupported"),
+    ] {
+        assert!(
+            matches!(
+                classify(status, None, &err(code, Some(false))),
+                Outcome::Terminal { .. }
+            ),
+            "{status} {code}"
+        );
     }
     assert!(matches!(classify(413, None, ""), Outcome::Terminal { .. }));
-    assert!(matches!(classify(400, None, r#"{"code":"SOMETHING_NEW"}"#), Outcome::Terminal { .. }), "unknown codes are not retryable");
+    assert!(
+        matches!(
+            classify(400, None, r#"{"code":"SOMETHING_NEW"}"#),
+            Outcome::Terminal { .. }
+        ),
+        "unknown codes are not retryable"
+    );
 }
 
 #[test]
 fn server_errors_retry_and_gateway_errors_mean_unavailable() {
-    assert!(matches!(classify(500, None, &err("internal_error", Some(true))), Outcome::Retry { .. }));
-    assert!(matches!(classify(500, None, "<html>oops</html>"), Outcome::Retry { .. }));
+    assert!(matches!(
+        classify(500, None, &err("internal_error", Some(true))),
+        Outcome::Retry { .. }
+    ));
+    assert!(matches!(
+        classify(500, None, "<html>oops</html>"),
+        Outcome::Retry { .. }
+    ));
     for status in [502, 503, 504] {
-        assert!(matches!(classify(status, None, ""), Outcome::Unavailable { .. }), "{status}");
+        assert!(
+            matches!(classify(status, None, ""), Outcome::Unavailable { .. }),
+            "{status}"
+        );
     }
 }
 
 #[test]
 fn retryable_in_the_body_is_authoritative() {
-    assert!(matches!(classify(400, None, &err("custom", Some(true))), Outcome::Retry { .. }));
-    assert!(matches!(classify(500, None, &err("custom", Some(false))), Outcome::Terminal { .. }));
+    assert!(matches!(
+        classify(400, None, &err("custom", Some(true))),
+        Outcome::Retry { .. }
+    ));
+    assert!(matches!(
+        classify(500, None, &err("custom", Some(false))),
+        Outcome::Terminal { .. }
+    ));
 }
 
 #[test]
@@ -76,7 +132,13 @@ fn credentials_and_wrong_urls_are_misconfiguration() {
 fn retry_after_as_seconds_or_http_date() {
     let now = time::macros::datetime!(2026-11-22 10:00:00 UTC);
     assert_eq!(parse_retry_after("3", now), Some(Duration::from_secs(3)));
-    assert_eq!(parse_retry_after("Sun, 22 Nov 2026 10:00:05 GMT", now), Some(Duration::from_secs(5)));
-    assert_eq!(parse_retry_after("Sun, 22 Nov 2026 09:00:00 GMT", now), Some(Duration::ZERO));
+    assert_eq!(
+        parse_retry_after("Sun, 22 Nov 2026 10:00:05 GMT", now),
+        Some(Duration::from_secs(5))
+    );
+    assert_eq!(
+        parse_retry_after("Sun, 22 Nov 2026 09:00:00 GMT", now),
+        Some(Duration::ZERO)
+    );
     assert_eq!(parse_retry_after("soon", now), None);
 }

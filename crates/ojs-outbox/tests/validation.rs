@@ -14,46 +14,184 @@ fn refuses_bad_jobs_with_the_right_code_and_field() {
     let long_type = "a".repeat(256);
     let long_queue = "q".repeat(129);
     let cases: Vec<(NewJob, ErrorCode, &str)> = vec![
-        (NewJob::new("", json!([])), ErrorCode::InvalidJobType, "type"),
-        (NewJob::new("Email.welcome", json!([])), ErrorCode::InvalidJobType, "type"),
-        (NewJob::new("email-welcome", json!([])), ErrorCode::InvalidJobType, "type"),
-        (NewJob::new("email..welcome", json!([])), ErrorCode::InvalidJobType, "type"),
-        (NewJob::new(".email", json!([])), ErrorCode::InvalidJobType, "type"),
-        (NewJob::new("1email", json!([])), ErrorCode::InvalidJobType, "type"),
-        (NewJob::new("email welcome", json!([])), ErrorCode::InvalidJobType, "type"),
-        (NewJob::new(long_type, json!([])), ErrorCode::InvalidJobType, "type"),
-        (NewJob::new("email.welcome", json!({"user": 1})), ErrorCode::InvalidArgs, "args"),
-        (NewJob::new("email.welcome", json!("hello")), ErrorCode::InvalidArgs, "args"),
-        (NewJob::new("email.welcome", Value::Null), ErrorCode::InvalidArgs, "args"),
-        (NewJob::new("email.welcome", json!(42)), ErrorCode::InvalidArgs, "args"),
-        (NewJob::new("a", json!([])).with_options(json!({"queue": "Email"})), ErrorCode::InvalidQueue, "options.queue"),
-        (NewJob::new("a", json!([])).with_options(json!({"queue": "-email"})), ErrorCode::InvalidQueue, "options.queue"),
-        (NewJob::new("a", json!([])).with_options(json!({"queue": "em ail"})), ErrorCode::InvalidQueue, "options.queue"),
-        (NewJob::new("a", json!([])).with_options(json!({"queue": long_queue})), ErrorCode::InvalidQueue, "options.queue"),
-        (NewJob::new("a", json!([])).with_options(json!({"queue": 7})), ErrorCode::InvalidQueue, "options.queue"),
-        (NewJob::new("a", json!([])).with_options(json!({"priority": 101})), ErrorCode::InvalidOptions, "options.priority"),
-        (NewJob::new("a", json!([])).with_options(json!({"priority": 1.5})), ErrorCode::InvalidOptions, "options.priority"),
-        (NewJob::new("a", json!([])).with_options(json!({"timeout_ms": 0})), ErrorCode::InvalidOptions, "options.timeout_ms"),
-        (NewJob::new("a", json!([])).with_options(json!({"delay_until": "tomorrow"})), ErrorCode::InvalidOptions, "options.delay_until"),
-        (NewJob::new("a", json!([])).with_options(json!({"expires_at": 1700000000})), ErrorCode::InvalidOptions, "options.expires_at"),
-        (NewJob::new("a", json!([])).with_options(json!({"retry": {"initial_interval": 1000}})), ErrorCode::InvalidOptions, "options.retry.initial_interval"),
-        (NewJob::new("a", json!([])).with_options(json!({"retry": {"max_interval": "5 minutes"}})), ErrorCode::InvalidOptions, "options.retry.max_interval"),
-        (NewJob::new("a", json!([])).with_options(json!({"retry": {"backoff_coefficient": 0.5}})), ErrorCode::InvalidOptions, "options.retry.backoff_coefficient"),
-        (NewJob::new("a", json!([])).with_options(json!({"retry": {"initial_interval_ms": 1000}})), ErrorCode::InvalidOptions, "options.retry.initial_interval_ms"),
-        (NewJob::new("a", json!([])).with_options(json!({"unique": {"on_conflict": "explode"}})), ErrorCode::InvalidOptions, "options.unique.on_conflict"),
-        (NewJob::new("a", json!([])).with_options(json!({"tags": "onboarding"})), ErrorCode::InvalidOptions, "options.tags"),
-        (NewJob::new("a", json!([])).with_options(json!({"queeu": "email"})), ErrorCode::InvalidOptions, "options.queeu"),
-        (NewJob::new("a", json!([])).with_options(json!(["queue"])), ErrorCode::InvalidOptions, "options"),
-        (NewJob::new("a", json!([])).with_meta(json!("trace")), ErrorCode::InvalidMeta, "meta"),
-        (NewJob::new("a", json!([])).with_meta(json!({"tenant_id": 5})), ErrorCode::InvalidMeta, "meta.tenant_id"),
-        (NewJob::new("a", json!(["x".repeat(MAX_WIRE_BYTES)])), ErrorCode::PayloadTooLarge, "args"),
+        (
+            NewJob::new("", json!([])),
+            ErrorCode::InvalidJobType,
+            "type",
+        ),
+        (
+            NewJob::new("Email.welcome", json!([])),
+            ErrorCode::InvalidJobType,
+            "type",
+        ),
+        (
+            NewJob::new("email-welcome", json!([])),
+            ErrorCode::InvalidJobType,
+            "type",
+        ),
+        (
+            NewJob::new("email..welcome", json!([])),
+            ErrorCode::InvalidJobType,
+            "type",
+        ),
+        (
+            NewJob::new(".email", json!([])),
+            ErrorCode::InvalidJobType,
+            "type",
+        ),
+        (
+            NewJob::new("1email", json!([])),
+            ErrorCode::InvalidJobType,
+            "type",
+        ),
+        (
+            NewJob::new("email welcome", json!([])),
+            ErrorCode::InvalidJobType,
+            "type",
+        ),
+        (
+            NewJob::new(long_type, json!([])),
+            ErrorCode::InvalidJobType,
+            "type",
+        ),
+        (
+            NewJob::new("email.welcome", json!({"user": 1})),
+            ErrorCode::InvalidArgs,
+            "args",
+        ),
+        (
+            NewJob::new("email.welcome", json!("hello")),
+            ErrorCode::InvalidArgs,
+            "args",
+        ),
+        (
+            NewJob::new("email.welcome", Value::Null),
+            ErrorCode::InvalidArgs,
+            "args",
+        ),
+        (
+            NewJob::new("email.welcome", json!(42)),
+            ErrorCode::InvalidArgs,
+            "args",
+        ),
+        (
+            NewJob::new("a", json!([])).with_options(json!({"queue": "Email"})),
+            ErrorCode::InvalidQueue,
+            "options.queue",
+        ),
+        (
+            NewJob::new("a", json!([])).with_options(json!({"queue": "-email"})),
+            ErrorCode::InvalidQueue,
+            "options.queue",
+        ),
+        (
+            NewJob::new("a", json!([])).with_options(json!({"queue": "em ail"})),
+            ErrorCode::InvalidQueue,
+            "options.queue",
+        ),
+        (
+            NewJob::new("a", json!([])).with_options(json!({"queue": long_queue})),
+            ErrorCode::InvalidQueue,
+            "options.queue",
+        ),
+        (
+            NewJob::new("a", json!([])).with_options(json!({"queue": 7})),
+            ErrorCode::InvalidQueue,
+            "options.queue",
+        ),
+        (
+            NewJob::new("a", json!([])).with_options(json!({"priority": 101})),
+            ErrorCode::InvalidOptions,
+            "options.priority",
+        ),
+        (
+            NewJob::new("a", json!([])).with_options(json!({"priority": 1.5})),
+            ErrorCode::InvalidOptions,
+            "options.priority",
+        ),
+        (
+            NewJob::new("a", json!([])).with_options(json!({"timeout_ms": 0})),
+            ErrorCode::InvalidOptions,
+            "options.timeout_ms",
+        ),
+        (
+            NewJob::new("a", json!([])).with_options(json!({"delay_until": "tomorrow"})),
+            ErrorCode::InvalidOptions,
+            "options.delay_until",
+        ),
+        (
+            NewJob::new("a", json!([])).with_options(json!({"expires_at": 1700000000})),
+            ErrorCode::InvalidOptions,
+            "options.expires_at",
+        ),
+        (
+            NewJob::new("a", json!([])).with_options(json!({"retry": {"initial_interval": 1000}})),
+            ErrorCode::InvalidOptions,
+            "options.retry.initial_interval",
+        ),
+        (
+            NewJob::new("a", json!([]))
+                .with_options(json!({"retry": {"max_interval": "5 minutes"}})),
+            ErrorCode::InvalidOptions,
+            "options.retry.max_interval",
+        ),
+        (
+            NewJob::new("a", json!([]))
+                .with_options(json!({"retry": {"backoff_coefficient": 0.5}})),
+            ErrorCode::InvalidOptions,
+            "options.retry.backoff_coefficient",
+        ),
+        (
+            NewJob::new("a", json!([]))
+                .with_options(json!({"retry": {"initial_interval_ms": 1000}})),
+            ErrorCode::InvalidOptions,
+            "options.retry.initial_interval_ms",
+        ),
+        (
+            NewJob::new("a", json!([])).with_options(json!({"unique": {"on_conflict": "explode"}})),
+            ErrorCode::InvalidOptions,
+            "options.unique.on_conflict",
+        ),
+        (
+            NewJob::new("a", json!([])).with_options(json!({"tags": "onboarding"})),
+            ErrorCode::InvalidOptions,
+            "options.tags",
+        ),
+        (
+            NewJob::new("a", json!([])).with_options(json!({"queeu": "email"})),
+            ErrorCode::InvalidOptions,
+            "options.queeu",
+        ),
+        (
+            NewJob::new("a", json!([])).with_options(json!(["queue"])),
+            ErrorCode::InvalidOptions,
+            "options",
+        ),
+        (
+            NewJob::new("a", json!([])).with_meta(json!("trace")),
+            ErrorCode::InvalidMeta,
+            "meta",
+        ),
+        (
+            NewJob::new("a", json!([])).with_meta(json!({"tenant_id": 5})),
+            ErrorCode::InvalidMeta,
+            "meta.tenant_id",
+        ),
+        (
+            NewJob::new("a", json!(["x".repeat(MAX_WIRE_BYTES)])),
+            ErrorCode::PayloadTooLarge,
+            "args",
+        ),
     ];
     assert!(cases.len() >= 20);
     for (job, code, field) in cases {
         let described = format!("{job:?}").chars().take(120).collect::<String>();
         let (actual, message) = error_of(job);
         assert_eq!(actual, code, "{described}: {message}");
-        assert!(message.starts_with(field), "{described}: message {message:?} must name {field:?}");
+        assert!(
+            message.starts_with(field),
+            "{described}: message {message:?} must name {field:?}"
+        );
     }
 }
 
@@ -95,7 +233,9 @@ fn accepts_the_full_option_set_and_assigns_a_uuidv7() {
 
 #[test]
 fn ids_grow_in_creation_order() {
-    let ids: Vec<String> = (0..100).map(|_| prepare(NewJob::new("a", json!([])), None).unwrap().job_id).collect();
+    let ids: Vec<String> = (0..100)
+        .map(|_| prepare(NewJob::new("a", json!([])), None).unwrap().job_id)
+        .collect();
     let mut sorted = ids.clone();
     sorted.sort();
     assert_eq!(ids, sorted, "UUIDv7 ids sort in creation order");
@@ -115,7 +255,10 @@ fn request_context_lands_in_meta_without_overriding_explicit_meta() {
     let prepared = prepare(job, Some(&context)).unwrap();
     let meta: Value = serde_json::from_str(&prepared.meta_json).unwrap();
     assert_eq!(meta["ojs.context.request_id"], "req-1");
-    assert_eq!(meta["traceparent"], "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01");
+    assert_eq!(
+        meta["traceparent"],
+        "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+    );
     assert_eq!(meta["tracestate"], "vendor=1");
     assert_eq!(meta["ojs.context.user_id"], "explicit");
     assert_eq!(meta["tenant_id"], "acme");
@@ -125,25 +268,62 @@ fn request_context_lands_in_meta_without_overriding_explicit_meta() {
 
 #[test]
 fn a_malformed_traceparent_is_dropped_not_propagated() {
-    let context = RequestContext { traceparent: Some("not-a-trace".into()), tracestate: Some("x=1".into()), ..Default::default() };
+    let context = RequestContext {
+        traceparent: Some("not-a-trace".into()),
+        tracestate: Some("x=1".into()),
+        ..Default::default()
+    };
     let prepared = prepare(NewJob::new("a", json!([])), Some(&context)).unwrap();
     let meta: Value = serde_json::from_str(&prepared.meta_json).unwrap();
-    assert!(meta.get("traceparent").is_none() && meta.get("tracestate").is_none(), "{meta}");
+    assert!(
+        meta.get("traceparent").is_none() && meta.get("tracestate").is_none(),
+        "{meta}"
+    );
 }
 
 #[test]
 fn config_errors_name_the_field() {
     let cases = [
-        (r#"{"adapter": {"outbox": {"batch_size": 0}}}"#, "adapter.outbox.batch_size"),
-        (r#"{"adapter": {"outbox": {"batch_size": 5000}}}"#, "adapter.outbox.batch_size"),
-        (r#"{"adapter": {"outbox": {"poll_interval": "1s"}}}"#, "adapter.outbox.poll_interval"),
-        (r#"{"adapter": {"outbox": {"table_name": "x; DROP TABLE users"}}}"#, "adapter.outbox.table_name"),
-        (r#"{"adapter": {"ojs_url": "localhost:8080"}}"#, "adapter.ojs_url"),
-        (r#"{"adapter": {"backend_type": "redis"}}"#, "adapter.backend_type"),
-        (r#"{"adapter": {"relay": {"mode": "threaded"}}}"#, "adapter.relay.mode"),
-        (r#"{"adapter": {"relay": {"max_attempts": 0}}}"#, "adapter.relay.max_attempts"),
-        (r#"{"adapter": {"relay": {"lease": "PT1S", "request_timeout": "PT5S"}}}"#, "adapter.relay.lease"),
-        (r#"{"adapter": {"pol_interval": "PT1S"}}"#, "adapter.pol_interval"),
+        (
+            r#"{"adapter": {"outbox": {"batch_size": 0}}}"#,
+            "adapter.outbox.batch_size",
+        ),
+        (
+            r#"{"adapter": {"outbox": {"batch_size": 5000}}}"#,
+            "adapter.outbox.batch_size",
+        ),
+        (
+            r#"{"adapter": {"outbox": {"poll_interval": "1s"}}}"#,
+            "adapter.outbox.poll_interval",
+        ),
+        (
+            r#"{"adapter": {"outbox": {"table_name": "x; DROP TABLE users"}}}"#,
+            "adapter.outbox.table_name",
+        ),
+        (
+            r#"{"adapter": {"ojs_url": "localhost:8080"}}"#,
+            "adapter.ojs_url",
+        ),
+        (
+            r#"{"adapter": {"backend_type": "redis"}}"#,
+            "adapter.backend_type",
+        ),
+        (
+            r#"{"adapter": {"relay": {"mode": "threaded"}}}"#,
+            "adapter.relay.mode",
+        ),
+        (
+            r#"{"adapter": {"relay": {"max_attempts": 0}}}"#,
+            "adapter.relay.max_attempts",
+        ),
+        (
+            r#"{"adapter": {"relay": {"lease": "PT1S", "request_timeout": "PT5S"}}}"#,
+            "adapter.relay.lease",
+        ),
+        (
+            r#"{"adapter": {"pol_interval": "PT1S"}}"#,
+            "adapter.pol_interval",
+        ),
         (r#"{"adapter": {}, "extra": 1}"#, "extra"),
         (r#"[1]"#, "config"),
         (r#"{"adapter": "#, "config"),
@@ -151,7 +331,12 @@ fn config_errors_name_the_field() {
     for (text, field) in cases {
         let error = Config::from_json(text).expect_err(text);
         assert_eq!(error.code, ErrorCode::InvalidConfig, "{text}");
-        assert_eq!(error.field.as_deref(), Some(field), "{text}: {}", error.message);
+        assert_eq!(
+            error.field.as_deref(),
+            Some(field),
+            "{text}: {}",
+            error.message
+        );
     }
 }
 
@@ -164,7 +349,10 @@ fn config_reads_the_spec_shape_and_keeps_defaults_elsewhere() {
     .unwrap();
     assert_eq!(config.ojs_url, "http://ojs.internal:8080");
     assert_eq!(config.outbox.table_name, "jobs_outbox");
-    assert_eq!(config.outbox.poll_interval, std::time::Duration::from_millis(500));
+    assert_eq!(
+        config.outbox.poll_interval,
+        std::time::Duration::from_millis(500)
+    );
     assert_eq!(config.outbox.batch_size, 250);
     assert_eq!(config.relay, Config::default().relay);
 }
