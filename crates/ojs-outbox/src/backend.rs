@@ -126,7 +126,7 @@ impl Backend {
             .request(reqwest::Method::GET, "/ojs/v1/health")
             .send()
             .await
-            .map_err(|e| unavailable(e.to_string()))?;
+            .map_err(|e| unavailable(error_chain(&e)))?;
         if response.status().is_success() {
             Ok(())
         } else {
@@ -150,15 +150,20 @@ impl JsonValue for reqwest::Response {
 }
 
 fn transport(error: reqwest::Error) -> Outcome {
+    Outcome::Unavailable {
+        reason: error_chain(&error),
+        retry_after: None,
+    }
+}
+
+/// The error with its causes ("error sending request: ...: Connection refused").
+fn error_chain(error: &reqwest::Error) -> String {
     let mut reason = error.to_string();
-    let mut source = std::error::Error::source(&error);
+    let mut source = std::error::Error::source(error);
     while let Some(inner) = source {
         reason.push_str(": ");
         reason.push_str(&inner.to_string());
         source = inner.source();
     }
-    Outcome::Unavailable {
-        reason,
-        retry_after: None,
-    }
+    reason
 }

@@ -44,7 +44,7 @@ struct Counters {
 
 #[derive(Debug, Clone, Default)]
 struct BackendState {
-    healthy: bool,
+    healthy: Option<bool>,
     last_error: Option<String>,
 }
 
@@ -60,7 +60,8 @@ pub struct Metrics {
     pub deduplicated: u64,
     pub hot_dropped: u64,
     pub oldest_pending_age_ms: i64,
-    pub backend_healthy: bool,
+    /// `None` until the relay has heard from the backend.
+    pub backend_healthy: Option<bool>,
     pub last_error: Option<String>,
 }
 
@@ -477,13 +478,13 @@ impl Engine {
 
     fn backend_ok(&mut self) {
         self.consecutive_pauses = 0;
-        self.counters.state.lock().expect("metrics lock").healthy = true;
+        self.counters.state.lock().expect("metrics lock").healthy = Some(true);
     }
 
     fn record_error(&self, error: String, backend_unhealthy: bool) {
         let mut state = self.counters.state.lock().expect("metrics lock");
         if backend_unhealthy {
-            state.healthy = false;
+            state.healthy = Some(false);
         }
         state.last_error = Some(error);
     }

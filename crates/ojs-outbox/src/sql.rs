@@ -406,6 +406,20 @@ impl OutboxSql {
         }
     }
 
+    /// Fails when the table does not exist; reads no row.
+    pub fn check_table(&self) -> String {
+        format!("SELECT 1 FROM {} LIMIT 0", self.table)
+    }
+
+    /// Dead rows of one tenant (parameter 1, NULL = all).
+    pub fn dead_count(&self) -> String {
+        format!(
+            "SELECT COUNT(*) FROM {} WHERE status = 'dead' AND {}",
+            self.table,
+            self.tenant_filter()
+        )
+    }
+
     pub fn count_rows(&self) -> String {
         format!("SELECT COUNT(*) FROM {}", self.table)
     }

@@ -8,7 +8,7 @@ use std::time::Duration;
 use serde::Serialize;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions};
-use sqlx::{AssertSqlSafe, PgPool, Row, SqlSafeStr, SqlStr, SqlitePool};
+use sqlx::{AssertSqlSafe, Connection, PgConnection, PgPool, Row, SqlSafeStr, SqlStr, SqlitePool};
 
 use crate::error::{Error, ErrorCode, Result};
 use crate::sql::{Dialect, OutboxSql};
@@ -150,8 +150,28 @@ impl Store {
         } else if database_url.starts_with("postgres://")
             || database_url.starts_with("postgresql://")
         {
+            // The relay's own writes (leases, settlements) need no fsync: if one is lost in a
+            // database crash, the row is sent again under the same job id, which the
+            // at-least-once contract already covers. Only the application's staging INSERT
+            // must be durable, and that runs in the application's transaction, not here.
             let options = PgConnectOptions::from_str(database_url)
-                .map_err(|e| bad_url(format!("{database_url:?}: {e}")))?;
+                .map_err(|e| bad_url(format!("{database_url:?}: {e}")))?
+                .options([("synchronous_commit", "off")]);
+            // One direct attempt first: an unreachable server fails at once with its real
+            // cause instead of a pool timeout.
+            let probe = tokio::time::timeout(
+                Duration::from_secs(10),
+                PgConnection::connect_with(&options),
+            )
+            .await
+            .map_err(|_| {
+                Error::new(
+                    ErrorCode::Database,
+                    format!("{}: connection timed out", redact(database_url)),
+                )
+            })?
+            .map_err(Error::database)?;
+            let _ = probe.close().await;
             let pool = PgPoolOptions::new()
                 .max_connections(4)
                 .acquire_timeout(Duration::from_secs(10))
@@ -218,7 +238,7 @@ impl Store {
 
     /// Fails with `OUTBOX_TABLE_MISSING` when the table does not exist.
     pub async fn check_table(&self) -> Result<()> {
-        self.count_rows().await.map(|_| ())
+        self.execute(&self.sql.check_table()).await.map(|_| ())
     }
 
     async fn execute(&self, statement: &str) -> Result<u64> {
@@ -456,6 +476,26 @@ impl Store {
             .collect())
     }
 
+    /// How many dead rows a tenant (or, with `None`, every tenant) has.
+    pub async fn dead_count(&self, tenant: Option<&str>) -> Result<i64> {
+        let sql = self.sql.dead_count();
+        let (count,): (i64,) = match &self.pool {
+            Pool::Postgres(pool) => {
+                sqlx::query_as(AssertSqlSafe(sql))
+                    .bind(tenant)
+                    .fetch_one(pool)
+                    .await?
+            }
+            Pool::Sqlite(pool) => {
+                sqlx::query_as(AssertSqlSafe(sql))
+                    .bind(tenant)
+                    .fetch_one(pool)
+                    .await?
+            }
+        };
+        Ok(count)
+    }
+
     /// Puts dead rows back to `pending` with fresh attempts; returns how many.
     pub async fn dead_replay(&self, tenant: Option<&str>) -> Result<u64> {
         self.tenant_statement(&self.sql.dead_replay(), tenant).await
@@ -609,4 +649,15 @@ pub(crate) async fn count_rows_sqlite<'e, E: sqlx::SqliteExecutor<'e>>(
         .fetch_one(executor)
         .await?;
     Ok(count)
+}
+
+/// The URL without its password, for messages.
+fn redact(url: &str) -> String {
+    match reqwest::Url::parse(url) {
+        Ok(mut parsed) if parsed.password().is_some() => {
+            let _ = parsed.set_password(Some("***"));
+            parsed.to_string()
+        }
+        _ => url.to_owned(),
+    }
 }

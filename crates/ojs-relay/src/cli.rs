@@ -1,0 +1,100 @@
+//! The command line, as clap derives it.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+/// The separate OJS outbox relay: takes committed outbox rows to the OJS backend.
+///
+/// Settings come from the JSON config file (`--config`, the spec §5.2 `{"adapter": {...}}`
+/// shape), then environment variables, then flags; whatever none of them sets keeps the
+/// library's default.
+#[derive(Debug, Parser)]
+#[command(name = "ojs-relay", version, propagate_version = true)]
+pub struct Cli {
+    /// Outbox database: sqlite://PATH or postgres://USER@HOST:PORT/DB.
+    #[arg(
+        long,
+        env = "OJS_DATABASE_URL",
+        hide_env_values = true,
+        global = true,
+        value_name = "URL"
+    )]
+    pub database_url: Option<String>,
+
+    /// Outbox table name (optionally schema-qualified).
+    #[arg(long, global = true, value_name = "NAME")]
+    pub table: Option<String>,
+
+    /// JSON config file in the spec §5.2 shape, e.g. {"adapter": {"relay": {"lease": "PT30S"}}}.
+    #[arg(long, global = true, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Create the outbox table and its indexes if they do not exist (idempotent).
+    Migrate,
+    /// Relay outbox rows to the OJS backend until SIGINT/SIGTERM, then flush and exit 0.
+    Run(RunArgs),
+    /// Row counts by status, rows in flight, oldest pending age, recent lag.
+    Status {
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Dead-letter administration: list, replay or purge dead rows.
+    Dead {
+        #[command(subcommand)]
+        command: DeadCommand,
+    },
+}
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// Base URL of the OJS backend (http:// or https://).
+    #[arg(long, env = "OJS_URL", hide_env_values = true, value_name = "URL")]
+    pub ojs_url: Option<String>,
+
+    /// Rows claimed and sent per round (1..=1000).
+    #[arg(long, value_name = "N")]
+    pub batch_size: Option<u64>,
+
+    /// How often to look for due rows, as an ISO-8601 duration (e.g. PT1S, PT0.2S).
+    #[arg(long, value_name = "ISO8601")]
+    pub poll_interval: Option<String>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum DeadCommand {
+    /// List dead rows, oldest first.
+    List {
+        /// Only this tenant's rows (meta.tenant_id); every tenant when absent.
+        #[arg(long, value_name = "T")]
+        tenant: Option<String>,
+        /// At most this many rows.
+        #[arg(long, value_name = "N", default_value_t = 100)]
+        limit: usize,
+        /// Print a JSON array instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Put dead rows back to pending with fresh attempts; a running relay sends them.
+    Replay {
+        /// Only this tenant's rows; every tenant when absent.
+        #[arg(long, value_name = "T")]
+        tenant: Option<String>,
+    },
+    /// Delete dead rows for good (refuses without --yes and says how many it would delete).
+    Purge {
+        /// Only this tenant's rows; every tenant when absent.
+        #[arg(long, value_name = "T")]
+        tenant: Option<String>,
+        /// Really delete.
+        #[arg(long)]
+        yes: bool,
+    },
+}
