@@ -42,6 +42,25 @@ pub fn load_cases() -> Vec<Case> {
         .collect()
 }
 
+/// The suite defaults: the `default` annotation of every config key in the case schema, the
+/// one source every language's runner reads (conformance-tests/README.md).
+pub fn suite_defaults() -> Value {
+    let path = cases_dir().join("../schema/case.schema.json");
+    let schema: Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).expect("case schema readable"))
+            .expect("schema is JSON");
+    let mut defaults = json!({});
+    for section in ["outbox", "relay"] {
+        let keys = &schema["$defs"]["config"]["properties"][section]["properties"];
+        for (key, spec) in keys.as_object().into_iter().flatten() {
+            if let Some(default) = spec.get("default") {
+                defaults[section][key] = default.clone();
+            }
+        }
+    }
+    defaults
+}
+
 /// A database a case runs on: a fresh SQLite file per case, or a fresh table per case on a
 /// shared PostgreSQL server.
 #[derive(Debug, Clone)]
@@ -653,11 +672,11 @@ pub async fn run_case(case: &Case, database: &Database, backend_url: &str) -> Re
         .call(reqwest::Method::POST, "/_dev/reset", None)
         .await?;
     let (database_url, table) = database.url_and_table(case);
-    let mut config = json!({
-        "ojs_url": backend_url,
-        "database_url": database_url,
-        "outbox": {"table_name": table},
-    });
+    let mut config = suite_defaults();
+    merge(
+        &mut config,
+        &json!({"ojs_url": backend_url, "database_url": database_url, "outbox": {"table_name": table}}),
+    );
     if let Some(patch) = &case.config {
         merge(&mut config, patch);
     }

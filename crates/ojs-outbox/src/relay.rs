@@ -541,13 +541,11 @@ impl Engine {
     }
 
     async fn refresh_metrics(&mut self) {
-        if let Ok(status) = self.store.status().await {
-            self.counters
-                .pending
-                .store(status.pending + status.failed, Ordering::Relaxed);
+        if let Ok((pending, oldest_ms)) = self.store.undelivered_summary().await {
+            self.counters.pending.store(pending, Ordering::Relaxed);
             self.counters
                 .oldest_pending_age_ms
-                .store(status.oldest_pending_age_ms, Ordering::Relaxed);
+                .store(oldest_ms, Ordering::Relaxed);
         }
     }
 

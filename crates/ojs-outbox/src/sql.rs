@@ -317,6 +317,20 @@ impl OutboxSql {
         }
     }
 
+    /// `(rows, oldest_age_ms)` over pending and failed rows.
+    pub fn undelivered_summary(&self) -> String {
+        let t = &self.table;
+        match self.dialect {
+            Dialect::Postgres => format!(
+                "SELECT COUNT(*)::bigint, COALESCE(FLOOR(EXTRACT(EPOCH FROM (now() - MIN(created_at))) * 1000), 0)::bigint \
+                 FROM {t} WHERE status IN ('pending', 'failed')"
+            ),
+            Dialect::Sqlite => format!(
+                "SELECT COUNT(*), COALESCE({SQLITE_NOW_MS} - MIN(created_at), 0) FROM {t} WHERE status IN ('pending', 'failed')"
+            ),
+        }
+    }
+
     /// Mean ms from creation to delivery of rows sent in the last minute (the relay's lag).
     pub fn recent_lag(&self) -> String {
         let t = &self.table;

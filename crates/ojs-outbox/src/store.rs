@@ -442,6 +442,16 @@ impl Store {
         Ok(status)
     }
 
+    /// Rows not yet delivered (pending or failed) and the age of the oldest in ms. Reads only
+    /// the due-rows index, so it stays cheap beside millions of sent rows.
+    pub async fn undelivered_summary(&self) -> Result<(i64, i64)> {
+        let sql = self.sql.undelivered_summary();
+        Ok(match &self.pool {
+            Pool::Postgres(pool) => sqlx::query_as(AssertSqlSafe(sql)).fetch_one(pool).await?,
+            Pool::Sqlite(pool) => sqlx::query_as(AssertSqlSafe(sql)).fetch_one(pool).await?,
+        })
+    }
+
     /// Dead rows, oldest first; `tenant` scopes them (seed 003: a tenant sees only its own).
     pub async fn dead_list(&self, tenant: Option<&str>, limit: usize) -> Result<Vec<DeadRow>> {
         let sql = self.sql.dead_list();

@@ -1,0 +1,127 @@
+//! The relay's in-memory metrics, observed on a real SQLite file and the dev backend.
+
+use std::time::{Duration, Instant};
+
+use ojs_devserver::{DevServer, Fault};
+use ojs_outbox::{Config, NewJob, Outbox};
+use serde_json::json;
+
+async fn outbox_for(
+    backend: &DevServer,
+    dir: &std::path::Path,
+    relay: serde_json::Value,
+) -> Outbox {
+    let url = format!("sqlite://{}", dir.join("metrics.db").display());
+    let config = Config::from_value(&json!({"adapter": {
+        "ojs_url": backend.url(), "database_url": url,
+        "outbox": {"poll_interval": "PT0.05S"}, "relay": relay}}))
+    .unwrap();
+    let outbox = Outbox::connect(config).await.unwrap();
+    outbox.store().migrate().await.unwrap();
+    outbox
+}
+
+async fn stage(outbox: &Outbox, count: usize) -> Vec<String> {
+    let mut tx = outbox.begin().await.unwrap();
+    let jobs = (0..count)
+        .map(|i| NewJob::new("metrics.job", json!([i])))
+        .collect();
+    let ids = tx.enqueue_bulk(jobs).await.unwrap();
+    tx.commit().await.unwrap();
+    ids
+}
+
+async fn eventually(what: &str, mut check: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !check() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test]
+async fn counts_sent_and_overflowing_hot_queue_degrades_to_the_poller() {
+    let backend = DevServer::start(0).await.unwrap();
+    let dir = tempdir("overflow");
+    let outbox = outbox_for(
+        &backend,
+        &dir,
+        json!({"hot_queue_capacity": 2, "skip_recent": "PT0S"}),
+    )
+    .await;
+    backend.push_fault(Fault::latency(300).times(1));
+    outbox.start_relay();
+    // The first commit keeps the relay busy on a slow send while the next ten overflow the queue.
+    stage(&outbox, 1).await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let mut tx = outbox.begin().await.unwrap();
+    let jobs = (0..10)
+        .map(|i| NewJob::new("metrics.job", json!([i])))
+        .collect();
+    tx.enqueue_bulk(jobs).await.unwrap();
+    tx.commit().await.unwrap();
+    let metrics = outbox.metrics().unwrap();
+    assert!(
+        metrics.hot_dropped >= 7,
+        "expected most of 10 ids dropped with capacity 2: {metrics:?}"
+    );
+    eventually("all 11 delivered", || backend.snapshot().jobs.len() == 11).await;
+    eventually("sent counted", || outbox.metrics().unwrap().sent == 11).await;
+    let metrics = outbox.metrics().unwrap();
+    assert_eq!(
+        (metrics.retried, metrics.dead, metrics.in_flight),
+        (0, 0, 0),
+        "{metrics:?}"
+    );
+    assert_eq!(metrics.backend_healthy, Some(true));
+    outbox.stop_relay().await;
+    backend.shutdown().await;
+}
+
+#[tokio::test]
+async fn reports_pending_rows_and_an_unavailable_backend() {
+    let backend = DevServer::start(0).await.unwrap();
+    let dir = tempdir("pending");
+    let outbox = outbox_for(
+        &backend,
+        &dir,
+        json!({"initial_backoff": "PT0.05S", "max_backoff": "PT0.2S"}),
+    )
+    .await;
+    stage(&outbox, 3).await;
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    backend.push_fault(Fault::status_code(503));
+    outbox.start_relay();
+    eventually("pending seen", || outbox.metrics().unwrap().pending == 3).await;
+    eventually("backend marked unhealthy", || {
+        outbox.metrics().unwrap().backend_healthy == Some(false)
+    })
+    .await;
+    let metrics = outbox.metrics().unwrap();
+    assert!(metrics.oldest_pending_age_ms >= 10, "{metrics:?}");
+    assert!(
+        metrics.last_error.as_deref().unwrap_or("").contains("503"),
+        "{metrics:?}"
+    );
+    assert_eq!(metrics.sent, 0);
+    backend.clear_faults();
+    eventually("delivered after the outage", || {
+        outbox.metrics().unwrap().sent == 3
+    })
+    .await;
+    let status = outbox.store().status().await.unwrap();
+    assert_eq!(
+        (status.sent, status.pending, status.failed, status.dead),
+        (3, 0, 0, 0),
+        "an outage consumes no attempt: {status:?}"
+    );
+    outbox.stop_relay().await;
+    backend.shutdown().await;
+}
+
+fn tempdir(name: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("ojs-metrics-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
