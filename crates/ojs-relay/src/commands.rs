@@ -15,10 +15,6 @@ use crate::settings::{Settings, redact};
 
 /// How often `run` logs the metrics line.
 const METRICS_EVERY: Duration = Duration::from_secs(10);
-/// Rows counted by `dead purge` without `--yes` (the count is "at least" beyond this).
-
-/// How long the connection probe waits for PostgreSQL to answer.
-const PROBE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Exit code of a purge refused for want of `--yes`: a usage error.
 pub const EXIT_USAGE: i32 = 2;
@@ -31,37 +27,12 @@ async fn connect(settings: &Settings) -> Result<Store> {
             format!("cannot connect to {}: {why}", redact(url)),
         )
     };
-    if let Err(why) = probe_postgres(url).await {
-        return Err(cannot_connect(&why));
-    }
     Store::connect(url, settings.table())
         .await
         .map_err(|e| match e.code {
             ErrorCode::Database => cannot_connect(&e.message),
             _ => e,
         })
-}
-
-/// One direct connection attempt before the library builds its pool: a pool retries until its
-/// acquire timeout and then reports only "pool timed out", while this names the cause
-/// (connection refused, unknown host, authentication failed) at once. Not a PostgreSQL URL,
-/// or not one sqlx can parse: nothing to probe (the library reports bad URLs itself).
-async fn probe_postgres(url: &str) -> std::result::Result<(), String> {
-    use sqlx::ConnectOptions;
-    if !(url.starts_with("postgres://") || url.starts_with("postgresql://")) {
-        return Ok(());
-    }
-    let Ok(options) = url.parse::<sqlx::postgres::PgConnectOptions>() else {
-        return Ok(());
-    };
-    match tokio::time::timeout(PROBE_TIMEOUT, options.connect()).await {
-        Ok(Ok(connection)) => {
-            let _ = sqlx::Connection::close(connection).await;
-            Ok(())
-        }
-        Ok(Err(e)) => Err(e.to_string()),
-        Err(_) => Err(format!("no answer within {} s", PROBE_TIMEOUT.as_secs())),
-    }
 }
 
 /// Rewrites the library's missing-table error into one that names the table and the fix.
