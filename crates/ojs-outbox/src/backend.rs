@@ -104,6 +104,9 @@ impl Backend {
             .send()
             .await
             .map_err(|e| e.to_string())?;
+        if response.status() == reqwest::StatusCode::NOT_FOUND {
+            return Ok(false); // no manifest: a Level 0 server, which has no batch endpoint
+        }
         if !response.status().is_success() {
             return Err(format!("GET /ojs/manifest answered {}", response.status()));
         }

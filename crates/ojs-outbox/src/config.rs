@@ -156,7 +156,15 @@ fn apply_outbox(outbox: &mut OutboxConfig, value: &Value) -> Result<()> {
             "enabled" => {
                 outbox.enabled = value
                     .as_bool()
-                    .ok_or_else(|| invalid(&field, "must be true or false"))?
+                    .ok_or_else(|| invalid(&field, "must be true or false"))?;
+                // Without the outbox a job enqueued after commit can be lost (FA-003), and
+                // this adapter offers no such mode.
+                if !outbox.enabled {
+                    return Err(invalid(
+                        &field,
+                        "false is not supported: enqueue_after_commit always goes through the outbox (FA-003)",
+                    ));
+                }
             }
             "table_name" => {
                 let name = string(value, &field)?;

@@ -113,17 +113,22 @@ impl Error {
         }
     }
 
+    /// A failed outbox statement. A missing table (PostgreSQL 42P01, SQLite "no such table")
+    /// becomes `OUTBOX_TABLE_MISSING`, which says what to run.
     pub fn database(err: sqlx::Error) -> Self {
-        let text = err.to_string();
-        let missing_table = text.contains("no such table")
-            || (text.contains("relation") && text.contains("does not exist"));
+        let missing_table = match &err {
+            sqlx::Error::Database(db) => {
+                db.code().as_deref() == Some("42P01") || db.message().starts_with("no such table")
+            }
+            _ => false,
+        };
         if missing_table {
             return Error::new(
                 ErrorCode::OutboxTableMissing,
-                format!("the outbox table does not exist (run `ojs-relay migrate`): {text}"),
+                format!("the outbox table does not exist (run `ojs-relay migrate`): {err}"),
             );
         }
-        Error::new(ErrorCode::Database, text)
+        Error::new(ErrorCode::Database, err.to_string())
     }
 }
 

@@ -118,7 +118,15 @@ impl Outbox {
     /// Opens a transaction on the outbox's own database (for Rust applications and tests).
     pub async fn begin(&self) -> Result<OutboxTransaction<'_>> {
         let tx = match &self.store.pool {
-            Pool::Postgres(pool) => Tx::Postgres(pool.begin().await?),
+            Pool::Postgres(pool) => {
+                let mut tx = pool.begin().await?;
+                // The pool is the relay's, whose own writes skip the fsync; an application's
+                // commit must be durable before its jobs may be relayed.
+                sqlx::raw_sql("SET LOCAL synchronous_commit = on")
+                    .execute(&mut *tx)
+                    .await?;
+                Tx::Postgres(tx)
+            }
             Pool::Sqlite(pool) => Tx::Sqlite(pool.begin().await?),
         };
         Ok(OutboxTransaction {
@@ -154,12 +162,11 @@ impl Outbox {
             Outcome::Delivered { .. } => Ok(prepared.job_id),
             Outcome::Unavailable { reason, .. }
             | Outcome::Backpressure { reason, .. }
-            | Outcome::Retry { reason, .. } => {
+            | Outcome::Retry { reason, .. }
+            | Outcome::Defer { reason, .. } => {
                 Err(Error::new(ErrorCode::BackendUnavailable, reason))
             }
-            Outcome::Defer { reason, .. }
-            | Outcome::Terminal { reason }
-            | Outcome::Misconfigured { reason } => {
+            Outcome::Terminal { reason } | Outcome::Misconfigured { reason } => {
                 Err(Error::new(ErrorCode::BackendRejected, reason))
             }
             Outcome::Duplicate => Err(Error::new(
@@ -208,14 +215,24 @@ impl OutboxTransaction<'_> {
     }
 
     async fn stage(&mut self, jobs: &[PreparedJob]) -> Result<()> {
-        let dialect = self.outbox.store.dialect();
-        for statement in self
-            .outbox
-            .store
-            .sql()
-            .insert(dialect.native_placeholders(), jobs)
-        {
-            self.execute_statement(&statement).await?;
+        let sql = self.outbox.store.sql();
+        let statements = sql.insert(sql.dialect.native_placeholders(), jobs);
+        // Several INSERTs (a very large bulk) are all or nothing, like a single one.
+        let guarded = statements.len() > 1;
+        if guarded {
+            self.execute("SAVEPOINT ojs_stage").await?;
+        }
+        for statement in &statements {
+            if let Err(error) = self.execute_statement(statement, Error::database).await {
+                if guarded {
+                    self.execute("ROLLBACK TO SAVEPOINT ojs_stage").await?;
+                    self.execute("RELEASE SAVEPOINT ojs_stage").await?;
+                }
+                return Err(error);
+            }
+        }
+        if guarded {
+            self.execute("RELEASE SAVEPOINT ojs_stage").await?;
         }
         let level = self
             .levels
@@ -226,15 +243,23 @@ impl OutboxTransaction<'_> {
     }
 
     /// Runs an application statement in this transaction (business writes beside the jobs).
+    /// An error here is the application's own (`DATABASE`), never read as a missing outbox.
     pub async fn execute(&mut self, sql: &str) -> Result<u64> {
-        self.execute_statement(&Statement {
+        let statement = Statement {
             sql: sql.to_owned(),
             params: Vec::new(),
+        };
+        self.execute_statement(&statement, |e| {
+            Error::new(ErrorCode::Database, e.to_string())
         })
         .await
     }
 
-    async fn execute_statement(&mut self, statement: &Statement) -> Result<u64> {
+    async fn execute_statement(
+        &mut self,
+        statement: &Statement,
+        map_error: fn(sqlx::Error) -> Error,
+    ) -> Result<u64> {
         let tx = self.tx.as_mut().ok_or_else(ended)?;
         let done = match tx {
             Tx::Postgres(tx) => {
@@ -242,14 +267,22 @@ impl OutboxTransaction<'_> {
                 for param in &statement.params {
                     query = query.bind(param.as_deref());
                 }
-                query.execute(&mut **tx).await?.rows_affected()
+                query
+                    .execute(&mut **tx)
+                    .await
+                    .map_err(map_error)?
+                    .rows_affected()
             }
             Tx::Sqlite(tx) => {
                 let mut query = sqlx::query(AssertSqlSafe(statement.sql.clone()));
                 for param in &statement.params {
                     query = query.bind(param.as_deref());
                 }
-                query.execute(&mut **tx).await?.rows_affected()
+                query
+                    .execute(&mut **tx)
+                    .await
+                    .map_err(map_error)?
+                    .rows_affected()
             }
         };
         Ok(done)

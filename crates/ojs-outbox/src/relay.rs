@@ -95,6 +95,8 @@ impl Relay {
             claims: 0,
             batch_supported: None,
             pause_until: None,
+            send_deadline: None,
+            shutdown_deadline: None,
             consecutive_pauses: 0,
             hot_rx,
             stop_rx,
@@ -184,6 +186,11 @@ struct Engine {
     claims: u64,
     batch_supported: Option<bool>,
     pause_until: Option<Instant>,
+    /// No new request may start after this: the claim's lease would expire before it ends
+    /// (or the graceful stop's time is up). Unsent rows are released instead.
+    send_deadline: Option<Instant>,
+    /// Set while a graceful stop flushes.
+    shutdown_deadline: Option<Instant>,
     consecutive_pauses: u32,
     hot_rx: mpsc::Receiver<String>,
     stop_rx: watch::Receiver<bool>,
@@ -246,6 +253,23 @@ impl Engine {
         *self.stop_rx.borrow()
     }
 
+    fn must_stop_sending(&self) -> bool {
+        self.pause_until.is_some()
+            || self
+                .send_deadline
+                .is_some_and(|deadline| Instant::now() >= deadline)
+    }
+
+    /// Called just before a claim: a request may start only while it can finish within the lease.
+    fn start_claim_clock(&mut self) {
+        let relay = &self.config.relay;
+        let lease_end = Instant::now() + relay.lease.saturating_sub(relay.request_timeout);
+        self.send_deadline = Some(
+            self.shutdown_deadline
+                .map_or(lease_end, |stop| stop.min(lease_end)),
+        );
+    }
+
     fn next_lease_token(&mut self) -> String {
         self.claims += 1;
         format!("{}-{}", self.relay_id, self.claims)
@@ -253,6 +277,7 @@ impl Engine {
 
     async fn deliver_hot(&mut self, ids: Vec<String>) {
         let token = self.next_lease_token();
+        self.start_claim_clock();
         match self
             .store
             .claim_ids(&token, self.config.relay.lease, &ids)
@@ -267,6 +292,7 @@ impl Engine {
         let batch_size = self.config.outbox.batch_size;
         loop {
             let token = self.next_lease_token();
+            self.start_claim_clock();
             let claimed = self
                 .store
                 .claim_due(
@@ -316,14 +342,17 @@ impl Engine {
         };
         let mut rest = rows.as_slice();
         while !rest.is_empty() {
-            if self.pause_until.is_some() {
+            if self.must_stop_sending() {
                 settlements.extend(rest.iter().map(release));
                 break;
             }
             if batch {
                 let (group, body) = take_batch(rest, self.config.outbox.batch_size);
                 rest = &rest[group.len()..];
-                self.send_batch(group, body, &mut settlements).await;
+                match body {
+                    Some(body) => self.send_batch(group, body, &mut settlements).await,
+                    None => settlements.push(self.send_single(&group[0]).await),
+                }
             } else {
                 let row = &rest[0];
                 rest = &rest[1..];
@@ -381,7 +410,7 @@ impl Engine {
 
     async fn settle_one_by_one(&mut self, group: &[ClaimedRow], settlements: &mut Vec<Settlement>) {
         for row in group {
-            if self.pause_until.is_some() {
+            if self.must_stop_sending() {
                 settlements.push(release(row));
             } else {
                 settlements.push(self.send_single(row).await);
@@ -503,10 +532,11 @@ impl Engine {
                 reason,
                 retry_after,
             } => (retry_after.unwrap_or(backoff), reason),
+            // Never sooner than the backend asked; longer while it keeps asking.
             Outcome::Backpressure {
                 reason,
                 retry_after,
-            } => (*retry_after, reason),
+            } => ((*retry_after).max(backoff), reason),
             Outcome::Misconfigured { reason } => {
                 tracing::error!(%reason, "outbox relay: the OJS backend refuses this relay (check ojs_url and auth_token); rows stay pending");
                 (backoff, reason)
@@ -552,6 +582,7 @@ impl Engine {
     /// On graceful stop: send what the hot queue still holds, within the shutdown timeout.
     async fn flush(&mut self) {
         let deadline = Instant::now() + self.config.relay.shutdown_timeout;
+        self.shutdown_deadline = Some(deadline);
         self.pause_until = None;
         let mut ids = Vec::new();
         while let Ok(id) = self.hot_rx.try_recv() {
@@ -561,10 +592,9 @@ impl Engine {
             if Instant::now() >= deadline || self.pause_until.is_some() {
                 return; // the rows stay pending: the next relay or the poller sends them
             }
-            let work = self.deliver_hot(chunk.to_vec());
-            if tokio::time::timeout_at(deadline, work).await.is_err() {
-                return;
-            }
+            // Not cut short from outside: past the deadline no request starts, and unsent rows
+            // are released, so no lease outlives the relay.
+            self.deliver_hot(chunk.to_vec()).await;
         }
     }
 }
@@ -613,14 +643,19 @@ fn wire_form(row: &ClaimedRow) -> String {
 }
 
 /// The longest prefix of `rows` (at most `batch_size`, at least one) whose batch body stays
-/// within the backends' 1 MiB limit, and that body.
-fn take_batch(rows: &[ClaimedRow], batch_size: usize) -> (&[ClaimedRow], String) {
+/// within the backends' 1 MiB limit, and that body; `None` when the first row alone would
+/// not fit in a batch envelope (it then goes out as a single request).
+fn take_batch(rows: &[ClaimedRow], batch_size: usize) -> (&[ClaimedRow], Option<String>) {
+    const ENVELOPE: &str = "{\"jobs\":[]}";
     let mut body = String::from("{\"jobs\":[");
     let mut taken = 0;
     for row in rows.iter().take(batch_size) {
         let wire = wire_form(row);
-        let grown = body.len() + wire.len() + 2;
-        if taken > 0 && grown > MAX_WIRE_BYTES {
+        let separator = usize::from(taken > 0);
+        if body.len() + separator + wire.len() + 2 > MAX_WIRE_BYTES {
+            if taken == 0 {
+                return (&rows[..1], None);
+            }
             break;
         }
         if taken > 0 {
@@ -630,5 +665,56 @@ fn take_batch(rows: &[ClaimedRow], batch_size: usize) -> (&[ClaimedRow], String)
         taken += 1;
     }
     body.push_str("]}");
-    (&rows[..taken], body)
+    debug_assert!(body.len() >= ENVELOPE.len());
+    (&rows[..taken], Some(body))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(id: i64, args_bytes: usize) -> ClaimedRow {
+        ClaimedRow {
+            id,
+            job_id: format!("01900000-0000-7000-8000-{id:012}"),
+            job_type: "bulk.item".into(),
+            args_json: format!("[\"{}\"]", "x".repeat(args_bytes)),
+            options_json: "{}".into(),
+            meta_json: "{}".into(),
+            attempts: 0,
+        }
+    }
+
+    #[test]
+    fn batches_stop_at_the_batch_size() {
+        let rows: Vec<ClaimedRow> = (0..10).map(|i| row(i, 10)).collect();
+        let (group, body) = take_batch(&rows, 4);
+        assert_eq!(group.len(), 4);
+        let body: serde_json::Value = serde_json::from_str(&body.unwrap()).unwrap();
+        assert_eq!(body["jobs"].as_array().unwrap().len(), 4);
+    }
+
+    #[test]
+    fn batch_bodies_never_exceed_one_mib() {
+        // Rows sized so that a naive sum without separators would let one more in.
+        let wire = wire_form(&row(0, 0)).len() + 4; // the row's framing plus the quotes
+        let per_row = MAX_WIRE_BYTES / 4 - wire;
+        let rows: Vec<ClaimedRow> = (0..8).map(|i| row(i, per_row)).collect();
+        let mut rest = rows.as_slice();
+        while !rest.is_empty() {
+            let (group, body) = take_batch(rest, 100);
+            let body = body.expect("each row fits alone");
+            assert!(body.len() <= MAX_WIRE_BYTES, "{} bytes", body.len());
+            serde_json::from_str::<serde_json::Value>(&body).expect("valid JSON");
+            rest = &rest[group.len()..];
+        }
+    }
+
+    #[test]
+    fn a_row_too_large_for_a_batch_envelope_goes_alone() {
+        let rows = vec![row(1, MAX_WIRE_BYTES - 100), row(2, 10)];
+        let (group, body) = take_batch(&rows, 100);
+        assert_eq!(group.len(), 1);
+        assert!(body.is_none(), "sent as a single request instead");
+    }
 }

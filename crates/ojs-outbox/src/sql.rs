@@ -93,15 +93,24 @@ impl OutboxSql {
         }
     }
 
-    fn index_prefix(&self) -> &str {
-        self.table.rsplit('.').next().unwrap_or(&self.table)
+    /// `(index name prefix, table as the index clause names it)`. PostgreSQL puts the schema
+    /// on the table (`ON app.ojs_outbox`); SQLite on the index (`app.ojs_outbox_due ON ojs_outbox`).
+    fn index_names(&self) -> (String, String) {
+        let (schema, bare) = match self.table.split_once('.') {
+            Some((schema, bare)) => (Some(schema), bare),
+            None => (None, self.table.as_str()),
+        };
+        match (self.dialect, schema) {
+            (Dialect::Sqlite, Some(schema)) => (format!("{schema}.{bare}"), bare.to_owned()),
+            _ => (bare.to_owned(), self.table.clone()),
+        }
     }
 
     /// The DDL, one statement per element (drivers such as sqlite3 run one at a time).
     /// Idempotent: `IF NOT EXISTS` throughout.
     pub fn create_table(&self) -> Vec<String> {
         let t = &self.table;
-        let p = self.index_prefix();
+        let (p, on) = self.index_names();
         let table = match self.dialect {
             Dialect::Postgres => format!(
                 "CREATE TABLE IF NOT EXISTS {t} (
@@ -146,11 +155,11 @@ impl OutboxSql {
             table,
             // The relay's claim scans only due rows, in id order.
             format!(
-                "CREATE INDEX IF NOT EXISTS {p}_due ON {t} (id) WHERE status IN ('pending', 'failed')"
+                "CREATE INDEX IF NOT EXISTS {p}_due ON {on} (id) WHERE status IN ('pending', 'failed')"
             ),
-            format!("CREATE INDEX IF NOT EXISTS {p}_sent ON {t} (sent_at) WHERE status = 'sent'"),
+            format!("CREATE INDEX IF NOT EXISTS {p}_sent ON {on} (sent_at) WHERE status = 'sent'"),
             format!(
-                "CREATE INDEX IF NOT EXISTS {p}_dead ON {t} (tenant_id, id) WHERE status = 'dead'"
+                "CREATE INDEX IF NOT EXISTS {p}_dead ON {on} (tenant_id, id) WHERE status = 'dead'"
             ),
         ]
     }

@@ -321,6 +321,10 @@ fn config_errors_name_the_field() {
             "adapter.relay.lease",
         ),
         (
+            r#"{"adapter": {"outbox": {"enabled": false}}}"#,
+            "adapter.outbox.enabled",
+        ),
+        (
             r#"{"adapter": {"pol_interval": "PT1S"}}"#,
             "adapter.pol_interval",
         ),

@@ -1,0 +1,190 @@
+//! The store on real databases: schema-qualified tables, missing-table errors, claim and settle.
+
+use std::time::Duration;
+
+use ojs_outbox::store::Settlement;
+use ojs_outbox::{Config, ErrorCode, NewJob, Outbox, RowStatus, Store};
+use serde_json::json;
+
+fn sqlite_url(name: &str) -> String {
+    let dir = std::env::temp_dir().join(format!("ojs-store-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    format!("sqlite://{}", dir.join("store.db").display())
+}
+
+fn postgres_url() -> Option<String> {
+    match std::env::var("OJS_TEST_DATABASE_URL") {
+        Ok(url) => Some(url),
+        Err(_) => {
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "OJS_TEST_DATABASE_URL is unset under CI"
+            );
+            eprintln!("SKIP postgres: OJS_TEST_DATABASE_URL is unset (scripts/test.sh sets it)");
+            None
+        }
+    }
+}
+
+async fn stage_claim_settle(url: &str, table: &str) {
+    let config = Config::from_value(
+        &json!({"adapter": {"database_url": url, "outbox": {"table_name": table}}}),
+    )
+    .unwrap();
+    let outbox = Outbox::connect(config).await.unwrap();
+    outbox.store().migrate().await.unwrap();
+    outbox
+        .store()
+        .migrate()
+        .await
+        .expect("migrate is idempotent");
+    let mut tx = outbox.begin().await.unwrap();
+    let ids = tx
+        .enqueue_bulk(
+            (0..5)
+                .map(|i| NewJob::new("store.job", json!([i])))
+                .collect(),
+        )
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+
+    let store = outbox.store();
+    let claimed = store
+        .claim_due("token-1", Duration::from_secs(30), 3, Duration::ZERO)
+        .await
+        .unwrap();
+    assert_eq!(
+        claimed.iter().map(|r| r.job_id.clone()).collect::<Vec<_>>(),
+        ids[..3],
+        "first three, in id order"
+    );
+    let again = store
+        .claim_due("token-2", Duration::from_secs(30), 10, Duration::ZERO)
+        .await
+        .unwrap();
+    assert_eq!(again.len(), 2, "leased rows are not claimed twice");
+    let settle = |id, status| Settlement {
+        id,
+        status,
+        consumed_attempt: status.is_some(),
+        retry_in: Some(Duration::from_secs(60)),
+        error: (status != Some(RowStatus::Sent)).then(|| "boom".to_owned()),
+    };
+    let done = store
+        .settle(
+            "token-1",
+            &[
+                settle(claimed[0].id, Some(RowStatus::Sent)),
+                settle(claimed[1].id, Some(RowStatus::Failed)),
+                settle(claimed[2].id, None),
+            ],
+        )
+        .await
+        .unwrap();
+    assert_eq!(done, 3);
+    assert_eq!(
+        store
+            .settle("token-1", &[settle(again[0].id, Some(RowStatus::Sent))])
+            .await
+            .unwrap(),
+        0,
+        "a foreign lease is not settled"
+    );
+    let states = store.rows_by_job_id(&ids).await.unwrap();
+    assert_eq!(states[&ids[0]].status, RowStatus::Sent);
+    assert_eq!(
+        states[&ids[0]].error, None,
+        "a plain delivery leaves no error text"
+    );
+    assert_eq!(
+        (states[&ids[1]].status, states[&ids[1]].attempts),
+        (RowStatus::Failed, 1)
+    );
+    assert_eq!(
+        (states[&ids[2]].status, states[&ids[2]].attempts),
+        (RowStatus::Pending, 0),
+        "released: nothing decided"
+    );
+    let due = store
+        .claim_due("token-3", Duration::from_secs(30), 10, Duration::ZERO)
+        .await
+        .unwrap();
+    assert!(
+        due.is_empty(),
+        "the failed and released rows wait for their retry time; the rest are leased: {due:?}"
+    );
+    assert_eq!(
+        store.prune(Duration::ZERO, 100).await.unwrap(),
+        1,
+        "prune takes the sent row only"
+    );
+    outbox.store().close().await;
+}
+
+#[tokio::test]
+async fn claim_lease_settle_and_prune_on_sqlite_with_a_schema_qualified_table() {
+    stage_claim_settle(&sqlite_url("qualified"), "main.jobs_outbox").await;
+}
+
+#[tokio::test]
+async fn claim_lease_settle_and_prune_on_postgres_with_a_schema_qualified_table() {
+    if let Some(url) = postgres_url() {
+        let store = Store::connect(&url, "public.jobs_outbox_q").await.unwrap();
+        sqlx::raw_sql("DROP TABLE IF EXISTS public.jobs_outbox_q")
+            .execute(store.postgres_pool().unwrap())
+            .await
+            .unwrap();
+        stage_claim_settle(&url, "public.jobs_outbox_q").await;
+    }
+}
+
+#[tokio::test]
+async fn a_missing_table_says_to_migrate_and_an_app_error_does_not() {
+    let mut urls = vec![sqlite_url("missing")];
+    urls.extend(postgres_url());
+    for url in urls {
+        let store = Store::connect(&url, "no_such_outbox").await.unwrap();
+        let error = store.check_table().await.unwrap_err();
+        assert_eq!(error.code, ErrorCode::OutboxTableMissing, "{url}: {error}");
+        assert!(error.message.contains("ojs-relay migrate"));
+        let config = Config::from_value(
+            &json!({"adapter": {"database_url": url, "outbox": {"table_name": "no_such_outbox"}}}),
+        )
+        .unwrap();
+        let outbox = Outbox::connect(config).await.unwrap();
+        let mut tx = outbox.begin().await.unwrap();
+        let app_error = tx
+            .execute("INSERT INTO no_such_users (id) VALUES (1)")
+            .await
+            .unwrap_err();
+        assert_eq!(
+            app_error.code,
+            ErrorCode::Database,
+            "the application's own table: {app_error}"
+        );
+        let staging = tx.enqueue_after_commit(NewJob::new("a", json!([]))).await;
+        assert!(staging.is_err());
+    }
+}
+
+#[tokio::test]
+async fn bad_database_urls_are_refused_clearly() {
+    for url in ["mysql://localhost/db", "not a url", ""] {
+        let Err(error) = Store::connect(url, "ojs_outbox").await else {
+            panic!("{url} must be refused")
+        };
+        assert_eq!(error.code, ErrorCode::InvalidDatabaseUrl, "{url}");
+    }
+    let error = Store::connect("postgres://nobody:secret@127.0.0.1:1/db", "ojs_outbox")
+        .await
+        .err()
+        .unwrap();
+    assert_eq!(error.code, ErrorCode::Database);
+    assert!(
+        !error.message.contains("secret"),
+        "the password is not echoed: {}",
+        error.message
+    );
+}
