@@ -7,6 +7,7 @@
 
 pub mod backend;
 pub mod backoff;
+pub mod bridge;
 pub mod classify;
 pub mod config;
 pub mod duration;

@@ -1,0 +1,358 @@
+//! The surface the language bindings (Python, Node, Ruby) call. Everything crosses as strings
+//! (JSON texts), integers and flat records; the core owns the tokio runtime, so bindings never
+//! run async code of their own. Fork-safe: a process forked after the relay started (pre-fork
+//! servers: gunicorn, Puma cluster, Node cluster) gets a fresh runtime and relay on first use.
+
+use std::sync::Mutex;
+
+use serde::Deserialize;
+use serde_json::Value;
+
+use crate::config::{Config, RelayMode};
+use crate::error::{Error, ErrorCode, Result};
+use crate::job::{NewJob, RequestContext, prepare};
+use crate::outbox::Outbox;
+use crate::sql::{Dialect, OutboxSql, Placeholder, Statement};
+
+/// Jobs validated and turned into statements for the host connection.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Staged {
+    pub job_ids: Vec<String>,
+    pub statements: Vec<Statement>,
+}
+
+/// One job as a binding hands it over (an element of the `jobs` JSON array).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct JobInput {
+    #[serde(rename = "type")]
+    job_type: Value,
+    #[serde(default)]
+    args: Option<Value>,
+    #[serde(default)]
+    options: Option<Value>,
+    #[serde(default)]
+    meta: Option<Value>,
+}
+
+struct Running {
+    pid: u32,
+    runtime: tokio::runtime::Runtime,
+    outbox: Outbox,
+}
+
+/// One configured adapter per application (a Django settings module, an Express app, a Rails app).
+pub struct Adapter {
+    config: Config,
+    running: Mutex<Option<Running>>,
+}
+
+impl Adapter {
+    /// Parses the spec §5.2 configuration; no I/O.
+    pub fn new(config_json: &str) -> Result<Adapter> {
+        Ok(Adapter {
+            config: Config::from_json(config_json)?,
+            running: Mutex::new(None),
+        })
+    }
+
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    pub fn table_name(&self) -> &str {
+        &self.config.outbox.table_name
+    }
+
+    /// Whether the relay runs in this process (`in_process`) or elsewhere (`external`).
+    pub fn relay_in_process(&self) -> bool {
+        self.config.relay.mode == RelayMode::InProcess
+    }
+
+    /// The DDL for a host connection of this dialect (`postgres`/`postgresql`, `sqlite`).
+    pub fn create_table_sql(&self, dialect: &str) -> Result<Vec<String>> {
+        Ok(OutboxSql::new(parse_dialect(dialect)?, self.table_name()).create_table())
+    }
+
+    /// Validates jobs (a JSON array of `{"type", "args", "options"?, "meta"?}`), merges the
+    /// request context (JSON object or null), assigns ids, and returns the INSERT statements
+    /// for the host connection in its dialect and placeholder style. All or nothing: one
+    /// invalid job fails the call, naming its index when there are several.
+    pub fn stage(
+        &self,
+        dialect: &str,
+        placeholder: &str,
+        jobs_json: &str,
+        context_json: Option<&str>,
+    ) -> Result<Staged> {
+        let sql = OutboxSql::new(parse_dialect(dialect)?, self.table_name());
+        let placeholder = Placeholder::parse(placeholder).ok_or_else(|| {
+            Error::field(
+                ErrorCode::InvalidConfig,
+                "placeholder",
+                format!("{placeholder:?} is not dollar, question or percent"),
+            )
+        })?;
+        let context = parse_context(context_json)?;
+        let inputs: Vec<Value> = serde_json::from_str(jobs_json).map_err(|e| {
+            Error::field(
+                ErrorCode::InvalidArgs,
+                "jobs",
+                format!("not a JSON array of jobs: {e}"),
+            )
+        })?;
+        let many = inputs.len() > 1;
+        let mut prepared = Vec::with_capacity(inputs.len());
+        for (index, input) in inputs.into_iter().enumerate() {
+            let job = job_from_input(input).and_then(|job| prepare(job, context.as_ref()));
+            match job {
+                Ok(job) => prepared.push(job),
+                Err(error) if many => {
+                    return Err(Error {
+                        message: format!("jobs[{index}]: {}", error.message),
+                        ..error
+                    });
+                }
+                Err(error) => return Err(error),
+            }
+        }
+        let statements = sql.insert(placeholder, &prepared);
+        Ok(Staged {
+            job_ids: prepared.into_iter().map(|job| job.job_id).collect(),
+            statements,
+        })
+    }
+
+    /// Runs `work` on this process's runtime and outbox, creating them on first use (or after
+    /// a fork: the parent's runtime has no threads in the child, so it is leaked, not dropped).
+    fn with_running<T>(&self, work: impl FnOnce(&Running) -> Result<T>) -> Result<T> {
+        let mut guard = self
+            .running
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let pid = std::process::id();
+        if guard.as_ref().is_some_and(|running| running.pid != pid) {
+            std::mem::forget(guard.take());
+        }
+        if guard.is_none() {
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .thread_name("ojs-relay")
+                .enable_all()
+                .build()
+                .map_err(|e| {
+                    Error::new(
+                        ErrorCode::Database,
+                        format!("cannot start the relay runtime: {e}"),
+                    )
+                })?;
+            let outbox = runtime.block_on(Outbox::connect(self.config.clone()))?;
+            *guard = Some(Running {
+                pid,
+                runtime,
+                outbox,
+            });
+        }
+        work(guard.as_ref().expect("just set"))
+    }
+
+    /// Starts the in-process relay (FA-R003) unless the mode is `external`. Idempotent.
+    pub fn start_relay(&self) -> Result<()> {
+        if !self.relay_in_process() {
+            return Ok(());
+        }
+        self.with_running(|running| {
+            let _entered = running.runtime.enter();
+            running.outbox.start_relay();
+            Ok(())
+        })
+    }
+
+    /// Graceful stop: sends what the hot queue holds (within `shutdown_timeout`), releases leases.
+    pub fn stop_relay(&self) {
+        let guard = self
+            .running
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if let Some(running) = guard
+            .as_ref()
+            .filter(|running| running.pid == std::process::id())
+        {
+            running.runtime.block_on(running.outbox.stop_relay());
+        }
+    }
+
+    /// The after-commit hook. Never blocks on I/O, never fails: without a relay in this process
+    /// the rows wait for a poller.
+    pub fn notify_committed(&self, job_ids: Vec<String>) {
+        let guard = self
+            .running
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if let Some(running) = guard
+            .as_ref()
+            .filter(|running| running.pid == std::process::id())
+        {
+            running.outbox.notify_committed(job_ids);
+        }
+    }
+
+    /// `enqueue`: one job straight to the backend, no outbox. Blocks until the backend answers.
+    pub fn enqueue_now(&self, job_json: &str, context_json: Option<&str>) -> Result<String> {
+        let input: Value = serde_json::from_str(job_json).map_err(|e| {
+            Error::field(
+                ErrorCode::InvalidArgs,
+                "job",
+                format!("not a JSON job: {e}"),
+            )
+        })?;
+        let job = job_from_input(input)?;
+        let context = parse_context(context_json)?;
+        self.with_running(|running| {
+            running
+                .runtime
+                .block_on(running.outbox.enqueue_now(job, context.as_ref()))
+        })
+    }
+
+    /// The relay's metrics as JSON (`null` when no relay runs in this process).
+    pub fn metrics_json(&self) -> String {
+        let guard = self
+            .running
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let metrics = guard
+            .as_ref()
+            .filter(|r| r.pid == std::process::id())
+            .and_then(|r| r.outbox.metrics());
+        serde_json::to_string(&metrics).expect("metrics serialize")
+    }
+
+    /// Creates the outbox table through the relay's own connection.
+    pub fn migrate(&self) -> Result<()> {
+        self.with_running(|running| running.runtime.block_on(running.outbox.store().migrate()))
+    }
+
+    /// Counts by status, oldest pending age and lag, as JSON.
+    pub fn status_json(&self) -> Result<String> {
+        self.with_running(|running| {
+            let status = running.runtime.block_on(running.outbox.store().status())?;
+            Ok(serde_json::to_string(&status).expect("status serializes"))
+        })
+    }
+
+    /// Dead rows of a tenant (or all), oldest first, as a JSON array.
+    pub fn dead_list_json(&self, tenant: Option<&str>, limit: u32) -> Result<String> {
+        self.with_running(|running| {
+            let rows = running
+                .runtime
+                .block_on(running.outbox.store().dead_list(tenant, limit as usize))?;
+            Ok(serde_json::to_string(&rows).expect("rows serialize"))
+        })
+    }
+
+    pub fn dead_replay(&self, tenant: Option<&str>) -> Result<u64> {
+        self.with_running(|running| {
+            running
+                .runtime
+                .block_on(running.outbox.store().dead_replay(tenant))
+        })
+    }
+
+    pub fn dead_purge(&self, tenant: Option<&str>) -> Result<u64> {
+        self.with_running(|running| {
+            running
+                .runtime
+                .block_on(running.outbox.store().dead_purge(tenant))
+        })
+    }
+
+    /// The state of these jobs' rows as committed, as JSON `{job_id: {status, attempts, error}}`.
+    pub fn rows_json(&self, job_ids: Vec<String>) -> Result<String> {
+        self.with_running(|running| {
+            let rows = running
+                .runtime
+                .block_on(running.outbox.store().rows_by_job_id(&job_ids))?;
+            Ok(serde_json::to_string(&rows).expect("rows serialize"))
+        })
+    }
+
+    /// Runs the relay as this process's only job (a framework's `ojs_relay` command) until
+    /// SIGINT or SIGTERM, then stops gracefully. Same engine as `ojs-relay run`.
+    pub fn run_relay_until_signal(&self) -> Result<()> {
+        self.with_running(|running| {
+            running.runtime.block_on(async {
+                let store = running.outbox.store().clone();
+                store.check_table().await?;
+                let relay = crate::Relay::start(
+                    store,
+                    running.outbox.backend().clone(),
+                    &self.config,
+                    false,
+                );
+                wait_for_stop_signal().await;
+                relay.shutdown().await;
+                Ok(())
+            })
+        })
+    }
+}
+
+async fn wait_for_stop_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    match (
+        signal(SignalKind::interrupt()),
+        signal(SignalKind::terminate()),
+    ) {
+        (Ok(mut interrupt), Ok(mut terminate)) => {
+            tokio::select! {
+                _ = interrupt.recv() => {}
+                _ = terminate.recv() => {}
+            }
+        }
+        _ => {
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    }
+}
+
+fn parse_dialect(name: &str) -> Result<Dialect> {
+    Dialect::parse(name).ok_or_else(|| {
+        Error::field(
+            ErrorCode::InvalidConfig,
+            "dialect",
+            format!("{name:?} is not supported (postgresql or sqlite)"),
+        )
+    })
+}
+
+fn parse_context(context_json: Option<&str>) -> Result<Option<RequestContext>> {
+    match context_json.map(str::trim) {
+        None | Some("") | Some("null") => Ok(None),
+        Some(text) => RequestContext::from_json(text).map(Some),
+    }
+}
+
+fn job_from_input(input: Value) -> Result<NewJob> {
+    let input: JobInput = serde_json::from_value(input).map_err(|e| {
+        Error::field(
+            ErrorCode::InvalidArgs,
+            "job",
+            format!("expected {{\"type\", \"args\", \"options\", \"meta\"}}: {e}"),
+        )
+    })?;
+    let job_type = match input.job_type {
+        Value::String(job_type) => job_type,
+        other => {
+            return Err(Error::field(
+                ErrorCode::InvalidJobType,
+                "type",
+                format!("must be a string, got {other}"),
+            ));
+        }
+    };
+    let mut job = NewJob::new(job_type, input.args.unwrap_or(Value::Null));
+    job.options = input.options.filter(|o| !o.is_null());
+    job.meta = input.meta.filter(|m| !m.is_null());
+    Ok(job)
+}

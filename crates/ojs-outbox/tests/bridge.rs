@@ -1,0 +1,174 @@
+//! The bindings' surface: stage through a *host* connection (here a plain sqlx connection of
+//! the test's own, as Django/knex/ActiveRecord would hold), wake the relay after COMMIT.
+
+use std::time::{Duration, Instant};
+
+use ojs_devserver::DevServer;
+use ojs_outbox::ErrorCode;
+use ojs_outbox::bridge::Adapter;
+use serde_json::json;
+use sqlx::{Connection, SqliteConnection};
+
+#[test]
+fn host_connection_stages_and_the_relay_delivers_after_commit() {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let backend = runtime.block_on(DevServer::start(0)).unwrap();
+    let dir = std::env::temp_dir().join(format!("ojs-bridge-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let url = format!("sqlite://{}", dir.join("host.db").display());
+    let config = json!({"adapter": {"ojs_url": backend.url(), "database_url": url}}).to_string();
+    let adapter = Adapter::new(&config).unwrap();
+
+    runtime.block_on(async {
+        let mut host = SqliteConnection::connect(&format!("{url}?mode=rwc"))
+            .await
+            .unwrap();
+        for ddl in adapter.create_table_sql("sqlite").unwrap() {
+            sqlx::raw_sql(sqlx::AssertSqlSafe(ddl))
+                .execute(&mut host)
+                .await
+                .unwrap();
+        }
+    });
+    adapter.start_relay().unwrap();
+
+    let jobs = json!([{"type": "email.welcome", "args": [1]}, {"type": "email.welcome", "args": [2], "options": {"queue": "email"}}]);
+    let context = json!({"request_id": "req-9"}).to_string();
+    let staged = adapter
+        .stage("sqlite", "question", &jobs.to_string(), Some(&context))
+        .unwrap();
+    assert_eq!(staged.job_ids.len(), 2);
+    assert_eq!(staged.statements.len(), 1, "one INSERT for the bulk");
+    runtime.block_on(async {
+        let mut host = SqliteConnection::connect(&url).await.unwrap();
+        let mut tx = host.begin().await.unwrap();
+        for statement in &staged.statements {
+            let mut query = sqlx::query(sqlx::AssertSqlSafe(statement.sql.clone()));
+            for param in &statement.params {
+                query = query.bind(param.clone());
+            }
+            query.execute(&mut *tx).await.unwrap();
+        }
+        tx.commit().await.unwrap();
+    });
+    adapter.notify_committed(staged.job_ids.clone());
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while backend.snapshot().jobs.len() < 2 {
+        assert!(Instant::now() < deadline, "not delivered");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let received = backend.snapshot();
+    assert_eq!(received.jobs[0].id, staged.job_ids[0]);
+    assert_eq!(
+        received.jobs[1].meta.as_ref().unwrap()["ojs.context.request_id"],
+        "req-9"
+    );
+    let rows: serde_json::Value =
+        serde_json::from_str(&adapter.rows_json(staged.job_ids.clone()).unwrap()).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut rows = rows;
+    while rows[&staged.job_ids[1]]["status"] != "sent" {
+        assert!(Instant::now() < deadline, "not settled: {rows}");
+        std::thread::sleep(Duration::from_millis(5));
+        rows = serde_json::from_str(&adapter.rows_json(staged.job_ids.clone()).unwrap()).unwrap();
+    }
+    let metrics: serde_json::Value = serde_json::from_str(&adapter.metrics_json()).unwrap();
+    assert_eq!(metrics["sent"], 2);
+    adapter.stop_relay();
+    runtime.block_on(backend.shutdown());
+}
+
+#[test]
+fn statements_follow_the_host_placeholder_style() {
+    let adapter =
+        Adapter::new(r#"{"adapter": {"outbox": {"table_name": "jobs_outbox"}}}"#).unwrap();
+    let jobs = r#"[{"type": "a", "args": []}]"#;
+    let percent = adapter.stage("postgresql", "percent", jobs, None).unwrap();
+    assert!(
+        percent.statements[0]
+            .sql
+            .starts_with("INSERT INTO jobs_outbox "),
+        "{}",
+        percent.statements[0].sql
+    );
+    assert!(
+        percent.statements[0].sql.contains("CAST(%s AS uuid)"),
+        "{}",
+        percent.statements[0].sql
+    );
+    assert_eq!(percent.statements[0].params.len(), 6);
+    let dollar = adapter.stage("postgres", "dollar", jobs, None).unwrap();
+    assert!(dollar.statements[0].sql.contains("$6"));
+    let question = adapter.stage("sqlite", "question", jobs, None).unwrap();
+    assert_eq!(question.statements[0].sql.matches('?').count(), 6);
+}
+
+#[test]
+fn bad_input_names_the_job_and_the_field() {
+    let adapter = Adapter::new("{}").unwrap();
+    let bulk = r#"[{"type": "ok", "args": []}, {"type": "Bad-Type", "args": []}]"#;
+    let error = adapter.stage("sqlite", "question", bulk, None).unwrap_err();
+    assert_eq!(error.code, ErrorCode::InvalidJobType);
+    assert!(
+        error.message.starts_with("jobs[1]: type"),
+        "{}",
+        error.message
+    );
+    let cases = [
+        (r#"[{"type": 5, "args": []}]"#, ErrorCode::InvalidJobType),
+        (r#"[{"type": "a"}]"#, ErrorCode::InvalidArgs),
+        (
+            r#"[{"type": "a", "args": [], "extra": 1}]"#,
+            ErrorCode::InvalidArgs,
+        ),
+        (r#"{"type": "a"}"#, ErrorCode::InvalidArgs),
+        (
+            r#"[{"type": "a", "args": [], "options": {"queue": "BAD"}}]"#,
+            ErrorCode::InvalidQueue,
+        ),
+    ];
+    for (jobs, code) in cases {
+        assert_eq!(
+            adapter
+                .stage("sqlite", "question", jobs, None)
+                .unwrap_err()
+                .code,
+            code,
+            "{jobs}"
+        );
+    }
+    assert_eq!(
+        adapter
+            .stage("mysql", "question", "[]", None)
+            .unwrap_err()
+            .code,
+        ErrorCode::InvalidConfig
+    );
+    assert_eq!(
+        adapter
+            .stage("sqlite", "colon", "[]", None)
+            .unwrap_err()
+            .code,
+        ErrorCode::InvalidConfig
+    );
+    assert_eq!(
+        adapter
+            .stage(
+                "sqlite",
+                "question",
+                r#"[{"type":"a","args":[]}]"#,
+                Some(r#"{"user": 1}"#)
+            )
+            .unwrap_err()
+            .code,
+        ErrorCode::InvalidMeta
+    );
+    assert_eq!(
+        Adapter::new(r#"{"adapter": {"outbox": {"batch_size": 0}}}"#)
+            .err()
+            .unwrap()
+            .code,
+        ErrorCode::InvalidConfig
+    );
+}
