@@ -359,10 +359,32 @@ impl Engine {
                 settlements.push(self.send_single(row).await);
             }
         }
-        if let Err(error) = self.store.settle(token, &settlements).await {
-            self.database_trouble(error).await;
+        match self.store.settle(token, &settlements).await {
+            // Counted once the table says so; rows whose lease was lost count nowhere.
+            Ok(_) => self.count_settled(&settlements),
+            Err(error) => self.database_trouble(error).await,
         }
         self.counters.in_flight.store(0, Ordering::Relaxed);
+    }
+
+    fn count_settled(&self, settlements: &[Settlement]) {
+        let count = |wanted: fn(&Settlement) -> bool| {
+            settlements.iter().filter(|s| wanted(s)).count() as u64
+        };
+        let counters = &self.counters;
+        counters.sent.fetch_add(
+            count(|s| s.status == Some(RowStatus::Sent)),
+            Ordering::Relaxed,
+        );
+        counters.dead.fetch_add(
+            count(|s| s.status == Some(RowStatus::Dead)),
+            Ordering::Relaxed,
+        );
+        // A failed attempt, or a deferral (no status change, a retry time).
+        let retried = count(|s| {
+            s.status == Some(RowStatus::Failed) || (s.status.is_none() && s.retry_in.is_some())
+        });
+        counters.retried.fetch_add(retried, Ordering::Relaxed);
     }
 
     async fn batch_supported(&mut self) -> Result<bool, String> {
@@ -384,9 +406,6 @@ impl Engine {
         match outcome {
             Outcome::Delivered { .. } => {
                 self.backend_ok();
-                self.counters
-                    .sent
-                    .fetch_add(group.len() as u64, Ordering::Relaxed);
                 settlements.extend(
                     group
                         .iter()
@@ -423,7 +442,6 @@ impl Engine {
         match outcome {
             Outcome::Delivered { deduplicated } => {
                 self.backend_ok();
-                self.counters.sent.fetch_add(1, Ordering::Relaxed);
                 if deduplicated {
                     self.counters.deduplicated.fetch_add(1, Ordering::Relaxed);
                     return settled(
@@ -439,7 +457,6 @@ impl Engine {
             Outcome::Duplicate => match self.backend.job_exists(&row.job_id).await {
                 Ok(ours) => {
                     self.backend_ok();
-                    self.counters.sent.fetch_add(1, Ordering::Relaxed);
                     self.counters.deduplicated.fetch_add(1, Ordering::Relaxed);
                     // Our id already there: an earlier attempt got through. Otherwise the
                     // job's unique key matched another job, which is what the user asked for.
@@ -465,11 +482,9 @@ impl Engine {
                 self.backend_ok();
                 let attempts = row.attempts as u32 + 1;
                 if attempts >= self.config.relay.max_attempts {
-                    self.counters.dead.fetch_add(1, Ordering::Relaxed);
                     let error = format!("{reason} (gave up after {attempts} attempts)");
                     return settled(row, RowStatus::Dead, None, Some(error), true);
                 }
-                self.counters.retried.fetch_add(1, Ordering::Relaxed);
                 let delay = backoff::jittered(
                     attempts,
                     self.config.relay.initial_backoff,
@@ -483,7 +498,6 @@ impl Engine {
                 retry_after,
             } => {
                 self.backend_ok();
-                self.counters.retried.fetch_add(1, Ordering::Relaxed);
                 let delay = retry_after.unwrap_or(self.config.relay.initial_backoff);
                 Settlement {
                     id: row.id,
@@ -495,7 +509,6 @@ impl Engine {
             }
             Outcome::Terminal { reason } => {
                 self.backend_ok();
-                self.counters.dead.fetch_add(1, Ordering::Relaxed);
                 settled(row, RowStatus::Dead, None, Some(reason), true)
             }
             ref pausing => {

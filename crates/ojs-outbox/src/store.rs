@@ -100,6 +100,17 @@ pub struct RowState {
     pub error: Option<String>,
 }
 
+/// Runs the same sqlx expression on whichever pool the store holds: the statements differ by
+/// dialect (sql.rs), the calls do not.
+macro_rules! on_pool {
+    ($pool:expr, |$p:ident| $body:expr) => {
+        match $pool {
+            Pool::Postgres($p) => $body,
+            Pool::Sqlite($p) => $body,
+        }
+    };
+}
+
 #[derive(Debug, Clone)]
 pub(crate) enum Pool {
     Postgres(PgPool),
@@ -242,16 +253,12 @@ impl Store {
     }
 
     async fn execute(&self, statement: &str) -> Result<u64> {
-        Ok(match &self.pool {
-            Pool::Postgres(pool) => sqlx::raw_sql(AssertSqlSafe(statement.to_owned()))
-                .execute(pool)
-                .await?
-                .rows_affected(),
-            Pool::Sqlite(pool) => sqlx::raw_sql(AssertSqlSafe(statement.to_owned()))
-                .execute(pool)
-                .await?
-                .rows_affected(),
-        })
+        Ok(on_pool!(&self.pool, |pool| sqlx::raw_sql(AssertSqlSafe(
+            statement.to_owned()
+        ))
+        .execute(pool)
+        .await?
+        .rows_affected()))
     }
 
     /// Claims up to `limit` due rows older than `skip_recent`, in id order.
@@ -381,47 +388,27 @@ impl Store {
     /// Deletes up to `limit` `sent` rows older than `retention`; returns how many.
     pub async fn prune(&self, retention: Duration, limit: usize) -> Result<u64> {
         let retention_ms = retention.as_millis() as i64;
-        Ok(match &self.pool {
-            Pool::Postgres(pool) => sqlx::query(self.statements.prune.clone())
-                .bind(retention_ms)
-                .bind(limit as i64)
-                .execute(pool)
-                .await?
-                .rows_affected(),
-            Pool::Sqlite(pool) => sqlx::query(self.statements.prune.clone())
-                .bind(retention_ms)
-                .bind(limit as i64)
-                .execute(pool)
-                .await?
-                .rows_affected(),
-        })
+        Ok(on_pool!(&self.pool, |pool| sqlx::query(
+            self.statements.prune.clone()
+        )
+        .bind(retention_ms)
+        .bind(limit as i64)
+        .execute(pool)
+        .await?
+        .rows_affected()))
     }
 
     pub async fn status(&self) -> Result<OutboxStatus> {
-        let counts: Vec<(String, i64, i64, i64)> = match &self.pool {
-            Pool::Postgres(pool) => {
-                sqlx::query_as(AssertSqlSafe(self.sql.status_counts()))
-                    .fetch_all(pool)
-                    .await?
-            }
-            Pool::Sqlite(pool) => {
-                sqlx::query_as(AssertSqlSafe(self.sql.status_counts()))
-                    .fetch_all(pool)
-                    .await?
-            }
-        };
-        let lag: (i64,) = match &self.pool {
-            Pool::Postgres(pool) => {
-                sqlx::query_as(AssertSqlSafe(self.sql.recent_lag()))
-                    .fetch_one(pool)
-                    .await?
-            }
-            Pool::Sqlite(pool) => {
-                sqlx::query_as(AssertSqlSafe(self.sql.recent_lag()))
-                    .fetch_one(pool)
-                    .await?
-            }
-        };
+        let counts: Vec<(String, i64, i64, i64)> = on_pool!(&self.pool, |pool| sqlx::query_as(
+            AssertSqlSafe(self.sql.status_counts())
+        )
+        .fetch_all(pool)
+        .await?);
+        let lag: (i64,) = on_pool!(&self.pool, |pool| sqlx::query_as(AssertSqlSafe(
+            self.sql.recent_lag()
+        ))
+        .fetch_one(pool)
+        .await?);
         let mut status = OutboxStatus {
             recent_lag_ms: lag.0,
             ..OutboxStatus::default()
@@ -446,31 +433,23 @@ impl Store {
     /// the due-rows index, so it stays cheap beside millions of sent rows.
     pub async fn undelivered_summary(&self) -> Result<(i64, i64)> {
         let sql = self.sql.undelivered_summary();
-        Ok(match &self.pool {
-            Pool::Postgres(pool) => sqlx::query_as(AssertSqlSafe(sql)).fetch_one(pool).await?,
-            Pool::Sqlite(pool) => sqlx::query_as(AssertSqlSafe(sql)).fetch_one(pool).await?,
-        })
+        Ok(on_pool!(&self.pool, |pool| sqlx::query_as(AssertSqlSafe(
+            sql
+        ))
+        .fetch_one(pool)
+        .await?))
     }
 
     /// Dead rows, oldest first; `tenant` scopes them (seed 003: a tenant sees only its own).
     pub async fn dead_list(&self, tenant: Option<&str>, limit: usize) -> Result<Vec<DeadRow>> {
         let sql = self.sql.dead_list();
-        let rows: Vec<DeadTuple> = match &self.pool {
-            Pool::Postgres(pool) => {
-                sqlx::query_as(AssertSqlSafe(sql.clone()))
-                    .bind(tenant)
-                    .bind(limit as i64)
-                    .fetch_all(pool)
-                    .await?
-            }
-            Pool::Sqlite(pool) => {
-                sqlx::query_as(AssertSqlSafe(sql.clone()))
-                    .bind(tenant)
-                    .bind(limit as i64)
-                    .fetch_all(pool)
-                    .await?
-            }
-        };
+        let rows: Vec<DeadTuple> = on_pool!(&self.pool, |pool| sqlx::query_as(AssertSqlSafe(
+            sql.clone()
+        ))
+        .bind(tenant)
+        .bind(limit as i64)
+        .fetch_all(pool)
+        .await?);
         Ok(rows
             .into_iter()
             .map(
@@ -489,20 +468,10 @@ impl Store {
     /// How many dead rows a tenant (or, with `None`, every tenant) has.
     pub async fn dead_count(&self, tenant: Option<&str>) -> Result<i64> {
         let sql = self.sql.dead_count();
-        let (count,): (i64,) = match &self.pool {
-            Pool::Postgres(pool) => {
-                sqlx::query_as(AssertSqlSafe(sql))
-                    .bind(tenant)
-                    .fetch_one(pool)
-                    .await?
-            }
-            Pool::Sqlite(pool) => {
-                sqlx::query_as(AssertSqlSafe(sql))
-                    .bind(tenant)
-                    .fetch_one(pool)
-                    .await?
-            }
-        };
+        let (count,): (i64,) = on_pool!(&self.pool, |pool| sqlx::query_as(AssertSqlSafe(sql))
+            .bind(tenant)
+            .fetch_one(pool)
+            .await?);
         Ok(count)
     }
 
@@ -517,18 +486,13 @@ impl Store {
     }
 
     async fn tenant_statement(&self, sql: &str, tenant: Option<&str>) -> Result<u64> {
-        Ok(match &self.pool {
-            Pool::Postgres(pool) => sqlx::query(AssertSqlSafe(sql.to_owned()))
-                .bind(tenant)
-                .execute(pool)
-                .await?
-                .rows_affected(),
-            Pool::Sqlite(pool) => sqlx::query(AssertSqlSafe(sql.to_owned()))
-                .bind(tenant)
-                .execute(pool)
-                .await?
-                .rows_affected(),
-        })
+        Ok(on_pool!(&self.pool, |pool| sqlx::query(AssertSqlSafe(
+            sql.to_owned()
+        ))
+        .bind(tenant)
+        .execute(pool)
+        .await?
+        .rows_affected()))
     }
 
     /// The state of the rows of these job ids (absent ids have no row), as committed.
@@ -547,10 +511,7 @@ impl Store {
     }
 
     pub async fn close(&self) {
-        match &self.pool {
-            Pool::Postgres(pool) => pool.close().await,
-            Pool::Sqlite(pool) => pool.close().await,
-        }
+        on_pool!(&self.pool, |pool| pool.close().await)
     }
 }
 
