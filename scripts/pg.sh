@@ -11,7 +11,11 @@ as_pg() { if [ "$(id -u)" = 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi
 case "$cmd" in
   start)
     port=${3:?port}; fsync=${4:-off}
-    mkdir -p "$dir"; [ "$(id -u)" = 0 ] && chown postgres:postgres "$dir"
+    mkdir -p "$dir"
+    if [ "$(id -u)" = 0 ]; then
+      chown postgres:postgres "$dir"
+      chmod o+x "$(dirname "$dir")"   # mktemp -d makes 0700 parents the server could not enter
+    fi
     if [ ! -f "$dir/PG_VERSION" ]; then
       as_pg "$bin/initdb" -D "$dir" -A trust -U postgres --no-sync -E UTF8 >"$dir.initdb.log" 2>&1 \
         || { cat "$dir.initdb.log" >&2; exit 1; }
