@@ -227,9 +227,13 @@ impl Engine {
                 next_prune = now + self.config.relay.prune_interval;
             }
             // Checked before waiting so a steady stream of hot ids cannot starve the poller.
+            // A full claim means a backlog: poll again at once (the timers above still run
+            // between rounds, so metrics and pruning keep up during a long drain).
             if now >= next_poll {
-                self.poll_until_drained().await;
-                next_poll = Instant::now() + poll_interval;
+                let backlog = self.poll_once().await;
+                if !backlog {
+                    next_poll = Instant::now() + poll_interval;
+                }
                 continue;
             }
             let mut stop = self.stop_rx.clone();
@@ -288,29 +292,29 @@ impl Engine {
         }
     }
 
-    async fn poll_until_drained(&mut self) {
+    /// One poller round; true when it claimed a full batch and no pause or stop intervened.
+    async fn poll_once(&mut self) -> bool {
         let batch_size = self.config.outbox.batch_size;
-        loop {
-            let token = self.next_lease_token();
-            self.start_claim_clock();
-            let claimed = self
-                .store
-                .claim_due(
-                    &token,
-                    self.config.relay.lease,
-                    batch_size,
-                    self.skip_recent,
-                )
-                .await;
-            match claimed {
-                Ok(rows) => {
-                    let full = rows.len() == batch_size;
-                    self.deliver(&token, rows).await;
-                    if !full || self.pause_until.is_some() || self.stopping() {
-                        return;
-                    }
-                }
-                Err(e) => return self.database_trouble(e).await,
+        let token = self.next_lease_token();
+        self.start_claim_clock();
+        let claimed = self
+            .store
+            .claim_due(
+                &token,
+                self.config.relay.lease,
+                batch_size,
+                self.skip_recent,
+            )
+            .await;
+        match claimed {
+            Ok(rows) => {
+                let full = rows.len() == batch_size;
+                self.deliver(&token, rows).await;
+                full && self.pause_until.is_none() && !self.stopping()
+            }
+            Err(e) => {
+                self.database_trouble(e).await;
+                false
             }
         }
     }

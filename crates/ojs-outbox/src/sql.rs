@@ -107,7 +107,9 @@ impl OutboxSql {
     }
 
     /// The DDL, one statement per element (drivers such as sqlite3 run one at a time).
-    /// Idempotent: `IF NOT EXISTS` throughout.
+    /// Idempotent: `IF NOT EXISTS` throughout. On PostgreSQL every row is updated twice
+    /// (claim, settle): free space on each page (fillfactor 70) lets those be in-page (HOT)
+    /// updates, which measured 23k -> 29k jobs/s draining at batch 500 (docs/benchmarks.md).
     pub fn create_table(&self) -> Vec<String> {
         let t = &self.table;
         let (p, on) = self.index_names();
@@ -129,7 +131,7 @@ impl OutboxSql {
     created_at   TIMESTAMPTZ NOT NULL DEFAULT now(),
     sent_at      TIMESTAMPTZ,
     error        TEXT
-)"
+) WITH (fillfactor = 70)"
             ),
             Dialect::Sqlite => format!(
                 "CREATE TABLE IF NOT EXISTS {t} (
