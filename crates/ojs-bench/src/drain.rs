@@ -1,0 +1,592 @@
+//! `drain`: how fast the relay empties a staged backlog on PostgreSQL into the devserver, per
+//! batch size, against a naive one-row-per-transaction relay written here, plus a phase
+//! profile (claim / build / HTTP / settle) of the same round the engine runs.
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use clap::Args;
+use ojs_outbox::backend::Backend;
+use ojs_outbox::classify::Outcome;
+use ojs_outbox::job::wire_json;
+use ojs_outbox::store::Settlement;
+use ojs_outbox::{Outbox, Relay, RowStatus, Store};
+use serde_json::{Value, json};
+use sqlx::AssertSqlSafe;
+use sqlx::postgres::PgPoolOptions;
+
+use crate::common::*;
+
+#[derive(Debug, Args)]
+pub struct DrainArgs {
+    /// PostgreSQL URL (the benchmark creates and drops its own tables `ojs_bench_*`).
+    #[arg(long, env = "OJS_BENCH_DATABASE_URL")]
+    pub database_url: String,
+    /// Rows drained per run for batch sizes >= 100.
+    #[arg(long, default_value_t = 100_000)]
+    pub rows: usize,
+    /// Batch sizes to run.
+    #[arg(long, value_delimiter = ',', default_value = "1,100,500")]
+    pub batch_sizes: Vec<usize>,
+    /// Rows drained for batch size 1 (one row per round is slow; a smaller backlog keeps the run short).
+    #[arg(long, default_value_t = 5_000)]
+    pub batch1_rows: usize,
+    /// Rows drained by the naive baseline relay.
+    #[arg(long, default_value_t = 5_000)]
+    pub baseline_rows: usize,
+    /// Rows of the phase profile at the largest batch size (0 skips the profile).
+    #[arg(long, default_value_t = 20_000)]
+    pub profile_rows: usize,
+    /// Also run batch size 1 with `synchronous_commit=off` on the relay's own connections.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    pub sync_off_variant: bool,
+    /// Experiment: `ALTER TABLE ... SET (fillfactor = N)` on every benchmark table before staging
+    /// (the core's DDL leaves the default, 100).
+    #[arg(long)]
+    pub fillfactor: Option<u32>,
+    /// Relay poll interval during the drain.
+    #[arg(long, default_value_t = 10)]
+    pub poll_interval_ms: u64,
+    /// ojs-devserver binary (default: beside this one).
+    #[arg(long)]
+    pub devserver_bin: Option<PathBuf>,
+    /// JSON lines are appended here.
+    #[arg(long, default_value = "target/bench/results.jsonl")]
+    pub out: PathBuf,
+}
+
+struct RunResult {
+    label: String,
+    batch_size: usize,
+    rows: usize,
+    seconds: f64,
+    jobs_per_s: f64,
+    record: Value,
+}
+
+pub async fn run(args: DrainArgs) -> BoxResult<()> {
+    if !is_postgres(&args.database_url) {
+        return Err(err("drain runs on PostgreSQL: pass a postgres:// URL"));
+    }
+    let admin = PgPoolOptions::new()
+        .max_connections(2)
+        .connect(&args.database_url)
+        .await?;
+    let version = server_version(&admin).await;
+    let devserver = DevServer::spawn(&sibling_binary(
+        args.devserver_bin.as_deref(),
+        "ojs-devserver",
+    )?)?;
+    println!(
+        "drain: PostgreSQL {version} at {}, devserver {} (child process, pid {}), relay in this process (pid {})",
+        redact(&args.database_url),
+        devserver.url,
+        devserver.pid(),
+        std::process::id()
+    );
+
+    // The baseline runs first and last; the faster of the two is the reference, so the ratios
+    // are conservative when the shared machine is noisy.
+    let first_baseline = baseline_run(&args, &admin, &devserver, "first").await?;
+    let mut results = Vec::new();
+    for &batch_size in &args.batch_sizes {
+        let rows = if batch_size == 1 {
+            args.batch1_rows
+        } else {
+            args.rows
+        };
+        let result = relay_run(&args, &admin, &devserver, batch_size, rows, false).await?;
+        results.push(result);
+    }
+    if args.sync_off_variant && args.batch_sizes.contains(&1) {
+        results.push(relay_run(&args, &admin, &devserver, 1, args.batch1_rows, true).await?);
+    }
+    let last_baseline = baseline_run(&args, &admin, &devserver, "last").await?;
+    let baselines = [first_baseline, last_baseline];
+    let baseline = baselines
+        .iter()
+        .max_by(|a, b| a.jobs_per_s.total_cmp(&b.jobs_per_s))
+        .expect("two baselines");
+
+    let mut table = Vec::new();
+    for result in results.iter().chain(baselines.iter()) {
+        let ratio = result.jobs_per_s / baseline.jobs_per_s;
+        let mut record = result.record.clone();
+        record["ratio_vs_baseline"] = json!(round1(ratio));
+        record["baseline_jobs_per_s"] = json!(round1(baseline.jobs_per_s));
+        record["postgres_version"] = json!(version);
+        emit(&args.out, record)?;
+        table.push(vec![
+            result.label.clone(),
+            result.batch_size.to_string(),
+            result.rows.to_string(),
+            format!("{:.2}", result.seconds),
+            format!("{:.0}", result.jobs_per_s),
+            format!("{ratio:.1}x"),
+            cpu_cell(&result.record, "relay_cpu_s"),
+            cpu_cell(&result.record, "devserver_cpu_s"),
+            cpu_cell(&result.record, "postgres_cpu_s"),
+            format!("{}", result.record["cpu"]["other_cpu_s"]),
+            format!("{}", result.record["postgres_writes"]["wal_bytes_per_job"]),
+            format!("{}", result.record["postgres_writes"]["hot_update_percent"]),
+        ]);
+    }
+    print_table(
+        "drain throughput (PostgreSQL, fsync on; CPU ms per 1,000 jobs: relay process / devserver / PostgreSQL; other = CPU of processes not in the benchmark)",
+        &[
+            "relay",
+            "batch",
+            "rows",
+            "seconds",
+            "jobs/s",
+            "vs naive",
+            "relay ms/1k",
+            "devsrv ms/1k",
+            "pg ms/1k",
+            "other CPU s",
+            "WAL B/job",
+            "HOT upd %",
+        ],
+        &table,
+    );
+
+    if args.profile_rows > 0 {
+        let biggest = args.batch_sizes.iter().copied().max().unwrap_or(500);
+        let mut rows = Vec::new();
+        for (batch_size, n, pipelined) in [
+            (1, 2_000.min(args.profile_rows), false),
+            (biggest, args.profile_rows, false),
+            (biggest, args.profile_rows, true),
+        ] {
+            let record = profile_run(&args, &admin, &devserver, batch_size, n, pipelined).await?;
+            rows.push(profile_cells(&record));
+            emit(&args.out, record)?;
+        }
+        print_table(
+            "phase profile of the relay round (same store/backend calls as the engine, timed one by one)",
+            &[
+                "mode",
+                "batch",
+                "rows",
+                "rounds",
+                "claim ms/round",
+                "build ms/round",
+                "http ms/round",
+                "settle ms/round",
+                "claim %",
+                "http %",
+                "settle %",
+                "jobs/s",
+                "WAL B/job",
+            ],
+            &rows,
+        );
+    }
+    Ok(())
+}
+
+fn cpu_cell(record: &Value, key: &str) -> String {
+    let rows = record["rows"].as_f64().unwrap_or(f64::NAN);
+    match record["cpu"][key].as_f64() {
+        Some(seconds) => format!("{:.1}", seconds * 1000.0 / rows * 1000.0),
+        None => "-".into(),
+    }
+}
+
+fn table_name(kind: &str) -> String {
+    format!("ojs_bench_{kind}")
+}
+
+/// A fresh table with `rows` staged rows, vacuumed and checkpointed.
+async fn fresh_backlog(
+    args: &DrainArgs,
+    admin: &sqlx::PgPool,
+    devserver: &DevServer,
+    table: &str,
+    rows: usize,
+) -> BoxResult<Duration> {
+    let url = args.database_url.as_str();
+    drop_table(admin, table).await?;
+    let store = Store::connect(url, table).await?;
+    store.migrate().await?;
+    if let Some(fillfactor) = args.fillfactor {
+        sqlx::raw_sql(AssertSqlSafe(format!(
+            "ALTER TABLE {table} SET (fillfactor = {fillfactor})"
+        )))
+        .execute(admin)
+        .await?;
+    }
+    let outbox = Outbox::connect(config_for(url, &devserver.url, table)).await?;
+    let staged = stage(&outbox, "bench.drain", rows).await?;
+    drop(outbox);
+    settle_database(admin, table).await?;
+    devserver.reset().await?;
+    Ok(staged)
+}
+
+fn with_sync_off(url: &str) -> String {
+    let separator = if url.contains('?') { '&' } else { '?' };
+    format!("{url}{separator}options[synchronous_commit]=off")
+}
+
+async fn relay_run(
+    args: &DrainArgs,
+    admin: &sqlx::PgPool,
+    devserver: &DevServer,
+    batch_size: usize,
+    rows: usize,
+    sync_off: bool,
+) -> BoxResult<RunResult> {
+    let table = table_name(&format!(
+        "drain_{batch_size}{}",
+        if sync_off { "_async" } else { "" }
+    ));
+    let staged = fresh_backlog(args, admin, devserver, &table, rows).await?;
+    let relay_url = if sync_off {
+        with_sync_off(&args.database_url)
+    } else {
+        args.database_url.clone()
+    };
+    let mut config = config_for(&relay_url, &devserver.url, &table);
+    config.outbox.batch_size = batch_size;
+    config.outbox.poll_interval = Duration::from_millis(args.poll_interval_ms);
+    let store = Store::connect(&relay_url, &table).await?;
+    let synchronous_commit: String = match store.postgres_pool() {
+        Some(pool) => {
+            sqlx::query_scalar("SHOW synchronous_commit")
+                .fetch_one(pool)
+                .await?
+        }
+        None => "n/a".into(),
+    };
+    if sync_off && synchronous_commit != "off" {
+        return Err(err(format!(
+            "the relay connection did not take synchronous_commit=off (got {synchronous_commit})"
+        )));
+    }
+    let backend = Backend::new(&config)?;
+    let label = if sync_off {
+        "ojs relay, relay conn sync_commit=off"
+    } else {
+        "ojs relay"
+    };
+    println!(
+        "  {label}, batch {batch_size}: {rows} rows staged in {:.1}s; draining...",
+        staged.as_secs_f64()
+    );
+
+    let lsn = wal_lsn(admin).await?;
+    let postmaster = postmaster_pid(admin).await;
+    let cpu_before = CpuSample::take("self", devserver.pid(), postmaster);
+    let started = Instant::now();
+    let relay = Relay::start(store.clone(), backend, &config, false);
+    let timeout = Duration::from_secs(600);
+    let received_at = devserver
+        .wait_for_jobs(rows as u64, Duration::from_millis(20), timeout)
+        .await?;
+    let cpu_after = CpuSample::take("self", devserver.pid(), postmaster);
+    // The last settle lands just after the last delivery.
+    let settled_at = loop {
+        let status = store.status().await?;
+        if status.pending + status.failed == 0 && status.in_flight == 0 {
+            break Instant::now();
+        }
+        if started.elapsed() > timeout {
+            return Err(err(format!(
+                "rows not settled after {timeout:?}: {status:?}"
+            )));
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let metrics = relay.metrics();
+    relay.shutdown().await;
+
+    let seconds = (received_at - started).as_secs_f64();
+    let stats = devserver.stats().await?;
+    let status = store.status().await?;
+    check_delivered(&stats, &status, rows)?;
+    store.close().await;
+    let writes = write_stats(admin, &table, &lsn, rows).await?;
+    let jobs_per_s = rows as f64 / seconds;
+    let record = json!({
+        "bench": "drain",
+        "postgres_writes": writes,
+        "relay": if sync_off { "ojs_relay_sync_commit_off" } else { "ojs_relay" },
+        "batch_size": batch_size,
+        "rows": rows,
+        "seconds": round3(seconds),
+        "settled_seconds": round3((settled_at - started).as_secs_f64()),
+        "jobs_per_s": round1(jobs_per_s),
+        "poll_interval_ms": args.poll_interval_ms,
+        "relay_synchronous_commit": synchronous_commit,
+        "devserver": "child process",
+        "devserver_requests": stats["requests"],
+        "devserver_deliveries": stats["deliveries"],
+        "relay_metrics": {"sent": metrics.sent, "retried": metrics.retried, "dead": metrics.dead},
+        "cpu": cpu_before.delta(&cpu_after),
+        "staging_seconds": round3(staged.as_secs_f64()),
+    });
+    drop_table(admin, &table).await?;
+    Ok(RunResult {
+        label: label.into(),
+        batch_size,
+        rows,
+        seconds,
+        jobs_per_s,
+        record,
+    })
+}
+
+fn check_delivered(stats: &Value, status: &ojs_outbox::OutboxStatus, rows: usize) -> BoxResult<()> {
+    let jobs = stats["jobs"].as_u64().unwrap_or(0);
+    let deliveries = stats["deliveries"].as_u64().unwrap_or(0);
+    if jobs != rows as u64 || deliveries != rows as u64 || status.sent != rows as i64 {
+        return Err(err(format!(
+            "delivery check failed: devserver jobs={jobs} deliveries={deliveries}, outbox sent={} (want {rows} each)",
+            status.sent
+        )));
+    }
+    Ok(())
+}
+
+/// The baseline: how existing outbox relays work. One transaction per row that holds the row
+/// lock across the HTTP call: BEGIN; SELECT ... LIMIT 1 FOR UPDATE SKIP LOCKED; POST /ojs/v1/jobs;
+/// UPDATE ... sent; COMMIT.
+async fn baseline_run(
+    args: &DrainArgs,
+    admin: &sqlx::PgPool,
+    devserver: &DevServer,
+    which: &str,
+) -> BoxResult<RunResult> {
+    let table = table_name("naive");
+    let rows = args.baseline_rows;
+    let staged = fresh_backlog(args, admin, devserver, &table, rows).await?;
+    let pool = PgPoolOptions::new()
+        .max_connections(1)
+        .connect(&args.database_url)
+        .await?;
+    let http = reqwest::Client::builder()
+        .timeout(Duration::from_secs(10))
+        .build()?;
+    println!(
+        "  naive relay: {rows} rows staged in {:.1}s; draining...",
+        staged.as_secs_f64()
+    );
+
+    let select = format!(
+        "SELECT id, job_id::text, job_type, job_args::text, job_options::text, job_meta::text FROM {table} \
+         WHERE status IN ('pending', 'failed') AND available_at <= now() ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED"
+    );
+    let update = format!(
+        "UPDATE {table} SET status = 'sent', sent_at = now(), attempts = attempts + 1 WHERE id = $1"
+    );
+    let endpoint = format!("{}/ojs/v1/jobs", devserver.url);
+
+    let lsn = wal_lsn(admin).await?;
+    let postmaster = postmaster_pid(admin).await;
+    let cpu_before = CpuSample::take("self", devserver.pid(), postmaster);
+    let started = Instant::now();
+    let mut sent = 0usize;
+    loop {
+        let mut tx = pool.begin().await?;
+        let row: Option<(i64, String, String, String, String, String)> =
+            sqlx::query_as(AssertSqlSafe(select.clone()))
+                .fetch_optional(&mut *tx)
+                .await?;
+        let Some((id, job_id, job_type, args_json, options_json, meta_json)) = row else {
+            tx.commit().await?;
+            break;
+        };
+        let body = wire_json(&job_id, &job_type, &args_json, &options_json, &meta_json);
+        let response = http
+            .post(&endpoint)
+            .header("content-type", "application/openjobspec+json")
+            .body(body)
+            .send()
+            .await?;
+        let status = response.status();
+        let _ = response.bytes().await?;
+        if !status.is_success() {
+            return Err(err(format!("naive relay: POST answered {status}")));
+        }
+        sqlx::query(AssertSqlSafe(update.clone()))
+            .bind(id)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        sent += 1;
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    let cpu_after = CpuSample::take("self", devserver.pid(), postmaster);
+    let stats = devserver.stats().await?;
+    let store = Store::connect(&args.database_url, &table).await?;
+    check_delivered(&stats, &store.status().await?, rows)?;
+    if sent != rows {
+        return Err(err(format!("naive relay sent {sent} of {rows}")));
+    }
+    store.close().await;
+    pool.close().await;
+    let writes = write_stats(admin, &table, &lsn, rows).await?;
+    let jobs_per_s = rows as f64 / seconds;
+    let record = json!({
+        "bench": "drain",
+        "relay": "naive_baseline",
+        "baseline_run": which,
+        "postgres_writes": writes,
+        "batch_size": 1,
+        "rows": rows,
+        "seconds": round3(seconds),
+        "jobs_per_s": round1(jobs_per_s),
+        "devserver": "child process",
+        "devserver_requests": stats["requests"],
+        "cpu": cpu_before.delta(&cpu_after),
+        "staging_seconds": round3(staged.as_secs_f64()),
+    });
+    drop_table(admin, &table).await?;
+    Ok(RunResult {
+        label: format!("naive (1 row/tx, POST /jobs), {which}"),
+        batch_size: 1,
+        rows,
+        seconds,
+        jobs_per_s,
+        record,
+    })
+}
+
+/// Runs the engine's round by hand with the core's own calls (claim_due -> wire forms ->
+/// send_batch -> settle) and times each phase.
+async fn profile_run(
+    args: &DrainArgs,
+    admin: &sqlx::PgPool,
+    devserver: &DevServer,
+    batch_size: usize,
+    rows: usize,
+    pipelined: bool,
+) -> BoxResult<Value> {
+    let table = table_name(&format!("profile_{batch_size}"));
+    fresh_backlog(args, admin, devserver, &table, rows).await?;
+    let lsn = wal_lsn(admin).await?;
+    let mut in_flight: Option<tokio::task::JoinHandle<ojs_outbox::Result<u64>>> = None;
+    let mut config = config_for(&args.database_url, &devserver.url, &table);
+    config.outbox.batch_size = batch_size;
+    let store = Store::connect(&args.database_url, &table).await?;
+    let backend = Backend::new(&config)?;
+    let lease = config.relay.lease;
+    let (mut claim, mut build, mut http, mut settle) = (
+        Duration::ZERO,
+        Duration::ZERO,
+        Duration::ZERO,
+        Duration::ZERO,
+    );
+    let mut rounds = 0u64;
+    let started = Instant::now();
+    loop {
+        let token = format!("profile-{rounds}");
+        let t0 = Instant::now();
+        let claimed = store
+            .claim_due(&token, lease, batch_size, Duration::ZERO)
+            .await?;
+        let t1 = Instant::now();
+        if claimed.is_empty() {
+            claim += t1 - t0;
+            break;
+        }
+        let mut body = String::from("{\"jobs\":[");
+        for (i, row) in claimed.iter().enumerate() {
+            if i > 0 {
+                body.push(',');
+            }
+            body.push_str(&wire_json(
+                &row.job_id,
+                &row.job_type,
+                &row.args_json,
+                &row.options_json,
+                &row.meta_json,
+            ));
+        }
+        body.push_str("]}");
+        let t2 = Instant::now();
+        let outcome = backend.send_batch(body).await;
+        let t3 = Instant::now();
+        if !matches!(outcome, Outcome::Delivered { .. }) {
+            return Err(err(format!("profile: batch not delivered: {outcome:?}")));
+        }
+        let settlements: Vec<Settlement> = claimed
+            .iter()
+            .map(|row| Settlement {
+                id: row.id,
+                status: Some(RowStatus::Sent),
+                consumed_attempt: false,
+                retry_in: None,
+                error: None,
+            })
+            .collect();
+        if pipelined {
+            // At most one settle outstanding; it runs while the next round claims and sends.
+            if let Some(previous) = in_flight.take() {
+                previous.await??;
+            }
+            let (store, token) = (store.clone(), token.clone());
+            in_flight = Some(tokio::spawn(async move {
+                store.settle(&token, &settlements).await
+            }));
+        } else {
+            store.settle(&token, &settlements).await?;
+        }
+        let t4 = Instant::now();
+        claim += t1 - t0;
+        build += t2 - t1;
+        http += t3 - t2;
+        settle += t4 - t3;
+        rounds += 1;
+    }
+    if let Some(previous) = in_flight.take() {
+        previous.await??;
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    let stats = devserver.stats().await?;
+    check_delivered(&stats, &store.status().await?, rows)?;
+    store.close().await;
+    let writes = write_stats(admin, &table, &lsn, rows).await?;
+    drop_table(admin, &table).await?;
+    let per_round = |d: Duration| round3(d.as_secs_f64() * 1000.0 / rounds.max(1) as f64);
+    let total = (claim + build + http + settle).as_secs_f64();
+    let share = |d: Duration| round1(d.as_secs_f64() / total * 100.0);
+    Ok(json!({
+        "bench": "drain_profile",
+        "mode": if pipelined { "pipelined (settle k overlaps claim/send k+1)" } else { "sequential (as the engine)" },
+        "postgres_writes": writes,
+        "batch_size": batch_size,
+        "rows": rows,
+        "rounds": rounds,
+        "seconds": round3(seconds),
+        "jobs_per_s": round1(rows as f64 / seconds),
+        "ms_per_round": {"claim": per_round(claim), "build": per_round(build), "http": per_round(http), "settle": per_round(settle)},
+        "percent": {"claim": share(claim), "build": share(build), "http": share(http), "settle": share(settle)},
+    }))
+}
+
+fn profile_cells(record: &Value) -> Vec<String> {
+    let f = |v: &Value| v.as_f64().map(|x| format!("{x:.3}")).unwrap_or_default();
+    let p = |v: &Value| v.as_f64().map(|x| format!("{x:.1}")).unwrap_or_default();
+    vec![
+        if record["mode"].as_str().unwrap_or("").starts_with("pipe") {
+            "pipelined"
+        } else {
+            "sequential"
+        }
+        .to_owned(),
+        record["batch_size"].to_string(),
+        record["rows"].to_string(),
+        record["rounds"].to_string(),
+        f(&record["ms_per_round"]["claim"]),
+        f(&record["ms_per_round"]["build"]),
+        f(&record["ms_per_round"]["http"]),
+        f(&record["ms_per_round"]["settle"]),
+        p(&record["percent"]["claim"]),
+        p(&record["percent"]["http"]),
+        p(&record["percent"]["settle"]),
+        format!("{:.0}", record["jobs_per_s"].as_f64().unwrap_or(0.0)),
+        format!("{}", record["postgres_writes"]["wal_bytes_per_job"]),
+    ]
+}

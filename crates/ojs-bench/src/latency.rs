@@ -1,0 +1,258 @@
+//! `latency`: commit-to-delivery latency of the hot path at a steady commit rate. Each commit is
+//! one transaction with one `enqueue_after_commit`; the in-process relay (`start_relay`) is
+//! woken by the commit. Latency = devserver `received_at_us` - wall clock when `commit()`
+//! returned.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::Args;
+use ojs_outbox::Outbox;
+use serde_json::json;
+use sqlx::postgres::PgPoolOptions;
+use tokio::time::MissedTickBehavior;
+
+use crate::common::*;
+
+#[derive(Debug, Args)]
+pub struct LatencyArgs {
+    /// postgres://... or sqlite://PATH (the SQLite file is deleted first).
+    #[arg(long, env = "OJS_BENCH_DATABASE_URL")]
+    pub database_url: String,
+    /// Commits per second offered (a fixed tick schedule, not sleep-after-work).
+    #[arg(long, default_value_t = 500.0)]
+    pub rate: f64,
+    /// Measured seconds.
+    #[arg(long, default_value_t = 20.0)]
+    pub seconds: f64,
+    /// Seconds at the same rate before measuring (connections, manifest, caches); not counted.
+    #[arg(long, default_value_t = 2.0)]
+    pub warmup_seconds: f64,
+    /// ojs-devserver binary (default: beside this one).
+    #[arg(long)]
+    pub devserver_bin: Option<PathBuf>,
+    /// JSON lines are appended here.
+    #[arg(long, default_value = "target/bench/results.jsonl")]
+    pub out: PathBuf,
+}
+
+/// One commit: job id, scheduled time, commit start and commit end (µs since the epoch).
+struct Commit {
+    job_id: String,
+    scheduled_us: i64,
+    started_us: i64,
+    committed_us: i64,
+}
+
+const TABLE: &str = "ojs_bench_latency";
+
+pub async fn run(args: LatencyArgs) -> BoxResult<()> {
+    let devserver = DevServer::spawn(&sibling_binary(
+        args.devserver_bin.as_deref(),
+        "ojs-devserver",
+    )?)?;
+    let (database, version, postmaster) = prepare_database(&args.database_url).await?;
+    let config = config_for(&args.database_url, &devserver.url, TABLE);
+    println!(
+        "latency: {database} {version} at {}, {} commits/s for {}s (+{}s warm-up), devserver {} (child process), \
+         in-process relay with the default config (batch {}, poll {:?})",
+        redact(&args.database_url),
+        args.rate,
+        args.seconds,
+        args.warmup_seconds,
+        devserver.url,
+        config.outbox.batch_size,
+        config.outbox.poll_interval
+    );
+    let outbox = Arc::new(Outbox::connect(config).await?);
+    outbox.store().migrate().await?;
+    outbox.start_relay();
+
+    let warmup = (args.rate * args.warmup_seconds).round() as usize;
+    if warmup > 0 {
+        commit_at_rate(&outbox, args.rate, warmup).await?;
+        devserver
+            .wait_for_jobs(
+                warmup as u64,
+                Duration::from_millis(20),
+                Duration::from_secs(60),
+            )
+            .await?;
+        devserver.reset().await?;
+    }
+
+    let total = (args.rate * args.seconds).round() as usize;
+    let cpu_before = CpuSample::take("self", devserver.pid(), postmaster);
+    let (commits, failures) = commit_at_rate(&outbox, args.rate, total).await?;
+    devserver
+        .wait_for_jobs(
+            commits.len() as u64,
+            Duration::from_millis(20),
+            Duration::from_secs(120),
+        )
+        .await?;
+    let cpu_after = CpuSample::take("self", devserver.pid(), postmaster);
+    let received = devserver.received_times().await?;
+    let metrics = outbox.metrics();
+    outbox.stop_relay().await;
+
+    let mut latency_ms = Vec::with_capacity(commits.len());
+    let mut commit_ms = Vec::with_capacity(commits.len());
+    let mut start_lag_ms = Vec::with_capacity(commits.len());
+    let mut missing = 0usize;
+    for commit in &commits {
+        commit_ms.push((commit.committed_us - commit.started_us) as f64 / 1000.0);
+        start_lag_ms.push((commit.started_us - commit.scheduled_us) as f64 / 1000.0);
+        match received.get(&commit.job_id) {
+            Some(at) => latency_ms.push((at - commit.committed_us) as f64 / 1000.0),
+            None => missing += 1,
+        }
+    }
+    for values in [&mut latency_ms, &mut commit_ms, &mut start_lag_ms] {
+        values.sort_by(f64::total_cmp);
+    }
+    let first = commits.iter().map(|c| c.scheduled_us).min().unwrap_or(0);
+    let last = commits.iter().map(|c| c.committed_us).max().unwrap_or(0);
+    let achieved = commits.len() as f64 / ((last - first) as f64 / 1e6);
+    let summary = |v: &[f64]| {
+        json!({
+            "p50": round3(percentile(v, 50.0)), "p90": round3(percentile(v, 90.0)),
+            "p99": round3(percentile(v, 99.0)), "max": round3(v.last().copied().unwrap_or(f64::NAN)),
+        })
+    };
+    let record = json!({
+        "bench": "latency",
+        "database": database,
+        "database_version": version,
+        "offered_rate": args.rate,
+        "achieved_commit_rate": round1(achieved),
+        "seconds": args.seconds,
+        "commits": commits.len(),
+        "commit_failures": failures,
+        "missing_at_devserver": missing,
+        "latency_ms": summary(&latency_ms),
+        "commit_ms": summary(&commit_ms),
+        "schedule_lag_ms": summary(&start_lag_ms),
+        "hot_dropped": metrics.as_ref().map(|m| m.hot_dropped),
+        "devserver": "child process",
+        "relay": "in-process (Outbox::start_relay), default config",
+        "cpu": cpu_before.delta(&cpu_after),
+    });
+    emit(&args.out, record.clone())?;
+    let row = |name: &str, v: &[f64]| {
+        vec![
+            name.to_owned(),
+            format!("{:.2}", percentile(v, 50.0)),
+            format!("{:.2}", percentile(v, 90.0)),
+            format!("{:.2}", percentile(v, 99.0)),
+            format!("{:.2}", v.last().copied().unwrap_or(f64::NAN)),
+        ]
+    };
+    print_table(
+        &format!(
+            "latency on {database}: {} commits, achieved {achieved:.1} commits/s (offered {}), {failures} failed, {missing} missing",
+            commits.len(),
+            args.rate
+        ),
+        &["ms", "p50", "p90", "p99", "max"],
+        &[
+            row("commit -> delivered", &latency_ms),
+            row("transaction (begin..commit)", &commit_ms),
+            row("tick -> transaction start", &start_lag_ms),
+        ],
+    );
+    let cpu = &record["cpu"];
+    println!(
+        "CPU during the measured run (s): bench process (app + relay) {}, devserver {}, PostgreSQL {}, other processes {}",
+        cpu["relay_cpu_s"], cpu["devserver_cpu_s"], cpu["postgres_cpu_s"], cpu["other_cpu_s"]
+    );
+    if missing > 0 || failures > 0 {
+        return Err(err(format!(
+            "{missing} committed jobs never reached the devserver, {failures} commits failed"
+        )));
+    }
+    Ok(())
+}
+
+/// Empties the benchmark table (drops it on PostgreSQL, deletes the file on SQLite).
+async fn prepare_database(url: &str) -> BoxResult<(&'static str, String, Option<u32>)> {
+    if is_postgres(url) {
+        let admin = PgPoolOptions::new().max_connections(1).connect(url).await?;
+        drop_table(&admin, TABLE).await?;
+        let version = server_version(&admin).await;
+        let postmaster = postmaster_pid(&admin).await;
+        admin.close().await;
+        return Ok(("PostgreSQL", version, postmaster));
+    }
+    let path = url
+        .strip_prefix("sqlite://")
+        .or_else(|| url.strip_prefix("sqlite:"))
+        .ok_or_else(|| err("expected postgres://... or sqlite://PATH"))?;
+    let path = path.split('?').next().unwrap_or(path);
+    for suffix in ["", "-wal", "-shm"] {
+        let _ = std::fs::remove_file(format!("{path}{suffix}"));
+    }
+    if let Some(dir) = std::path::Path::new(path)
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+    {
+        std::fs::create_dir_all(dir)?;
+    }
+    let version = {
+        use sqlx::Connection;
+        let mut conn = sqlx::SqliteConnection::connect("sqlite::memory:").await?;
+        sqlx::query_scalar::<_, String>("SELECT sqlite_version()")
+            .fetch_one(&mut conn)
+            .await?
+    };
+    Ok(("SQLite", version, None))
+}
+
+/// `count` commits on a fixed schedule (`rate` per second); each runs as its own task, so a
+/// slow commit does not delay the next one's start.
+async fn commit_at_rate(
+    outbox: &Arc<Outbox>,
+    rate: f64,
+    count: usize,
+) -> BoxResult<(Vec<Commit>, usize)> {
+    let mut ticks = tokio::time::interval(Duration::from_secs_f64(1.0 / rate));
+    ticks.set_missed_tick_behavior(MissedTickBehavior::Burst);
+    let period_us = 1e6 / rate;
+    let mut tasks = Vec::with_capacity(count);
+    let origin_us = now_us();
+    for i in 0..count {
+        ticks.tick().await;
+        let outbox = outbox.clone();
+        let scheduled_us = origin_us + (i as f64 * period_us) as i64;
+        tasks.push(tokio::spawn(async move {
+            let started_us = now_us();
+            let mut tx = outbox.begin().await?;
+            let job_id = tx
+                .enqueue_after_commit(bench_job("bench.latency", i))
+                .await?;
+            tx.commit().await?;
+            let committed_us = now_us();
+            Ok::<_, ojs_outbox::Error>(Commit {
+                job_id,
+                scheduled_us,
+                started_us,
+                committed_us,
+            })
+        }));
+    }
+    let mut commits = Vec::with_capacity(count);
+    let mut failures = 0;
+    for task in tasks {
+        match task.await? {
+            Ok(commit) => commits.push(commit),
+            Err(e) => {
+                failures += 1;
+                if failures <= 3 {
+                    eprintln!("latency: commit failed: {e}");
+                }
+            }
+        }
+    }
+    Ok((commits, failures))
+}

@@ -1,0 +1,59 @@
+//! `ojs-bench`: benchmarks of the OJS outbox relay. See docs/benchmarks.md and scripts/bench.sh.
+//!
+//! - `drain`: backlog drain throughput on PostgreSQL per batch size, against a naive relay;
+//! - `latency`: commit-to-delivery latency of the in-process hot path at a steady commit rate;
+//! - `memory`: peak RSS of a separate relay process draining a large backlog.
+//!
+//! Each prints a table and appends JSON lines to `--out`. The OJS backend is the
+//! `ojs-devserver` binary in a child process, so its CPU is not counted in the relay's.
+
+mod common;
+mod drain;
+mod latency;
+mod memory;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "ojs-bench",
+    version,
+    about = "Benchmarks of the OJS outbox relay"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Bench,
+}
+
+#[derive(Debug, Subcommand)]
+enum Bench {
+    /// Relay drain throughput (jobs/s) per batch size, with a naive one-row-per-transaction baseline.
+    Drain(drain::DrainArgs),
+    /// Commit-to-delivery latency through the in-process hot path at a steady commit rate.
+    Latency(latency::LatencyArgs),
+    /// Peak RSS of a separate relay process draining a large backlog.
+    Memory(memory::MemoryArgs),
+    /// Runs only the relay until SIGTERM (used by `memory` when `ojs-relay` is not built).
+    #[command(hide = true)]
+    RelayOnly(memory::RelayOnlyArgs),
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Bench::Drain(args) => drain::run(args).await,
+        Bench::Latency(args) => latency::run(args).await,
+        Bench::Memory(args) => memory::run(args).await,
+        Bench::RelayOnly(args) => memory::relay_only(args).await,
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("ojs-bench: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# Runs the relay benchmarks (crates/ojs-bench) against a throwaway PostgreSQL with fsync on.
+#
+#   scripts/bench.sh            drain + latency (PostgreSQL and SQLite) + memory (1M rows)
+#   scripts/bench.sh --quick    the same without the memory benchmark
+#
+# Raw output goes to target/bench/<UTC timestamp>/ (one .txt per benchmark, results.jsonl with
+# one JSON object per measurement, machine.txt); target/bench/latest points at the last run.
+# docs/benchmarks.md is written by hand from such a run.
+# Environment: OJS_BENCH_PG_PORT (default 55433, distinct from the tests' 55432);
+# OJS_BENCH_QUIET_WAIT (default 60): seconds to wait, before each benchmark, for the machine
+# to be quiet (other processes busy < 20% of one core over 2 s); past that it runs anyway and
+# says so. Every result records the CPU other processes took during it (`other_cpu_s`).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+quick=0
+for arg in "$@"; do
+  case "$arg" in
+    --quick) quick=1 ;;
+    -h|--help) sed -n '2,10p' "$0"; exit 0 ;;
+    *) echo "unknown argument: $arg (try --help)" >&2; exit 2 ;;
+  esac
+done
+port=${OJS_BENCH_PG_PORT:-55433}
+quiet_wait=${OJS_BENCH_QUIET_WAIT:-60}
+
+# Busy CPU (all cores, in % of one core) over 2 seconds, from /proc/stat.
+busy_percent() {
+  local a b
+  a=($(head -n1 /proc/stat)); sleep 2; b=($(head -n1 /proc/stat))
+  local busy=$(( (b[1]+b[2]+b[3]+b[6]+b[7]+b[8]) - (a[1]+a[2]+a[3]+a[6]+a[7]+a[8]) ))
+  echo $(( busy * 100 / (2 * $(getconf CLK_TCK)) ))
+}
+wait_quiet() {
+  local waited=0 busy
+  while busy=$(busy_percent); [ "$busy" -ge 20 ]; do
+    if [ "$waited" -ge "$quiet_wait" ]; then
+      echo "bench.sh: the machine is still busy (${busy}% of a core used by other processes); running anyway" | tee -a "$raw/machine.txt"
+      return
+    fi
+    echo "bench.sh: waiting for a quiet machine (${busy}% of a core busy)..." >&2
+    sleep 8; waited=$((waited + 10))
+  done
+}
+
+cargo build --release -p ojs-bench -p ojs-devserver -p ojs-relay
+bin=target/release/ojs-bench
+
+stamp=$(date -u +%Y%m%dT%H%M%SZ)
+raw="target/bench/$stamp"
+mkdir -p "$raw"
+out="$raw/results.jsonl"
+
+tmp=$(mktemp -d /tmp/ojs-bench.XXXXXX)
+chmod 755 "$tmp" # the cluster runs as `postgres` when we are root: it must reach its directory
+cleanup() {
+  scripts/pg.sh stop "$tmp/pg" || true
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
+url=$(scripts/pg.sh start "$tmp/pg" "$port" on)
+
+pg_bin=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1)
+{
+  echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+  echo "command: scripts/bench.sh $*"
+  echo "git: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet 2>/dev/null || echo ' (+ uncommitted changes)')"
+  echo "nproc: $(nproc)"
+  echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')"
+  echo "memory: $(free -m | awk '/^Mem:/ {print $2 " MiB"}')"
+  echo "kernel: $(uname -r)"
+  echo "postgres: $("$pg_bin/postgres" --version) (fsync=on, synchronous_commit=on, port $port)"
+  echo "rustc: $(rustc --version)"
+  echo "loadavg before: $(cut -d' ' -f1-3 /proc/loadavg)"
+} | tee "$raw/machine.txt"
+
+started=$(date +%s)
+wait_quiet
+"$bin" drain --database-url "$url" --rows 100000 --profile-rows 100000 --out "$out" | tee "$raw/drain.txt"
+wait_quiet
+"$bin" latency --database-url "$url" --rate 500 --seconds 20 --out "$out" | tee "$raw/latency-postgres.txt"
+wait_quiet
+"$bin" latency --database-url "sqlite://$tmp/latency.db" --rate 500 --seconds 20 --out "$out" | tee "$raw/latency-sqlite.txt"
+if [ "$quick" = 0 ]; then
+  wait_quiet
+  "$bin" memory --database-url "$url" --rows 1000000 --batch-size 500 --out "$out" | tee "$raw/memory.txt"
+fi
+echo "loadavg after: $(cut -d' ' -f1-3 /proc/loadavg)" | tee -a "$raw/machine.txt"
+echo "benchmarks took $(( $(date +%s) - started ))s; raw output in $raw" | tee -a "$raw/machine.txt"
+ln -sfn "$stamp" target/bench/latest
