@@ -1,12 +1,18 @@
 #!/usr/bin/env bash
 # Installs what the demo and the tests need, idempotently: nothing is done twice.
-# Debian packages: PostgreSQL server binaries (tests start a throwaway cluster).
+# Debian packages: PostgreSQL server binaries (tests start a throwaway cluster), the system
+# SQLite with its headers, libclang.
 # Rust: the toolchain on the machine (rustup) with rustfmt and clippy.
 set -euo pipefail
 
 need_apt=()
 ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || need_apt+=(postgresql)
 command -v pkg-config >/dev/null 2>&1 || need_apt+=(pkg-config)
+# The core links the system SQLite, the same library Python's sqlite3 and Ruby's sqlite3 gem
+# load: two SQLite copies in one process do not share POSIX lock bookkeeping and can corrupt a
+# database file both open. Its bindings are generated at build time with libclang.
+[ -f /usr/include/sqlite3.h ] || need_apt+=(libsqlite3-dev)
+ls /usr/lib/llvm-*/lib/libclang*.so* >/dev/null 2>&1 || need_apt+=(libclang-dev)
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "install: apt-get install ${need_apt[*]}"
   export DEBIAN_FRONTEND=noninteractive

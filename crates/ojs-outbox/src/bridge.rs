@@ -3,7 +3,7 @@
 //! run async code of their own. Fork-safe: a process forked after the relay started (pre-fork
 //! servers: gunicorn, Puma cluster, Node cluster) gets a fresh runtime and relay on first use.
 
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use serde::Deserialize;
 use serde_json::Value;
@@ -44,7 +44,7 @@ struct Running {
 /// One configured adapter per application (a Django settings module, an Express app, a Rails app).
 pub struct Adapter {
     config: Config,
-    running: Mutex<Option<Running>>,
+    running: Mutex<Option<Arc<Running>>>,
 }
 
 impl Adapter {
@@ -123,9 +123,10 @@ impl Adapter {
         })
     }
 
-    /// Runs `work` on this process's runtime and outbox, creating them on first use (or after
-    /// a fork: the parent's runtime has no threads in the child, so it is leaked, not dropped).
-    fn with_running<T>(&self, work: impl FnOnce(&Running) -> Result<T>) -> Result<T> {
+    /// This process's runtime and outbox, created on first use (or after a fork: the parent's
+    /// runtime has no threads in the child, so it is leaked, not dropped). The lock is held only
+    /// to look them up, never across I/O.
+    fn running(&self) -> Result<Arc<Running>> {
         let mut guard = self
             .running
             .lock()
@@ -134,26 +135,45 @@ impl Adapter {
         if guard.as_ref().is_some_and(|running| running.pid != pid) {
             std::mem::forget(guard.take());
         }
-        if guard.is_none() {
-            let runtime = tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(2)
-                .thread_name("ojs-relay")
-                .enable_all()
-                .build()
-                .map_err(|e| {
-                    Error::new(
-                        ErrorCode::Database,
-                        format!("cannot start the relay runtime: {e}"),
-                    )
-                })?;
-            let outbox = runtime.block_on(Outbox::connect(self.config.clone()))?;
-            *guard = Some(Running {
-                pid,
-                runtime,
-                outbox,
-            });
+        if let Some(running) = guard.as_ref() {
+            return Ok(running.clone());
         }
-        work(guard.as_ref().expect("just set"))
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("ojs-relay")
+            .enable_all()
+            .build()
+            .map_err(|e| {
+                Error::new(
+                    ErrorCode::Database,
+                    format!("cannot start the relay runtime: {e}"),
+                )
+            })?;
+        let outbox = runtime.block_on(Outbox::connect(self.config.clone()))?;
+        let running = Arc::new(Running {
+            pid,
+            runtime,
+            outbox,
+        });
+        *guard = Some(running.clone());
+        Ok(running)
+    }
+
+    /// The running state of this process, if any, without creating it.
+    fn running_here(&self) -> Option<Arc<Running>> {
+        let guard = self
+            .running
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        guard
+            .as_ref()
+            .filter(|running| running.pid == std::process::id())
+            .cloned()
+    }
+
+    fn with_running<T>(&self, work: impl FnOnce(&Running) -> Result<T>) -> Result<T> {
+        let running = self.running()?;
+        work(&running)
     }
 
     /// Starts the in-process relay (FA-R003) unless the mode is `external`. Idempotent.
@@ -170,29 +190,22 @@ impl Adapter {
 
     /// Graceful stop: sends what the hot queue holds (within `shutdown_timeout`), releases leases.
     pub fn stop_relay(&self) {
-        let guard = self
-            .running
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        if let Some(running) = guard
-            .as_ref()
-            .filter(|running| running.pid == std::process::id())
-        {
+        if let Some(running) = self.running_here() {
             running.runtime.block_on(running.outbox.stop_relay());
+        }
+    }
+
+    /// Abrupt stop, as a crash: no flush, leases stay until they expire (conformance tests).
+    pub fn kill_relay(&self) {
+        if let Some(running) = self.running_here() {
+            running.outbox.kill_relay();
         }
     }
 
     /// The after-commit hook. Never blocks on I/O, never fails: without a relay in this process
     /// the rows wait for a poller.
     pub fn notify_committed(&self, job_ids: Vec<String>) {
-        let guard = self
-            .running
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        if let Some(running) = guard
-            .as_ref()
-            .filter(|running| running.pid == std::process::id())
-        {
+        if let Some(running) = self.running_here() {
             running.outbox.notify_committed(job_ids);
         }
     }
@@ -217,15 +230,21 @@ impl Adapter {
 
     /// The relay's metrics as JSON (`null` when no relay runs in this process).
     pub fn metrics_json(&self) -> String {
-        let guard = self
-            .running
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        let metrics = guard
-            .as_ref()
-            .filter(|r| r.pid == std::process::id())
-            .and_then(|r| r.outbox.metrics());
+        let metrics = self
+            .running_here()
+            .and_then(|running| running.outbox.metrics());
         serde_json::to_string(&metrics).expect("metrics serialize")
+    }
+
+    /// Deletes `sent` rows older than `older_than` (ISO-8601); returns how many.
+    pub fn prune(&self, older_than: &str) -> Result<u64> {
+        let retention = crate::duration::parse(older_than)
+            .map_err(|why| Error::field(ErrorCode::InvalidConfig, "older_than", why))?;
+        self.with_running(|running| {
+            running
+                .runtime
+                .block_on(running.outbox.store().prune(retention, usize::MAX >> 1))
+        })
     }
 
     /// Creates the outbox table through the relay's own connection.
@@ -355,4 +374,10 @@ fn job_from_input(input: Value) -> Result<NewJob> {
     job.options = input.options.filter(|o| !o.is_null());
     job.meta = input.meta.filter(|m| !m.is_null());
     Ok(job)
+}
+
+/// The code of a database error raised by a host driver (Django, knex, ActiveRecord), from its
+/// SQLSTATE (PostgreSQL) and message: the same rule the core applies to its own statements.
+pub fn database_error_code(sqlstate: Option<&str>, message: &str) -> ErrorCode {
+    crate::error::database_error_code(sqlstate, message)
 }

@@ -113,22 +113,30 @@ impl Error {
         }
     }
 
-    /// A failed outbox statement. A missing table (PostgreSQL 42P01, SQLite "no such table")
-    /// becomes `OUTBOX_TABLE_MISSING`, which says what to run.
+    /// A failed outbox statement. A missing table becomes `OUTBOX_TABLE_MISSING`, which says
+    /// what to run (see `database_error_code`).
     pub fn database(err: sqlx::Error) -> Self {
-        let missing_table = match &err {
-            sqlx::Error::Database(db) => {
-                db.code().as_deref() == Some("42P01") || db.message().starts_with("no such table")
-            }
-            _ => false,
+        let code = match &err {
+            sqlx::Error::Database(db) => database_error_code(db.code().as_deref(), db.message()),
+            _ => ErrorCode::Database,
         };
-        if missing_table {
+        if code == ErrorCode::OutboxTableMissing {
             return Error::new(
-                ErrorCode::OutboxTableMissing,
+                code,
                 format!("the outbox table does not exist (run `ojs-relay migrate`): {err}"),
             );
         }
-        Error::new(ErrorCode::Database, err.to_string())
+        Error::new(code, err.to_string())
+    }
+}
+
+/// PostgreSQL SQLSTATE 42P01 (undefined table, any message language) or SQLite's "no such
+/// table" mean a missing outbox table; anything else is `DATABASE`.
+pub fn database_error_code(sqlstate: Option<&str>, message: &str) -> ErrorCode {
+    if sqlstate == Some("42P01") || message.starts_with("no such table") {
+        ErrorCode::OutboxTableMissing
+    } else {
+        ErrorCode::Database
     }
 }
 
