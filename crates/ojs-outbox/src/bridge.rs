@@ -195,6 +195,22 @@ impl Adapter {
         }
     }
 
+    /// Stops the relay gracefully and closes this process's database pool and runtime (an
+    /// application shutting down). A later call starts afresh.
+    pub fn close(&self) {
+        let running = self
+            .running
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .take();
+        if let Some(running) = running.filter(|running| running.pid == std::process::id()) {
+            running.runtime.block_on(async {
+                running.outbox.stop_relay().await;
+                running.outbox.store().close().await;
+            });
+        }
+    }
+
     /// Abrupt stop, as a crash: no flush, leases stay until they expire (conformance tests).
     pub fn kill_relay(&self) {
         if let Some(running) = self.running_here() {

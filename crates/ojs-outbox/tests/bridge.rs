@@ -76,6 +76,11 @@ fn host_connection_stages_and_the_relay_delivers_after_commit() {
     let metrics: serde_json::Value = serde_json::from_str(&adapter.metrics_json()).unwrap();
     assert_eq!(metrics["sent"], 2);
     adapter.stop_relay();
+    adapter.close();
+    assert_eq!(adapter.metrics_json(), "null", "closed: no relay in this process");
+    let status: serde_json::Value = serde_json::from_str(&adapter.status_json().unwrap()).unwrap();
+    assert_eq!(status["sent"], 2, "a call after close starts afresh");
+    adapter.close();
     runtime.block_on(backend.shutdown());
 }
 
