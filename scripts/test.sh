@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Runs every test: formatting, lints, unit and integration tests, the conformance suite on
-# SQLite and on a throwaway PostgreSQL cluster (started here on a free port, stopped on exit).
+# Runs every test: formatting, lints, the Rust unit and integration tests (the relay crash
+# test, the reference conformance matrix), then the three framework adapters, each built,
+# packaged, installed and tested against a throwaway PostgreSQL cluster (started here on a free
+# port, stopped on exit), SQLite files and the dev backend.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install.sh
@@ -13,7 +15,16 @@ OJS_TEST_DATABASE_URL=$(scripts/pg.sh start "$tmp/pg" "$port")
 export OJS_TEST_DATABASE_URL
 echo "test: PostgreSQL at $OJS_TEST_DATABASE_URL"
 
+step() { printf '\n=== %s ===\n' "$*"; }
+step "rust: fmt, clippy, tests"
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
 cargo test --workspace --locked
 cat target/conformance-matrix.txt
+
+step "django adapter (bindings-python)"
+bindings-python/test.sh
+step "express adapter (bindings-node)"
+bindings-node/test.sh
+step "rails adapter (bindings-ruby)"
+bindings-ruby/test.sh

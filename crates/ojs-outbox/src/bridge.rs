@@ -74,6 +74,11 @@ impl Adapter {
         Ok(OutboxSql::new(parse_dialect(dialect)?, self.table_name()).create_table())
     }
 
+    /// The statement that removes the outbox table (a framework migration's reverse step).
+    pub fn drop_table_sql(&self, dialect: &str) -> Result<String> {
+        Ok(OutboxSql::new(parse_dialect(dialect)?, self.table_name()).drop_table())
+    }
+
     /// Validates jobs (a JSON array of `{"type", "args", "options"?, "meta"?}`), merges the
     /// request context (JSON object or null), assigns ids, and returns the INSERT statements
     /// for the host connection in its dialect and placeholder style. All or nothing: one
@@ -369,6 +374,14 @@ fn parse_context(context_json: Option<&str>) -> Result<Option<RequestContext>> {
 }
 
 fn job_from_input(input: Value) -> Result<NewJob> {
+    // serde would also fill the struct from an array (`["a", [1]]`): only an object is a job.
+    if !input.is_object() {
+        return Err(Error::field(
+            ErrorCode::InvalidArgs,
+            "job",
+            format!("must be an object {{\"type\", \"args\", ...}}, got {input}"),
+        ));
+    }
     let input: JobInput = serde_json::from_value(input).map_err(|e| {
         Error::field(
             ErrorCode::InvalidArgs,

@@ -123,7 +123,8 @@ impl Config {
         let mut config = Config::default();
         for (key, value) in root {
             match key.as_str() {
-                "ojs_url" => config.ojs_url = url(value, "adapter.ojs_url")?,
+                // `url` is the spelling of the spec's framework examples (§8.1, §8.2).
+                "ojs_url" | "url" => config.ojs_url = url(value, &format!("adapter.{key}"))?,
                 "backend_type" => {
                     let kind = string(value, "adapter.backend_type")?;
                     if kind != "external" {
@@ -166,7 +167,8 @@ fn apply_outbox(outbox: &mut OutboxConfig, value: &Value) -> Result<()> {
                     ));
                 }
             }
-            "table_name" => {
+            // `table` is the spelling of the spec's Django example (§8.2).
+            "table_name" | "table" => {
                 let name = string(value, &field)?;
                 validate_table_name(&name).map_err(|why| invalid(&field, &why))?;
                 outbox.table_name = name;

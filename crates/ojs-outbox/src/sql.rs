@@ -431,6 +431,11 @@ impl OutboxSql {
         }
     }
 
+    /// Removes the table and, with it, its indexes.
+    pub fn drop_table(&self) -> String {
+        format!("DROP TABLE IF EXISTS {}", self.table)
+    }
+
     /// Fails when the table does not exist; reads no row.
     pub fn check_table(&self) -> String {
         format!("SELECT 1 FROM {} LIMIT 0", self.table)

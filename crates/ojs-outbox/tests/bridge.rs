@@ -77,7 +77,11 @@ fn host_connection_stages_and_the_relay_delivers_after_commit() {
     assert_eq!(metrics["sent"], 2);
     adapter.stop_relay();
     adapter.close();
-    assert_eq!(adapter.metrics_json(), "null", "closed: no relay in this process");
+    assert_eq!(
+        adapter.metrics_json(),
+        "null",
+        "closed: no relay in this process"
+    );
     let status: serde_json::Value = serde_json::from_str(&adapter.status_json().unwrap()).unwrap();
     assert_eq!(status["sent"], 2, "a call after close starts afresh");
     adapter.close();
@@ -128,6 +132,7 @@ fn bad_input_names_the_job_and_the_field() {
             ErrorCode::InvalidArgs,
         ),
         (r#"{"type": "a"}"#, ErrorCode::InvalidArgs),
+        (r#"[["ok.job", [2]]]"#, ErrorCode::InvalidArgs),
         (
             r#"[{"type": "a", "args": [], "options": {"queue": "BAD"}}]"#,
             ErrorCode::InvalidQueue,

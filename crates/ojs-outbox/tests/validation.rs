@@ -345,6 +345,16 @@ fn config_errors_name_the_field() {
 }
 
 #[test]
+fn config_accepts_the_spelling_of_the_spec_framework_examples() {
+    let config = Config::from_json(
+        r#"{"url": "http://ojs:8080", "outbox": {"enabled": true, "table": "jobs_outbox"}}"#,
+    )
+    .unwrap();
+    assert_eq!(config.ojs_url, "http://ojs:8080");
+    assert_eq!(config.outbox.table_name, "jobs_outbox");
+}
+
+#[test]
 fn config_reads_the_spec_shape_and_keeps_defaults_elsewhere() {
     let config = Config::from_json(
         r#"{"adapter": {"ojs_url": "http://ojs.internal:8080/", "backend_type": "external",

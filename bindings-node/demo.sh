@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# The example Express app end to end on SQLite + ojs-devserver: migrate with the package's
+# `ojs-relay migrate`, one signup that commits and one that rolls back, then show that the
+# backend received only the committed job. Exit 0 on success.
+# Builds and installs the package with pack.sh (into target/node-pkg/app), unless
+# OJS_DEMO_SKIP_BUILD=1 and it is already there.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+repo=$(cd "$here/.." && pwd)
+app="$repo/target/node-pkg/app"
+
+cd "$repo"
+if [ "${OJS_DEMO_SKIP_BUILD:-0}" != 1 ] || [ ! -f "$app/node_modules/ojs-adapter-express/ojs_native.node" ]; then
+  "$here/pack.sh"
+fi
+cargo build -q -p ojs-devserver
+
+work=$(mktemp -d)
+pids=()
+cleanup() { for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done; rm -rf "$work"; }
+trap cleanup EXIT
+
+# 1. The development backend on a free port.
+target/debug/ojs-devserver --port 0 > "$work/devserver.log" 2>&1 &
+pids+=($!)
+for _ in $(seq 100); do grep -q 'listening on' "$work/devserver.log" && break; sleep 0.05; done
+ojs_url=$(grep -o 'http://[0-9.:]*' "$work/devserver.log" | head -n1)
+echo "devserver: $ojs_url"
+
+# 2. The outbox table, with the package's command.
+db="$work/app.db"
+"$app/node_modules/.bin/ojs-relay" --database-url "sqlite://$db" migrate
+
+# 3. The example app (in-process relay; on SQLite it runs in a relay host process).
+cp -r "$here/example" "$work/example"
+ln -s "$app/node_modules" "$work/example/node_modules"
+(cd "$work/example" && OJS_URL="$ojs_url" DATABASE_FILE="$db" PORT=0 exec node app.js) > "$work/app.log" 2>&1 &
+app_pid=$!
+pids+=($app_pid)
+for _ in $(seq 200); do grep -q 'listening on' "$work/app.log" && break; sleep 0.05; done
+app_url=$(grep -o 'http://[0-9.:]*' "$work/app.log" | head -n1)
+[ -n "$app_url" ] || { cat "$work/app.log"; exit 1; }
+echo "example app: $app_url"
+
+post() { curl -s -w ' -> HTTP %{http_code}\n' -H 'content-type: application/json' -d "$1" "$app_url/signup"; }
+echo "signup that commits:     $(post '{"email":"ada@example.com"}')"
+echo "signup that rolls back:  $(post '{"email":"bob@example.com","plan":"declined"}')"
+
+# 4. What the backend received.
+for _ in $(seq 100); do
+  count=$(curl -s "$ojs_url/_dev/received" | node -e 'let s="";process.stdin.on("data",d=>s+=d).on("end",()=>console.log(JSON.parse(s).jobs.length))')
+  [ "$count" -ge 1 ] && break; sleep 0.05
+done
+sleep 0.5
+curl -s "$ojs_url/_dev/received" | node -e '
+let s = ""; process.stdin.on("data", (d) => (s += d)).on("end", () => {
+  const jobs = JSON.parse(s).jobs;
+  console.log(`backend received ${jobs.length} job(s):`);
+  for (const j of jobs) console.log(`  ${j.id} ${j.type} args=${JSON.stringify(j.args)}`);
+  const ok = jobs.length === 1 && jobs[0].type === "email.welcome";
+  console.log(ok ? "OK: only the committed signup reached the backend" : "FAIL: expected exactly the committed job");
+  process.exit(ok ? 0 : 1);
+});'
+"$app/node_modules/.bin/ojs-relay" --database-url "sqlite://$db" status
+
+# 5. Graceful shutdown: SIGTERM flushes the relay and the app exits by itself.
+kill -TERM "$app_pid"
+for _ in $(seq 100); do kill -0 "$app_pid" 2>/dev/null || break; sleep 0.05; done
+if kill -0 "$app_pid" 2>/dev/null; then echo "FAIL: the app did not exit on SIGTERM"; exit 1; fi
+echo "example app stopped on SIGTERM"

@@ -1,0 +1,184 @@
+// Type declarations of ojs-adapter-express: transactional job enqueue for Express + knex.
+import type { Knex } from 'knex';
+import type { RequestHandler } from 'express';
+
+/** JSON a job's args, options or meta may hold. */
+export type Json = null | boolean | number | string | Json[] | { [key: string]: Json };
+
+/** Job options as the OJS spec defines them (validated by the core). */
+export interface JobOptions {
+  queue?: string;
+  priority?: number;
+  timeout_ms?: number;
+  delay_until?: string;
+  expires_at?: string;
+  retry?: {
+    max_attempts?: number;
+    initial_interval?: string;
+    backoff_coefficient?: number;
+    max_interval?: string;
+    jitter?: boolean;
+    on_exhaustion?: 'discard' | 'dead_letter';
+    non_retryable_errors?: string[];
+  };
+  unique?: { keys?: string[]; period?: string; on_conflict?: 'reject' | 'ignore' | 'replace' | 'replace_except_schedule'; states?: string[] };
+  tags?: string[];
+}
+
+/** One job of a bulk. */
+export interface BulkJob {
+  type: string;
+  args: Json[];
+  options?: JobOptions | null;
+  meta?: { [key: string]: Json } | null;
+}
+
+/** The request context keys the core maps into job meta. */
+export interface RequestContext {
+  request_id?: string;
+  traceparent?: string;
+  tracestate?: string;
+  user_id?: string;
+  tenant_id?: string;
+  locale?: string;
+}
+
+/** A knex instance (autocommit) or transactor (staged in that transaction). */
+export type KnexExecutor = Knex | Knex.Transaction;
+
+export interface CreateOjsOptions {
+  /** Base URL of the OJS backend (adapter.ojs_url). */
+  url?: string;
+  /** The application's knex instance (pg or better-sqlite3). */
+  knex: Knex;
+  /** The relay's database URL; derived from the knex connection settings when absent. */
+  databaseUrl?: string;
+  /** Bearer token for the backend (adapter.auth_token). */
+  authToken?: string;
+  /** adapter.outbox: table_name / tableName, poll_interval, batch_size, ... (camelCase or snake_case). */
+  outbox?: Record<string, Json>;
+  /** "in_process" (default) or "external", or the adapter.relay section. */
+  relay?: 'in_process' | 'external' | Record<string, Json>;
+  /** Other adapter keys, merged into the configuration as given. */
+  config?: Record<string, Json>;
+  /** Start the in-process relay at once (default true); otherwise call start(). */
+  autoStart?: boolean;
+  /** Flush and stop on SIGINT/SIGTERM (default true with an in-process relay). */
+  handleSignals?: boolean;
+  /** Run the core's I/O in a relay host process (default: true on SQLite, false on PostgreSQL). */
+  relayProcess?: boolean;
+  /** Receives a failed automatic start or a failed close on a signal (default: console.error). */
+  onError?: (error: Error) => void;
+}
+
+/** Counts of the outbox as `ojs-relay status` shows them. */
+export interface OutboxStatus {
+  pending: number;
+  failed: number;
+  sent: number;
+  dead: number;
+  in_flight: number;
+  oldest_pending_age_ms: number;
+  recent_lag_ms: number;
+}
+
+export interface RowState {
+  status: 'pending' | 'failed' | 'sent' | 'dead';
+  attempts: number;
+  error: string | null;
+}
+
+export declare class Ojs {
+  readonly knex: Knex;
+  readonly dialect: 'postgresql' | 'sqlite';
+  /** The core configuration built from the options (spec §5.2 shape). */
+  readonly config: { adapter: Record<string, Json> };
+  /** Settles when the automatic start has finished. */
+  readonly ready: Promise<void>;
+  readonly tableName: string;
+  readonly relayInProcess: boolean;
+
+  start(): Promise<void>;
+  stopRelay(): Promise<void>;
+  close(): Promise<void>;
+  notifyCommitted(jobIds: string[]): void;
+
+  /** Sends one job to the backend now (no outbox); resolves with its id. */
+  enqueue(type: string, args: Json[], options?: JobOptions | null, meta?: Record<string, Json> | null): Promise<string>;
+  /** Stages one job in `trx` (sent after the outermost commit) or autocommits through a knex instance. */
+  enqueueAfterCommit(executor: KnexExecutor, type: string, args: Json[], options?: JobOptions | null, meta?: Record<string, Json> | null): Promise<string>;
+  /** The same in the current ojs.transaction, or autocommit outside one. */
+  enqueueAfterCommit(type: string, args: Json[], options?: JobOptions | null, meta?: Record<string, Json> | null): Promise<string>;
+  enqueueBulk(executor: KnexExecutor, jobs: BulkJob[]): Promise<string[]>;
+  enqueueBulk(jobs: BulkJob[]): Promise<string[]>;
+  /** knex.transaction with the transactor made current; nested calls open a savepoint. */
+  transaction<T>(work: (trx: Knex.Transaction) => Promise<T> | T, config?: Knex.TransactionConfig): Promise<T>;
+  /** Runs `work` with this request context. */
+  withContext<T>(context: RequestContext, work: () => T): T;
+
+  /** Creates the outbox table with the core's DDL through the application's knex. */
+  migrate(): Promise<void>;
+  status(): Promise<OutboxStatus>;
+  metrics(): Promise<Record<string, Json> | null>;
+  outboxRows(jobIds: string[]): Promise<Record<string, RowState>>;
+  deadList(options?: { tenantId?: string | null; limit?: number }): Promise<Array<Record<string, Json>>>;
+  deadReplay(options?: { tenantId?: string | null }): Promise<number>;
+  deadPurge(options?: { tenantId?: string | null }): Promise<number>;
+  /** Deletes sent rows older than `olderThan` (ISO-8601 duration); resolves with the count. */
+  prune(options: { olderThan: string }): Promise<number>;
+}
+
+/** `req.ojs`: the adapter's calls with this request's context. */
+export declare class RequestOjs {
+  readonly ojs: Ojs;
+  readonly context: RequestContext | null;
+  enqueue(type: string, args: Json[], options?: JobOptions | null, meta?: Record<string, Json> | null): Promise<string>;
+  enqueueAfterCommit(executor: KnexExecutor, type: string, args: Json[], options?: JobOptions | null, meta?: Record<string, Json> | null): Promise<string>;
+  enqueueAfterCommit(type: string, args: Json[], options?: JobOptions | null, meta?: Record<string, Json> | null): Promise<string>;
+  enqueueBulk(executor: KnexExecutor, jobs: BulkJob[]): Promise<string[]>;
+  enqueueBulk(jobs: BulkJob[]): Promise<string[]>;
+  transaction<T>(work: (trx: Knex.Transaction) => Promise<T> | T, config?: Knex.TransactionConfig): Promise<T>;
+}
+
+export declare function createOjs(options: CreateOjsOptions): Ojs;
+export declare function createOutboxTable(knex: Knex, options?: { tableName?: string }): Promise<void>;
+export declare function ojsMiddleware(ojs: Ojs): RequestHandler;
+
+export type ErrorCode =
+  | 'INVALID_JOB_TYPE' | 'INVALID_QUEUE' | 'INVALID_ARGS' | 'INVALID_OPTIONS' | 'INVALID_META'
+  | 'PAYLOAD_TOO_LARGE' | 'INVALID_CONFIG' | 'INVALID_DATABASE_URL' | 'OUTBOX_TABLE_MISSING'
+  | 'DATABASE' | 'BACKEND_UNAVAILABLE' | 'BACKEND_REJECTED' | 'NO_TRANSACTION' | 'RELAY_SHUT_DOWN';
+
+export declare class OJSError extends Error {
+  readonly code: ErrorCode;
+  readonly field: string | null;
+  readonly retryable: boolean;
+  constructor(message: string, init?: { code: ErrorCode; field?: string | null; retryable?: boolean; cause?: unknown });
+}
+export declare class ValidationError extends OJSError {}
+export declare class InvalidJobTypeError extends ValidationError {}
+export declare class InvalidQueueError extends ValidationError {}
+export declare class InvalidArgsError extends ValidationError {}
+export declare class InvalidOptionsError extends ValidationError {}
+export declare class InvalidMetaError extends ValidationError {}
+export declare class PayloadTooLargeError extends ValidationError {}
+export declare class ConfigError extends OJSError {}
+export declare class InvalidConfigError extends ConfigError {}
+export declare class InvalidDatabaseUrlError extends ConfigError {}
+export declare class DatabaseError extends OJSError {}
+export declare class OutboxTableMissingError extends DatabaseError {}
+export declare class BackendError extends OJSError {}
+export declare class BackendUnavailableError extends BackendError {}
+export declare class BackendRejectedError extends BackendError {}
+export declare class NoTransactionError extends OJSError {}
+export declare class RelayShutDownError extends OJSError {}
+export declare const ERROR_CLASSES: Record<ErrorCode, typeof OJSError>;
+
+declare global {
+  namespace Express {
+    interface Request {
+      /** Set by ojsMiddleware. */
+      ojs: RequestOjs;
+    }
+  }
+}

@@ -1,0 +1,270 @@
+'use strict';
+// createOjs: one adapter per application. It builds the core configuration (spec §5.2) from
+// the options, runs the in-process relay (unless the mode is "external"), and offers the
+// adapter interface of spec §5.1 on a knex connection.
+
+const { NativeAdapter } = require('./native');
+const { callNative, awaitNative, errorFor } = require('./errors');
+const hostKnex = require('./knex');
+const { runScoped, currentScope, contextJson } = require('./context');
+const { RelayHost } = require('./relay-host');
+
+/** camelCase keys to the core's snake_case, recursively; snake_case keys pass unchanged. */
+function snakeKeys(value) {
+  if (Array.isArray(value) || value === null || typeof value !== 'object') return value;
+  const out = {};
+  for (const [key, inner] of Object.entries(value)) {
+    if (inner === undefined) continue;
+    out[key.replace(/[A-Z]/g, (c) => `_${c.toLowerCase()}`)] = snakeKeys(inner);
+  }
+  return out;
+}
+
+/**
+ * The core configuration for these options: only what the caller gave, so every default stays
+ * the core's. `relay` is a mode string ("in_process", "external") or the relay section.
+ */
+function buildConfig(options) {
+  const adapter = {};
+  if (options.url !== undefined) adapter.ojs_url = options.url;
+  if (options.authToken !== undefined) adapter.auth_token = options.authToken;
+  if (options.databaseUrl !== undefined) adapter.database_url = options.databaseUrl;
+  else if (options.knex) adapter.database_url = hostKnex.databaseUrlOf(options.knex);
+  if (options.outbox !== undefined) adapter.outbox = snakeKeys(options.outbox);
+  if (typeof options.relay === 'string') adapter.relay = { mode: options.relay };
+  else if (options.relay !== undefined) adapter.relay = snakeKeys(options.relay);
+  const extra = snakeKeys(options.config || {});
+  return { adapter: { ...extra, ...adapter } };
+}
+
+function contextText(scope) {
+  try {
+    return contextJson(scope);
+  } catch (error) {
+    throw errorFor('INVALID_META', `context: cannot be converted to JSON: ${error.message}`, 'context', error);
+  }
+}
+
+const SIGNALS = ['SIGINT', 'SIGTERM'];
+
+class Ojs {
+  constructor(options = {}) {
+    if (!options.knex) {
+      throw errorFor('INVALID_CONFIG', 'knex: createOjs needs the application\'s knex instance', 'knex');
+    }
+    this.knex = options.knex;
+    this.dialect = hostKnex.dialectOf(options.knex);
+    this.config = buildConfig(options);
+    this.native = callNative(() => new NativeAdapter(JSON.stringify(this.config)));
+    // On SQLite the core's I/O must not share this process with better-sqlite3 (relay-host.js).
+    const separate = options.relayProcess ?? this.dialect === 'sqlite';
+    this.host = separate ? new RelayHost(this.config) : null;
+    this.onError = options.onError || ((error) => console.error(`ojs-adapter-express: ${error.message}`));
+    this._closed = false;
+    this._signalHandlers = new Map();
+    this.ready = options.autoStart === false ? Promise.resolve() : this.start();
+    this.ready.catch((error) => this.onError(error));
+    if (options.handleSignals !== false && this.native.relayInProcess) this._wireSignals();
+  }
+
+  /** The outbox table name (the core's default unless configured). */
+  get tableName() {
+    return this.native.tableName;
+  }
+
+  /** Whether the relay runs in this process. */
+  get relayInProcess() {
+    return this.native.relayInProcess;
+  }
+
+  /** A core call that may block: on libuv's pool, or in the relay host process. */
+  _io(method, ...args) {
+    if (this.host) return this.host.call(method, ...args);
+    return awaitNative(this.native[method](...args));
+  }
+
+  /** The after-commit wake-up for committed job ids: never blocks, never fails. */
+  notifyCommitted(jobIds) {
+    if (this.host) this.host.notifyCommitted(jobIds);
+    else this.native.notifyCommitted(jobIds);
+  }
+
+  /** Starts the in-process relay (nothing in "external" mode). Idempotent. */
+  async start() {
+    await this._io('startRelay');
+  }
+
+  /** Graceful stop: sends what the relay holds (within shutdown_timeout), keeps the rest pending. */
+  async stopRelay() {
+    await this._io('stopRelay');
+  }
+
+  /**
+   * Flushes and stops the relay, releases the core's runtime and database pool, and unhooks
+   * the signal handlers. Idempotent; the adapter cannot be used afterwards.
+   */
+  async close() {
+    if (this._closed) return;
+    this._closed = true;
+    this._unwireSignals();
+    await this.ready.catch(() => {});
+    if (this.host) await this.host.close();
+    await awaitNative(this.native.close());
+  }
+
+  _wireSignals() {
+    for (const signal of SIGNALS) {
+      const handler = () => {
+        // Alone, we re-raise after the flush so the default action (exit) happens as if we had
+        // never listened. Beside the application's own listener, that listener decides.
+        const alone = process.listenerCount(signal) === 1;
+        this._unwireSignals();
+        this.close()
+          .catch((error) => this.onError(error))
+          .finally(() => {
+            if (alone && process.listenerCount(signal) === 0) process.kill(process.pid, signal);
+          });
+      };
+      this._signalHandlers.set(signal, handler);
+      process.on(signal, handler);
+    }
+  }
+
+  _unwireSignals() {
+    for (const [signal, handler] of this._signalHandlers) process.removeListener(signal, handler);
+    this._signalHandlers.clear();
+  }
+
+  // ---- spec §5.1 ---------------------------------------------------------------------------
+
+  /** Sends one job to the backend now, without the outbox; resolves with its id. */
+  enqueue(type, args, options, meta) {
+    return this._enqueueNow(type, args, options, meta, currentScope());
+  }
+
+  async _enqueueNow(type, args, options, meta, scope) {
+    const job = hostKnex.jobJson(type, args, options, meta);
+    return this._io('enqueueNow', job, contextText(scope));
+  }
+
+  /**
+   * Stages one job in the transaction `trx` (sent after the outermost commit), or, given the
+   * knex instance, writes it at once and wakes the relay. Without a first knex argument
+   * (`enqueueAfterCommit(type, args, options)`), stages into the current `ojs.transaction`,
+   * or autocommits through this adapter's knex. Resolves with the job id.
+   */
+  async enqueueAfterCommit(...call) {
+    const [executor, type, args, options, meta] = this._executorCall(call);
+    const ids = await this._stage(executor, `[${hostKnex.jobJson(type, args, options, meta)}]`, currentScope());
+    return ids[0];
+  }
+
+  /** Stages every job with one INSERT; same transaction rules; resolves with their ids. */
+  async enqueueBulk(...call) {
+    const [executor, jobs] = this._executorCall(call);
+    return this._stage(executor, hostKnex.jobsJson(jobs), currentScope());
+  }
+
+  _executorCall(call) {
+    const first = call[0];
+    if (first && typeof first === 'function' && first.client) return call;
+    if (first && typeof first === 'object' && first.client && typeof first.raw === 'function') return call;
+    return [currentScope().trx || this.knex, ...call];
+  }
+
+  async _stage(executor, jobsText, scope) {
+    const inTransaction = hostKnex.isTransaction(executor);
+    if (inTransaction) hostKnex.assertOpen(executor);
+    const dialect = executor === this.knex ? this.dialect : hostKnex.dialectOf(executor);
+    const staged = callNative(() => this.native.stage(dialect, 'question', jobsText, contextText(scope)));
+    await hostKnex.execute(executor, staged.statements);
+    if (inTransaction) hostKnex.afterCommit(executor, this, staged.jobIds);
+    else this.notifyCommitted(staged.jobIds);
+    return staged.jobIds;
+  }
+
+  /**
+   * knex.transaction with the transactor made current for the §8.3 form; nested calls open a
+   * savepoint in the current one.
+   */
+  transaction(work, config) {
+    const outer = currentScope().trx;
+    const run = (trx) => runScoped({ trx }, () => work(trx));
+    if (outer && !outer.isCompleted()) return outer.transaction(run, config);
+    return this.knex.transaction(run, config);
+  }
+
+  /** Runs `work` with this request context (core keys: request_id, traceparent, ...). */
+  withContext(context, work) {
+    return runScoped({ context }, work);
+  }
+
+  // ---- schema and administration ----------------------------------------------------------
+
+  /** The core's DDL for the outbox table, run through the application's knex. */
+  async migrate() {
+    await runDdl(this.knex, callNative(() => this.native.createTableSql(this.dialect)));
+  }
+
+  async status() {
+    return JSON.parse(await this._io('statusJson'));
+  }
+
+  /** The relay's metrics, or null when no relay runs in this process. */
+  async metrics() {
+    return JSON.parse(await this._io('metricsJson'));
+  }
+
+  /** Committed rows of these jobs: {jobId: {status, attempts, error}}. */
+  async outboxRows(jobIds) {
+    return JSON.parse(await this._io('rowsJson', jobIds));
+  }
+
+  /** Deletes `sent` rows older than `olderThan` (ISO-8601 duration); resolves with the count. */
+  async prune({ olderThan }) {
+    return this._io('prune', olderThan);
+  }
+
+  async deadList({ tenantId = null, limit = 100 } = {}) {
+    return JSON.parse(await this._io('deadListJson', tenantId, limit));
+  }
+
+  async deadReplay({ tenantId = null } = {}) {
+    return this._io('deadReplay', tenantId);
+  }
+
+  async deadPurge({ tenantId = null } = {}) {
+    return this._io('deadPurge', tenantId);
+  }
+
+  /** Test seam: commits `trx` (outermost) as a process dying before the wake-up would. */
+  async _commitWithoutWakeup(trx) {
+    hostKnex.suppressWakeup(trx);
+    return trx.commit();
+  }
+}
+
+/** Creates the adapter; the in-process relay starts at once (await `ojs.ready`). */
+function createOjs(options) {
+  return new Ojs(options);
+}
+
+/**
+ * Creates the outbox table with the core's DDL for this knex client (for a knex migration:
+ * `exports.up = (knex) => createOutboxTable(knex)`). `tableName` as in createOjs's outbox.
+ */
+async function createOutboxTable(knex, { tableName } = {}) {
+  const config = { adapter: tableName === undefined ? {} : { outbox: { table_name: tableName } } };
+  const adapter = callNative(() => new NativeAdapter(JSON.stringify(config)));
+  await runDdl(knex, callNative(() => adapter.createTableSql(hostKnex.dialectOf(knex))));
+}
+
+async function runDdl(knex, statements) {
+  try {
+    for (const sql of statements) await knex.raw(sql);
+  } catch (error) {
+    throw errorFor('DATABASE', `creating the outbox table failed: ${error.message}`, null, error);
+  }
+}
+
+module.exports = { Ojs, createOjs, createOutboxTable, buildConfig };

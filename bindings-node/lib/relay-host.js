@@ -1,0 +1,121 @@
+'use strict';
+// The relay host: on SQLite, the core's database I/O (relay, admin calls, immediate enqueue)
+// runs in a child process instead of this one.
+//
+// Why: better-sqlite3 carries its own copy of SQLite, and the core (sqlx) another. SQLite
+// locks a database file with POSIX advisory locks, which never conflict inside one process and
+// are all dropped when any file descriptor of the file is closed; one copy of SQLite tracks
+// this for its own connections, two copies cannot (sqlite.org/howtocorrupt.html, §2.2). With
+// both in one process, relay writes and application writes are not mutually excluded: rows go
+// missing from reads, are sent twice, and the file can be corrupted. In a child process the
+// locks work as between any two processes. PostgreSQL needs none of this.
+//
+// The host process keeps the cheap calls (stage, DDL); the wake-up goes over the IPC channel,
+// in order and without waiting.
+
+const { fork } = require('node:child_process');
+const path = require('node:path');
+const { fromNative } = require('./errors');
+
+const BIN = path.join(__dirname, '..', 'bin', 'ojs-relay.js');
+
+class RelayHost {
+  constructor(config) {
+    this.config = config;
+    this.child = null;
+    this.pending = new Map();
+    this.nextId = 1;
+  }
+
+  _spawn() {
+    if (this.child) return this.child;
+    const child = fork(BIN, ['_host'], {
+      env: { ...process.env, OJS_HOST_CONFIG: JSON.stringify(this.config) },
+      stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
+    });
+    child.on('message', (message) => {
+      const call = this.pending.get(message.id);
+      if (!call) return;
+      this.pending.delete(message.id);
+      this._refresh();
+      if (message.error !== undefined) call.reject(fromNative(new Error(message.error)));
+      else call.resolve(message.result);
+    });
+    child.on('exit', (code, signal) => {
+      if (this.child === child) this.child = null;
+      for (const call of this.pending.values()) call.reject(new Error(`the relay host process ended (${signal || code})`));
+      this.pending.clear();
+    });
+    // The host process must not keep the application alive on its own.
+    child.unref();
+    this.child = child;
+    this._refresh();
+    return child;
+  }
+
+  /** The IPC channel keeps the event loop alive only while a call waits for its answer. */
+  _refresh() {
+    const channel = this.child && this.child.channel;
+    if (!channel) return;
+    if (this.pending.size) channel.ref();
+    else channel.unref();
+  }
+
+  /** Calls `method` of the core adapter in the host process. */
+  call(method, ...args) {
+    const child = this._spawn();
+    const id = this.nextId++;
+    return new Promise((resolve, reject) => {
+      this.pending.set(id, { resolve, reject });
+      this._refresh();
+      child.send({ id, method, args });
+    });
+  }
+
+  /** The wake-up: sent in order, not awaited; without a host process there is no relay to wake. */
+  notifyCommitted(jobIds) {
+    if (this.child && this.child.connected) this.child.send({ method: 'notifyCommitted', args: [jobIds] });
+  }
+
+  /** Stops the relay gracefully and ends the host process. */
+  async close() {
+    if (!this.child) return;
+    const child = this.child;
+    const exited = new Promise((resolve) => child.once('exit', resolve));
+    await this.call('close').catch(() => {});
+    if (child.connected) child.disconnect();
+    await exited;
+  }
+
+  /** Test seam: the host process dies at once (SIGKILL), as a crash would. */
+  kill() {
+    if (this.child) this.child.kill('SIGKILL');
+  }
+}
+
+/** The child side, run by `ojs-relay _host`: serves calls on the core adapter until told to close. */
+function serveHost(NativeAdapter) {
+  const adapter = new NativeAdapter(process.env.OJS_HOST_CONFIG);
+  let closing = null;
+  const close = () => {
+    closing ||= adapter.close().catch(() => {});
+    return closing;
+  };
+  process.on('message', async ({ id, method, args }) => {
+    if (method === 'notifyCommitted') {
+      adapter.notifyCommitted(...args);
+      return;
+    }
+    try {
+      const result = method === 'close' ? await close() : await adapter[method](...args);
+      process.send({ id, result: result === undefined ? null : result });
+    } catch (error) {
+      process.send({ id, error: String(error && error.message) });
+    }
+  });
+  // The application process ended or closed us: flush the relay, then exit.
+  process.on('disconnect', () => close().then(() => process.exit(0)));
+  for (const signal of ['SIGINT', 'SIGTERM']) process.on(signal, () => close().then(() => process.exit(0)));
+}
+
+module.exports = { RelayHost, serveHost };

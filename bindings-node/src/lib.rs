@@ -1,0 +1,13 @@
+//! Native glue of the npm package `ojs-adapter-express`: the core's `bridge::Adapter` as a
+//! Node-API class. Only type conversion happens here: every behaviour (validation, SQL, the
+//! relay, defaults) is the core's, and the JavaScript layer (`lib/`) owns knex and Express.
+//!
+//! Calls that may block (database, network, relay start/stop) run as `AsyncTask`s on libuv's
+//! thread pool and resolve a promise, so the event loop never waits on them; `stage` and
+//! `notify_committed` are cheap and synchronous.
+
+mod adapter;
+mod error;
+
+pub use adapter::NativeAdapter;
+pub use error::{NativeErrorCode, database_error_code, error_codes};

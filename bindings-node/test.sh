@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Builds the addon (release) and the npm package, installs THAT package into a fresh place
+# under target/node-pkg/, and runs the tests (node --test) against the installed package:
+# the conformance matrix on SQLite and PostgreSQL, bad input, the Express middleware, the
+# event loop. Needs OJS_TEST_DATABASE_URL (postgres://...); scripts/test.sh sets it.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+repo=$(cd "$here/.." && pwd)
+: "${OJS_TEST_DATABASE_URL:?set OJS_TEST_DATABASE_URL to a PostgreSQL URL (scripts/test.sh starts one)}"
+"$here/pack.sh"
+app="$repo/target/node-pkg/app"
+cd "$app"
+rm -rf test
+cp -r "$here/test" "$app/test"
+
+unset OJS_PACKAGE NODE_PATH
+export OJS_REPO_ROOT="$repo" OJS_DEVSERVER_BIN="$repo/target/debug/ojs-devserver"
+exec node --test --test-concurrency=1 test/*.test.js

@@ -1,0 +1,482 @@
+'use strict';
+// The language conformance runner: every case of conformance-tests/cases/*.json through the
+// real adapter (createOjs + knex transactions), on SQLite (better-sqlite3) and PostgreSQL (pg),
+// against ojs-devserver. Prints the matrix case x database at the end.
+//
+// Reads go through the application's view: inside an open transaction through that knex
+// transactor (its own uncommitted rows included), otherwise the committed rows through the
+// core (`ojs.outboxRows`) and a count through knex.
+//
+// Cases with `relay_kill` run the relay as a separate process (`ojs-relay run`, the package's
+// bin, relay mode "external"), because an in-process relay cannot be killed without killing
+// the test; SIGKILL on that process is the abrupt death the cases describe.
+
+const { test, after } = require('node:test');
+const assert = require('node:assert/strict');
+const { spawn } = require('node:child_process');
+const fs = require('node:fs');
+const path = require('node:path');
+const crypto = require('node:crypto');
+const { isDeepStrictEqual } = require('node:util');
+const {
+  ojsPackage, PACKAGE_DIR, REPO, sleep, scratchDir, startDevserver, sqliteKnex, postgresKnex,
+} = require('./support');
+
+const { createOjs, OJSError } = ojsPackage;
+
+const CASES_DIR = path.join(REPO, 'conformance-tests', 'cases');
+const SCHEMA = JSON.parse(fs.readFileSync(path.join(REPO, 'conformance-tests', 'schema', 'case.schema.json'), 'utf8'));
+const cases = fs
+  .readdirSync(CASES_DIR)
+  .filter((name) => name.endsWith('.json'))
+  .sort()
+  .map((name) => JSON.parse(fs.readFileSync(path.join(CASES_DIR, name), 'utf8')));
+
+/** Cases this runner cannot execute, with the reason (printed in the matrix). */
+function skipReason() {
+  return null;
+}
+
+/** The suite defaults: the `default` annotations of the schema's config keys. */
+function suiteDefaults() {
+  const defaults = {};
+  for (const section of ['outbox', 'relay']) {
+    const keys = SCHEMA.$defs.config.properties[section].properties;
+    for (const [key, spec] of Object.entries(keys)) {
+      if (spec.default !== undefined) (defaults[section] ||= {})[key] = spec.default;
+    }
+  }
+  return defaults;
+}
+
+function merge(base, patch) {
+  for (const [key, value] of Object.entries(patch || {})) {
+    if (value && typeof value === 'object' && !Array.isArray(value) && base[key] && typeof base[key] === 'object') {
+      merge(base[key], value);
+    } else base[key] = value;
+  }
+  return base;
+}
+
+function tableFor(testCase) {
+  const slug = testCase.id.toLowerCase().replace(/[^a-z0-9]/g, '_');
+  const hash = crypto.createHash('sha1').update(testCase.id).digest('hex').slice(0, 6);
+  return `node_case_${slug.slice(0, 40)}_${hash}`;
+}
+
+let backend;
+const sqliteDir = scratchDir('conformance');
+const pgKnex = postgresKnex();
+const matrix = new Map();
+
+after(async () => {
+  await pgKnex.destroy();
+  if (backend) await backend.stop();
+  const databases = ['sqlite', 'postgres'];
+  const width = Math.max(...cases.map((c) => c.id.length));
+  const lines = [`${'case'.padEnd(width)}  ${databases.map((d) => d.padEnd(8)).join('  ')}`];
+  const counts = { PASS: 0, FAIL: 0, SKIP: 0 };
+  for (const testCase of cases) {
+    const row = matrix.get(testCase.id) || {};
+    lines.push(`${testCase.id.padEnd(width)}  ${databases.map((d) => (row[d] || '-').padEnd(8)).join('  ')}`);
+    for (const d of databases) if (row[d]) counts[row[d]] += 1;
+  }
+  const reasons = cases.filter((c) => skipReason(c)).map((c) => `  SKIP ${c.id}: ${skipReason(c)}`);
+  console.log(
+    `\nconformance matrix (node, ${cases.length} cases)\n${lines.join('\n')}\n` +
+      `PASS ${counts.PASS}, FAIL ${counts.FAIL}, SKIP ${counts.SKIP}\n${reasons.join('\n')}`,
+  );
+});
+
+/** The separate relay process of the relay_kill cases. */
+class RelayProcess {
+  constructor(configFile) {
+    this.configFile = configFile;
+    this.child = null;
+  }
+
+  async start() {
+    const child = spawn(process.execPath, [path.join(PACKAGE_DIR, 'bin', 'ojs-relay.js'), '--config', this.configFile, 'run'], {
+      stdio: ['ignore', 'ignore', 'pipe'],
+    });
+    this.child = child;
+    await new Promise((resolve, reject) => {
+      let seen = '';
+      child.stderr.on('data', (chunk) => {
+        seen += chunk;
+        if (seen.includes('ojs-relay: relaying')) resolve();
+      });
+      child.once('exit', (code) => reject(new Error(`ojs-relay exited (${code}): ${seen}`)));
+    });
+    // The engine starts right after the line; give it its first poll.
+    await sleep(150);
+  }
+
+  async stop(signal) {
+    const child = this.child;
+    this.child = null;
+    if (!child || child.exitCode !== null) return;
+    await new Promise((resolve) => {
+      child.once('exit', resolve);
+      child.kill(signal);
+    });
+  }
+}
+
+class Run {
+  constructor(testCase, database, knex, ojs, relayProcess, table) {
+    this.testCase = testCase;
+    this.database = database;
+    this.knex = knex;
+    this.ojs = ojs;
+    this.relayProcess = relayProcess;
+    this.table = table;
+    this.refs = new Map();
+    this.context = null;
+    this.stack = [];
+    this.lastCommitUs = 0;
+  }
+
+  id(ref) {
+    if (!this.refs.has(ref)) throw new Error(`ref ${JSON.stringify(ref)} was never enqueued`);
+    return this.refs.get(ref);
+  }
+
+  get top() {
+    return this.stack[this.stack.length - 1];
+  }
+
+  /** Runs an adapter call with the case's request context, as a request would. */
+  withContext(work) {
+    return this.context ? this.ojs.withContext(this.context, work) : work();
+  }
+
+  /** Calls `work`; checks expect_error; returns the result or undefined on an expected error. */
+  async expecting(step, work) {
+    const expected = step.expect_error;
+    let result;
+    try {
+      result = await work();
+    } catch (error) {
+      if (!expected) throw error;
+      if (!(error instanceof OJSError)) throw new Error(`expected ${expected}, got a non-OJSError: ${error.stack}`);
+      if (error.code !== expected) throw new Error(`expected ${expected}, got ${error.code}: ${error.message}`);
+      return undefined;
+    }
+    if (expected) throw new Error(`expected error ${expected}, the call succeeded`);
+    return result;
+  }
+
+  async stage(step, bulk) {
+    const executor = this.top || this.knex;
+    if (bulk) {
+      let entries;
+      if (step.generate) {
+        const { count, type, ref_prefix: prefix } = step.generate;
+        entries = Array.from({ length: count }, (_, i) => [`${prefix}${i}`, { type, args: [i] }]);
+      } else {
+        entries = step.jobs.map(({ ref, ...job }) => [ref, job]);
+      }
+      const ids = await this.expecting(step, () =>
+        this.withContext(() => this.ojs.enqueueBulk(executor, entries.map(([, job]) => job))),
+      );
+      if (ids) entries.forEach(([ref], i) => ref && this.refs.set(ref, ids[i]));
+    } else {
+      const id = await this.expecting(step, () =>
+        this.withContext(() => this.ojs.enqueueAfterCommit(executor, step.type, step.args, step.options)),
+      );
+      if (id && step.ref) this.refs.set(step.ref, id);
+    }
+    if (!this.top && !step.expect_error) this.lastCommitUs = Date.now() * 1000;
+  }
+
+  /** Outbox rows (job id -> status) as the application sees them. */
+  async rows(ids) {
+    if (this.top) {
+      const rows = await this.top(this.table).select('job_id', 'status').whereIn('job_id', ids);
+      return new Map(rows.map((row) => [String(row.job_id), row.status]));
+    }
+    const rows = await this.ojs.outboxRows(ids);
+    return new Map(Object.entries(rows).map(([id, row]) => [id, row.status]));
+  }
+
+  async count() {
+    const [{ n }] = await (this.top || this.knex)(this.table).count({ n: '*' });
+    return Number(n);
+  }
+
+  async checkRows(expected) {
+    const refs = Object.keys(expected || {});
+    if (!refs.length) return;
+    const states = await this.rows(refs.map((ref) => this.id(ref)));
+    for (const ref of refs) {
+      const actual = states.get(this.id(ref)) || 'absent';
+      const allowed = [].concat(expected[ref]);
+      if (!allowed.includes(actual)) throw new Error(`row ${JSON.stringify(ref)} is ${actual}, expected ${JSON.stringify(expected[ref])}`);
+    }
+  }
+
+  async step(step) {
+    const timeout = step.timeout_ms ?? 10000;
+    switch (step.op) {
+      case 'begin':
+        if (this.stack.length) throw new Error('begin: a transaction is already open');
+        this.stack.push(await this.knex.transaction());
+        break;
+      case 'savepoint':
+        this.stack.push(await this.top.transaction());
+        break;
+      case 'release_savepoint':
+        await this.stack.pop().commit();
+        break;
+      case 'rollback_savepoint':
+        await this.stack.pop().rollback();
+        break;
+      case 'commit': {
+        const root = this.stack.pop();
+        if (this.stack.length) throw new Error('commit with a savepoint open');
+        if (step.crash_before_hook) await this.ojs._commitWithoutWakeup(root);
+        else await root.commit();
+        await root.executionPromise;
+        this.lastCommitUs = Date.now() * 1000;
+        break;
+      }
+      case 'rollback': {
+        const root = this.stack.pop();
+        await root.rollback();
+        break;
+      }
+      case 'enqueue_after_commit':
+        await this.stage(step, false);
+        break;
+      case 'enqueue_bulk':
+        await this.stage(step, true);
+        break;
+      case 'enqueue': {
+        const id = await this.expecting(step, () => this.withContext(() => this.ojs.enqueue(step.type, step.args, step.options)));
+        if (id && step.ref) this.refs.set(step.ref, id);
+        break;
+      }
+      case 'set_context':
+        this.context = { ...step.context };
+        break;
+      case 'clear_context':
+        this.context = null;
+        break;
+      case 'backend_fault': {
+        const { op, ...fault } = step;
+        await backend.call('POST', '/_dev/faults', fault);
+        break;
+      }
+      case 'backend_clear_faults':
+        await backend.call('DELETE', '/_dev/faults');
+        break;
+      case 'backend_manifest':
+        await backend.call('POST', '/_dev/manifest', { batch_enqueue: step.batch_enqueue });
+        break;
+      case 'relay_start':
+        if (this.relayProcess) await this.relayProcess.start();
+        else await this.ojs.start();
+        break;
+      case 'relay_stop':
+        if (this.relayProcess) await this.relayProcess.stop('SIGTERM');
+        else await this.ojs.stopRelay();
+        break;
+      case 'relay_kill':
+        if (!this.relayProcess) throw new Error('relay_kill needs the separate relay process');
+        await this.relayProcess.stop('SIGKILL');
+        break;
+      case 'sleep':
+        await sleep(step.ms);
+        break;
+      case 'prune':
+        await this.ojs.prune({ olderThan: step.older_than });
+        break;
+      case 'dead_replay':
+        await this.ojs.deadReplay({ tenantId: step.tenant_id ?? null });
+        break;
+      case 'dead_purge':
+        await this.ojs.deadPurge({ tenantId: step.tenant_id ?? null });
+        break;
+      case 'wait_delivered':
+        await this.waitDelivered(step, timeout);
+        break;
+      case 'wait_outbox': {
+        const deadline = Date.now() + timeout;
+        for (;;) {
+          try {
+            await this.checkRows(step.rows);
+            break;
+          } catch (why) {
+            if (Date.now() >= deadline) throw new Error(`wait_outbox timed out: ${why.message}`);
+            await sleep(20);
+          }
+        }
+        break;
+      }
+      case 'expect_backend':
+        await this.expectBackend(step);
+        break;
+      case 'expect_requests': {
+        const received = await backend.received();
+        for (const kind of ['batch', 'single']) {
+          if (step[kind] === undefined) continue;
+          const actual = received.requests[kind] ?? 0;
+          if (actual !== step[kind]) throw new Error(`expected ${step[kind]} ${kind} requests, the backend got ${actual}`);
+        }
+        break;
+      }
+      case 'expect_outbox': {
+        await this.checkRows(step.rows);
+        const absent = (step.absent || []).map((ref) => [ref, this.id(ref)]);
+        if (absent.length) {
+          const rows = await this.rows(absent.map(([, id]) => id));
+          const present = absent.find(([, id]) => rows.has(id));
+          if (present) throw new Error(`outbox still has a row for ${JSON.stringify(present[0])}`);
+        }
+        if (step.total !== undefined) {
+          const actual = await this.count();
+          if (actual !== step.total) throw new Error(`expected ${step.total} outbox rows, found ${actual}`);
+        }
+        break;
+      }
+      default:
+        throw new Error(`unknown op ${JSON.stringify(step.op)}`);
+    }
+  }
+
+  async waitDelivered(step, timeout) {
+    const wanted = step.refs.map((ref) => [ref, this.id(ref)]);
+    const deadline = Date.now() + timeout;
+    for (;;) {
+      const received = await backend.received();
+      const stored = new Map(received.jobs.map((job) => [job.id, job.received_at_us]));
+      const missing = wanted.filter(([, id]) => !stored.has(id)).map(([ref]) => ref);
+      if (!missing.length) {
+        if (step.min_elapsed_ms !== undefined) {
+          const last = Math.max(...wanted.map(([, id]) => stored.get(id)));
+          const elapsedMs = Math.floor((last - this.lastCommitUs) / 1000);
+          if (elapsedMs < step.min_elapsed_ms) {
+            throw new Error(`delivered ${elapsedMs} ms after commit, expected at least ${step.min_elapsed_ms} ms`);
+          }
+        }
+        return;
+      }
+      if (Date.now() >= deadline) {
+        const status = await this.ojs.status().catch((e) => e.message);
+        throw new Error(`not delivered within ${timeout} ms: ${JSON.stringify(missing)}; outbox ${JSON.stringify(status)}`);
+      }
+      await sleep(10);
+    }
+  }
+
+  async expectBackend(step) {
+    const received = await backend.received();
+    const jobs = received.jobs;
+    const position = new Map(jobs.map((job, i) => [job.id, i]));
+    const expected = (step.received || []).map((ref) => [ref, this.id(ref)]);
+    for (const [ref, id] of expected) {
+      if (!position.has(id)) throw new Error(`the backend did not receive ${JSON.stringify(ref)}`);
+    }
+    if (step.order === 'exact') {
+      for (let i = 1; i < expected.length; i += 1) {
+        if (position.get(expected[i][1]) < position.get(expected[i - 1][1])) {
+          throw new Error(`${JSON.stringify(expected[i][0])} arrived before ${JSON.stringify(expected[i - 1][0])}`);
+        }
+      }
+    }
+    for (const ref of step.absent || []) {
+      if (position.has(this.id(ref))) throw new Error(`the backend received ${JSON.stringify(ref)}, which must not be sent`);
+    }
+    if (step.total !== undefined && jobs.length !== step.total) {
+      throw new Error(`the backend stored ${jobs.length} jobs, expected ${step.total}`);
+    }
+    const deliveries = (ref) => received.deliveries[this.id(ref)] ?? 0;
+    for (const [ref, minimum] of Object.entries(step.deliveries_at_least || {})) {
+      if (deliveries(ref) < minimum) throw new Error(`${JSON.stringify(ref)} was delivered ${deliveries(ref)} times, expected at least ${minimum}`);
+    }
+    for (const [ref, exactly] of Object.entries(step.deliveries_exactly || {})) {
+      if (deliveries(ref) !== exactly) throw new Error(`${JSON.stringify(ref)} was delivered ${deliveries(ref)} times, expected ${exactly}`);
+    }
+    for (const [ref, { meta_absent: metaAbsent = [], ...fields }] of Object.entries(step.jobs || {})) {
+      const job = jobs.find((j) => j.id === this.id(ref));
+      if (!job) throw new Error(`${JSON.stringify(ref)} not stored`);
+      if (!isSubset(fields, job)) throw new Error(`${JSON.stringify(ref)}: expected ${JSON.stringify(fields)}, stored ${JSON.stringify(job)}`);
+      for (const key of metaAbsent) {
+        if (job.meta && Object.hasOwn(job.meta, key)) {
+          throw new Error(`${JSON.stringify(ref)}: meta must not have ${JSON.stringify(key)}, stored ${JSON.stringify(job.meta)}`);
+        }
+      }
+    }
+  }
+}
+
+/** Subset match: objects by key (recursively), everything else by deep equality. */
+function isSubset(expected, actual) {
+  if (expected && typeof expected === 'object' && !Array.isArray(expected)) {
+    return Boolean(actual) && typeof actual === 'object' && Object.entries(expected).every(([k, v]) => isSubset(v, actual[k]));
+  }
+  return isDeepStrictEqual(expected, actual);
+}
+
+async function runCase(testCase, database) {
+  await backend.reset();
+  const table = tableFor(testCase);
+  const knex = database === 'sqlite' ? sqliteKnex(path.join(sqliteDir, `${table}.db`)) : pgKnex;
+  if (database === 'postgres') await knex.raw(`DROP TABLE IF EXISTS ${table}`);
+  const external = testCase.steps.some((step) => step.op === 'relay_kill');
+  const config = merge(suiteDefaults(), testCase.config || {});
+  config.outbox = { ...config.outbox, table_name: table };
+  if (external) config.relay = { ...config.relay, mode: 'external' };
+  const ojs = createOjs({ url: backend.url, knex, outbox: config.outbox, relay: config.relay, autoStart: false, handleSignals: false });
+  let relayProcess = null;
+  const run = new Run(testCase, database, knex, ojs, null, table);
+  try {
+    await ojs.migrate();
+    if (external) {
+      const configFile = path.join(sqliteDir, `${table}-${database}.json`);
+      fs.writeFileSync(configFile, JSON.stringify(ojs.config));
+      relayProcess = new RelayProcess(configFile);
+      run.relayProcess = relayProcess;
+    }
+    if (testCase.relay !== 'stopped') {
+      if (relayProcess) await relayProcess.start();
+      else await ojs.start();
+    }
+    for (const [index, step] of testCase.steps.entries()) {
+      try {
+        await run.step(step);
+      } catch (error) {
+        throw new Error(`step ${index} (${step.op}): ${error.message}`);
+      }
+    }
+  } finally {
+    while (run.stack.length > 1) run.stack.pop();
+    if (run.stack.length) await run.stack.pop().rollback().catch(() => {});
+    if (relayProcess) await relayProcess.stop('SIGKILL');
+    await Promise.race([ojs.close(), sleep(8000)]);
+    if (database === 'sqlite') await knex.destroy();
+  }
+}
+
+test('conformance cases', async (t) => {
+  backend = await startDevserver();
+  for (const database of ['sqlite', 'postgres']) {
+    for (const testCase of cases) {
+      const row = matrix.get(testCase.id) || {};
+      matrix.set(testCase.id, row);
+      const reason = skipReason(testCase);
+      await t.test(`${database} ${testCase.id}`, { skip: reason || false }, async () => {
+        if (reason) return;
+        try {
+          await runCase(testCase, database);
+          row[database] = 'PASS';
+        } catch (error) {
+          row[database] = 'FAIL';
+          assert.fail(`${testCase.title}\n${error.message}`);
+        }
+      });
+      if (reason) row[database] = 'SKIP';
+    }
+  }
+});

@@ -1,0 +1,105 @@
+'use strict';
+// Shared by the tests: the package under test (the installed npm package unless
+// OJS_PACKAGE points elsewhere), the repository (cases, devserver), the databases, and the
+// development backend `ojs-devserver` over HTTP.
+
+const { spawn } = require('node:child_process');
+const fs = require('node:fs');
+const os = require('node:os');
+const path = require('node:path');
+
+const PACKAGE = process.env.OJS_PACKAGE || 'ojs-adapter-express';
+const ojsPackage = require(PACKAGE);
+/** The installed package's folder (its bin/ojs-relay.js is run by some tests). */
+const PACKAGE_DIR = path.dirname(require.resolve(`${PACKAGE}/package.json`));
+const knexLib = require('knex');
+
+const REPO = process.env.OJS_REPO_ROOT || path.resolve(__dirname, '..', '..');
+const DEVSERVER = process.env.OJS_DEVSERVER_BIN || path.join(REPO, 'target', 'debug', 'ojs-devserver');
+const PG_URL = process.env.OJS_TEST_DATABASE_URL;
+if (!PG_URL) throw new Error('OJS_TEST_DATABASE_URL is not set (postgres://...); scripts/test.sh or bindings-node/test.sh sets it');
+
+const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
+
+/** A fresh scratch directory for SQLite files. */
+function scratchDir(name) {
+  const dir = path.join(os.tmpdir(), `ojs-node-${name}-${process.pid}`);
+  fs.rmSync(dir, { recursive: true, force: true });
+  fs.mkdirSync(dir, { recursive: true });
+  return dir;
+}
+
+/** Starts `ojs-devserver --port 0` and resolves with {url, call, received, stop}. */
+async function startDevserver() {
+  const child = spawn(DEVSERVER, ['--port', '0'], { stdio: ['ignore', 'pipe', 'inherit'] });
+  const url = await new Promise((resolve, reject) => {
+    let seen = '';
+    child.stdout.on('data', (chunk) => {
+      seen += chunk;
+      const match = /ojs-devserver listening on (http:\/\/\S+)/.exec(seen);
+      if (match) resolve(match[1]);
+    });
+    child.once('exit', (code) => reject(new Error(`ojs-devserver exited (${code}) before listening`)));
+    child.once('error', reject);
+  });
+  async function call(method, route, body) {
+    const response = await fetch(`${url}${route}`, {
+      method,
+      headers: body === undefined ? {} : { 'content-type': 'application/json' },
+      body: body === undefined ? undefined : JSON.stringify(body),
+    });
+    const text = await response.text();
+    try {
+      return JSON.parse(text);
+    } catch {
+      return null;
+    }
+  }
+  return {
+    url,
+    call,
+    received: () => call('GET', '/_dev/received'),
+    reset: () => call('POST', '/_dev/reset'),
+    stop: () =>
+      new Promise((resolve) => {
+        child.once('exit', resolve);
+        child.kill('SIGTERM');
+      }),
+  };
+}
+
+/** A knex instance on a SQLite file (better-sqlite3). */
+function sqliteKnex(file) {
+  for (const suffix of ['', '-wal', '-shm']) fs.rmSync(`${file}${suffix}`, { force: true });
+  return knexLib({ client: 'better-sqlite3', connection: { filename: file }, useNullAsDefault: true });
+}
+
+/** A knex instance on the test PostgreSQL server (pg). */
+function postgresKnex() {
+  return knexLib({ client: 'pg', connection: PG_URL, pool: { min: 0, max: 4 } });
+}
+
+/** Polls `check` (async, returns truthy when done) every 20 ms until `timeoutMs`. */
+async function waitFor(check, timeoutMs, what) {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const result = await check();
+    if (result) return result;
+    if (Date.now() >= deadline) throw new Error(`timed out after ${timeoutMs} ms: ${what}`);
+    await sleep(20);
+  }
+}
+
+module.exports = {
+  ojsPackage,
+  PACKAGE_DIR,
+  knexLib,
+  REPO,
+  PG_URL,
+  sleep,
+  scratchDir,
+  startDevserver,
+  sqliteKnex,
+  postgresKnex,
+  waitFor,
+};

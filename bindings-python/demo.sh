@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# The Django example end to end on SQLite + ojs-devserver: migrate, run the app (runserver),
+# sign up one user in a transaction that commits and one whose transaction rolls back after
+# enqueueing, then show that the backend received only the committed user's welcome job.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+repo=$(dirname "$here")
+
+cargo build -q -p ojs-devserver
+wheel=$("$here/build-wheel.sh")
+venv="$repo/target/py-demo-venv"
+[ -x "$venv/bin/python" ] || python3 -m venv "$venv"
+"$venv/bin/python" -m pip show -q django >/dev/null 2>&1 || "$venv/bin/python" -m pip install -q "django==5.2.*"
+"$venv/bin/python" -m pip install -q --force-reinstall --no-deps "$wheel"
+py="$venv/bin/python"
+
+work=$(mktemp -d)
+pids=()
+cleanup() { for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$work"; }
+trap cleanup EXIT
+free_port() { "$py" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+
+"$repo/target/debug/ojs-devserver" --port 0 > "$work/devserver.log" 2>&1 &
+pids+=($!)
+for _ in $(seq 100); do grep -q "listening on" "$work/devserver.log" 2>/dev/null && break; sleep 0.05; done
+backend=$(sed -n 's/^ojs-devserver listening on //p' "$work/devserver.log")
+echo "demo: ojs-devserver at $backend"
+
+export EXAMPLE_DATA_DIR="$work" OJS_URL="$backend"
+cd "$here/example"
+"$py" manage.py migrate -v 0
+echo "demo: migrated (auth tables + the outbox table from the core's DDL)"
+
+port=$(free_port)
+"$py" manage.py runserver --noreload "127.0.0.1:$port" > "$work/app.log" 2>&1 &
+app=$!
+pids+=($app)
+app_url="http://127.0.0.1:$port"
+"$py" - "$app_url" <<'PY'
+import sys, time, urllib.request
+for _ in range(200):
+    try:
+        urllib.request.urlopen(sys.argv[1] + "/", timeout=1)
+    except urllib.error.HTTPError:
+        sys.exit(0)  # the app answers (404 on /)
+    except OSError:
+        time.sleep(0.05)
+sys.exit("the example app did not start")
+PY
+echo "demo: example app at $app_url"
+
+"$py" - "$app_url" "$backend" <<'PY'
+import json, sys, time, urllib.parse, urllib.request
+app, backend = sys.argv[1], sys.argv[2]
+
+def signup(email, fail=False):
+    data = {"email": email, **({"fail": "1"} if fail else {})}
+    request = urllib.request.Request(app + "/signup", data=urllib.parse.urlencode(data).encode(),
+                                     headers={"X-Request-ID": f"demo-{email}"})
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as error:
+        return error.code, json.loads(error.read())
+
+def received():
+    with urllib.request.urlopen(backend + "/_dev/received", timeout=5) as response:
+        return json.loads(response.read())["jobs"]
+
+started = time.time()
+status, committed = signup("ada@example.com")
+print(f"demo: signup ada@example.com -> {status}, committed, job {committed['job_id']}")
+status, rolled_back = signup("bob@example.com", fail=True)
+print(f"demo: signup bob@example.com -> {status}, rolled back after enqueueing job {rolled_back['job_id']}")
+
+deadline = time.time() + 10
+while not any(job["id"] == committed["job_id"] for job in received()):
+    if time.time() > deadline:
+        sys.exit("demo: FAILED, the committed job did not reach the backend")
+    time.sleep(0.01)
+job = next(job for job in received() if job["id"] == committed["job_id"])
+latency_ms = job["received_at_us"] / 1000 - started * 1000
+time.sleep(1.5)  # more than the poll interval: a leaked job would have arrived by now
+jobs = received()
+print(f"demo: the backend received {len(jobs)} job(s):")
+for job in jobs:
+    print(f"  {job['type']} args={job['args']} id={job['id']} request_id={job['meta'].get('ojs.context.request_id')}")
+assert [j["id"] for j in jobs] == [committed["job_id"]], "only the committed job may arrive"
+assert job["args"] == [committed["user_id"]]
+assert not any(j["id"] == rolled_back["job_id"] for j in jobs)
+print(f"demo: OK: the committed signup's job arrived (about {latency_ms:.0f} ms after the request "
+      "started); the rolled-back signup's job never did")
+PY
+
+# SIGTERM: a background job of a script ignores SIGINT. Nothing is lost by it: rows not yet
+# sent stay pending in the outbox for the next relay.
+kill -TERM "$app"
+wait "$app" 2>/dev/null || true
+echo "demo: app stopped"

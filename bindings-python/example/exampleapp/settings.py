@@ -1,0 +1,46 @@
+"""A minimal Django project using ojs-adapter-django: a signup view that creates a User and
+enqueues ``email.welcome`` after the commit. ``OJS_URL`` names the OJS backend,
+``EXAMPLE_DATA_DIR`` where the SQLite database lives."""
+
+import os
+
+DATA_DIR = os.environ.get("EXAMPLE_DATA_DIR", os.path.dirname(os.path.abspath(__file__)))
+
+SECRET_KEY = "example-only"
+DEBUG = False
+ALLOWED_HOSTS = ["127.0.0.1", "localhost"]
+ROOT_URLCONF = "exampleapp.urls"
+USE_TZ = True
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+INSTALLED_APPS = [
+    "django.contrib.contenttypes",
+    "django.contrib.auth",
+    "ojs_adapter_django",
+]
+
+MIDDLEWARE = [
+    "django.middleware.common.CommonMiddleware",
+    "ojs_adapter_django.middleware.RequestContextMiddleware",
+]
+
+DATABASES = {
+    "default": {
+        "ENGINE": "django.db.backends.sqlite3",
+        "NAME": os.path.join(DATA_DIR, "example.db"),
+        # WAL: the relay reads and writes the outbox while requests hold transactions open.
+        "OPTIONS": {"init_command": "PRAGMA journal_mode=WAL;", "timeout": 20},
+    }
+}
+
+# Spec §5.2. database_url is derived from DATABASES["default"]; the relay runs in this process.
+OJS_CONFIG = {
+    "ojs_url": os.environ.get("OJS_URL", "http://localhost:8080"),
+    "outbox": {"table_name": "ojs_outbox", "poll_interval": "PT1S"},
+}
+
+LOGGING = {
+    "version": 1,
+    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "loggers": {"ojs_adapter_django": {"handlers": ["console"], "level": "INFO"}},
+}

@@ -1,0 +1,58 @@
+"""ojs-adapter-django: transactional job enqueue for Django (OJS Framework Adapter).
+
+    from django.db import transaction
+    from ojs_adapter_django import ojs
+
+    with transaction.atomic():
+        user = User.objects.create(email=email)
+        ojs.enqueue_after_commit("email.welcome", [user.id])
+
+The job is written as an outbox row in the same transaction and sent to the OJS backend by the
+relay after the commit; a rollback leaves nothing. See docs/django.md.
+"""
+
+from .client import OJS, enqueue, enqueue_after_commit, enqueue_bulk, ojs
+from .context import (
+    clear_request_context,
+    get_request_context,
+    request_context,
+    set_request_context,
+)
+from .errors import (
+    BackendError,
+    BackendRejectedError,
+    BackendUnavailableError,
+    ConfigurationError,
+    InvalidJobError,
+    NoTransactionError,
+    OJSError,
+    OutboxDatabaseError,
+    OutboxTableMissingError,
+    PayloadTooLargeError,
+    RelayShutDownError,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "OJS",
+    "ojs",
+    "enqueue",
+    "enqueue_after_commit",
+    "enqueue_bulk",
+    "request_context",
+    "set_request_context",
+    "get_request_context",
+    "clear_request_context",
+    "OJSError",
+    "InvalidJobError",
+    "PayloadTooLargeError",
+    "ConfigurationError",
+    "OutboxTableMissingError",
+    "OutboxDatabaseError",
+    "BackendError",
+    "BackendUnavailableError",
+    "BackendRejectedError",
+    "NoTransactionError",
+    "RelayShutDownError",
+]

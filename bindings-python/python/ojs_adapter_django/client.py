@@ -1,0 +1,315 @@
+"""The public API: ``ojs.enqueue``, ``ojs.enqueue_after_commit``, ``ojs.enqueue_bulk`` and the
+relay/admin calls, on top of the native core adapter.
+
+Staging: the core validates the jobs and returns its INSERT; this module runs it on
+``connections[using].cursor()``, inside whatever transaction Django has open, and registers the
+wake-up with ``transaction.on_commit``, so Django's own savepoint rules apply: a rolled-back
+savepoint drops its rows (the database) and its wake-ups (Django), a released one relays
+nothing until the outermost commit, and in autocommit the wake-up runs at once.
+
+One core adapter exists per database alias, because the relay reads the outbox of that
+database through its own connection. Relays start lazily, in each process, on first use.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import logging
+import os
+import threading
+from typing import Any, Iterable, Mapping, Optional, Sequence
+
+from django.core.exceptions import ImproperlyConfigured
+from django.core.serializers.json import DjangoJSONEncoder
+from django.db import DEFAULT_DB_ALIAS, DatabaseError, connections, transaction
+from django.db.transaction import TransactionManagementError
+
+from . import _native
+from .conf import config_json
+from .context import context_json
+from .errors import ConfigurationError, OJSError, error, from_native
+
+logger = logging.getLogger("ojs_adapter_django")
+
+#: Django's cursor takes ``%s`` on every backend (its SQLite wrapper rewrites them to ``?``).
+PLACEHOLDER = "percent"
+
+_SETTINGS = object()
+
+
+#: One encoder for every call (building one per call costs more than encoding a small job).
+_ENCODER = DjangoJSONEncoder(separators=(",", ":"), allow_nan=False)
+
+
+def _dumps(value: Any) -> str:
+    return _ENCODER.encode(value)
+
+
+def _jobs_json(jobs: Sequence[Mapping[str, Any]]) -> str:
+    """The jobs as the core takes them. A value JSON cannot hold is reported with the core's
+    code for its part (INVALID_ARGS / INVALID_OPTIONS / INVALID_META) and its field."""
+    try:
+        return _dumps(jobs)
+    except (TypeError, ValueError):
+        pass
+    codes = {"args": "INVALID_ARGS", "options": "INVALID_OPTIONS", "meta": "INVALID_META"}
+    for index, job in enumerate(jobs):
+        if not isinstance(job, Mapping):
+            raise error("INVALID_ARGS", f"jobs[{index}]: job: must be a dict, got {type(job).__name__}", "job")
+        for part, code in codes.items():
+            try:
+                _dumps(job.get(part))
+            except (TypeError, ValueError) as exc:
+                prefix = f"jobs[{index}]: " if len(jobs) > 1 else ""
+                raise error(code, f"{prefix}{part}: cannot be converted to JSON: {exc}", part) from None
+    raise error("INVALID_ARGS", "jobs: cannot be converted to JSON", "jobs")
+
+
+def _job(job_type: Any, args: Any, options: Mapping[str, Any], meta: Any) -> dict:
+    job = {"type": job_type, "args": args}
+    if options:
+        job["options"] = dict(options)
+    if meta is not None:
+        job["meta"] = meta
+    return job
+
+
+class OJS:
+    """A configured adapter. ``ojs`` (module level) reads ``settings.OJS_CONFIG``; tests and
+    multi-tenant setups may build their own with an explicit configuration dict."""
+
+    def __init__(self, config: Any = _SETTINGS, *, autostart_relay: bool = True) -> None:
+        """``config``: the spec §5.2 dict (default: ``settings.OJS_CONFIG``).
+        ``autostart_relay=False``: enqueueing does not start the in-process relay; call
+        ``start_relay()`` yourself."""
+        self._config = config
+        self._autostart_relay = autostart_relay
+        self._lock = threading.Lock()
+        self._adapters: dict[str, _native.Adapter] = {}
+        self._relay_pid: dict[str, int] = {}
+        self._atexit_registered = False
+
+    # -- configuration -------------------------------------------------------------------
+
+    def _raw_config(self) -> Any:
+        if self._config is _SETTINGS:
+            from django.conf import settings
+
+            return getattr(settings, "OJS_CONFIG", None)
+        return self._config
+
+    def adapter(self, using: Optional[str] = None) -> _native.Adapter:
+        """The core adapter of a database alias (built on first use)."""
+        alias = using or DEFAULT_DB_ALIAS
+        adapter = self._adapters.get(alias)
+        if adapter is not None:
+            return adapter
+        with self._lock:
+            adapter = self._adapters.get(alias)
+            if adapter is None:
+                text = config_json(self._raw_config(), connections[alias].settings_dict, alias)
+                try:
+                    adapter = _native.Adapter(text)
+                except _native.NativeError as native:
+                    raise from_native(native) from None
+                self._adapters[alias] = adapter
+            return adapter
+
+    def check(self, using: Optional[str] = None) -> None:
+        """Raises ConfigurationError (an ImproperlyConfigured) when the configuration is bad."""
+        self.adapter(using)
+
+    def reset(self) -> None:
+        """Stops this process's relays and forgets the adapters (settings changed)."""
+        self.stop_relay()
+        with self._lock:
+            self._adapters.clear()
+            self._relay_pid.clear()
+
+    # -- relay lifecycle (FA-R003) -------------------------------------------------------
+
+    def start_relay(self, using: Optional[str] = None) -> None:
+        """Starts the in-process relay of an alias in this process (a no-op in external mode).
+        Called on first enqueue; safe to call again, also after a fork."""
+        alias = using or DEFAULT_DB_ALIAS
+        adapter = self.adapter(alias)
+        pid = os.getpid()
+        if self._relay_pid.get(alias) == pid or not adapter.relay_in_process:
+            return
+        try:
+            adapter.start_relay()
+        except _native.NativeError as native:
+            raise from_native(native) from None
+        self._relay_pid[alias] = pid
+        if not self._atexit_registered:
+            self._atexit_registered = True
+            atexit.register(self.stop_relay)
+
+    def _start_relay_lazily(self, alias: str) -> None:
+        if not self._autostart_relay or self._relay_pid.get(alias) == os.getpid():
+            return
+        try:
+            self.start_relay(alias)
+        except ConfigurationError:
+            raise
+        except OJSError as exc:
+            # The row is durable either way: the relay started by a later enqueue (or by
+            # another process) sends it. Not marked as started, so the next enqueue retries.
+            logger.error("ojs: the in-process relay for %r did not start (retried on the next "
+                         "enqueue): %s", alias, exc)
+
+    def stop_relay(self, using: Optional[str] = None) -> None:
+        """Graceful stop of this process's relay(s): flushes what was notified, releases leases."""
+        aliases = [using or DEFAULT_DB_ALIAS] if using else list(self._adapters)
+        for alias in aliases:
+            adapter = self._adapters.get(alias)
+            if adapter is not None:
+                adapter.stop_relay()
+            self._relay_pid.pop(alias, None)
+
+    def kill_relay(self, using: Optional[str] = None) -> None:
+        """Abrupt stop, as a crash would: no flush, leases stay until they expire. For tests of
+        crash recovery; applications use ``stop_relay``."""
+        alias = using or DEFAULT_DB_ALIAS
+        adapter = self._adapters.get(alias)
+        if adapter is not None:
+            adapter.kill_relay()
+        self._relay_pid.pop(alias, None)
+
+    def _wake(self, adapter: _native.Adapter, job_ids: list[str]) -> None:
+        adapter.notify_committed(job_ids)
+
+    # -- enqueue (spec §5.1) -------------------------------------------------------------
+
+    def enqueue(self, type: str, args: Any = None, *, meta: Any = None,
+                using: Optional[str] = None, **options: Any) -> str:
+        """Sends one job to the backend now, outside any transaction; returns its id.
+        Raises BackendUnavailableError / BackendRejectedError when the backend does not take it."""
+        adapter = self.adapter(using)
+        job_json = _jobs_json([_job(type, args, options, meta)])[1:-1]
+        try:
+            return adapter.enqueue_now(job_json, context_json())
+        except _native.NativeError as native:
+            raise from_native(native) from None
+
+    def enqueue_after_commit(self, type: str, args: Any = None, *, using: Optional[str] = None,
+                             meta: Any = None, **options: Any) -> str:
+        """Stages one job in the current transaction of ``using``; it is sent after the
+        outermost commit (at once in autocommit). Returns the job id."""
+        return self._stage([_job(type, args, options, meta)], using)[0]
+
+    def enqueue_bulk(self, jobs: Iterable[Mapping[str, Any]], *,
+                     using: Optional[str] = None) -> list[str]:
+        """Stages several jobs (dicts with ``type``, ``args``, optional ``options``, ``meta``)
+        with one INSERT, all or none; after-commit semantics. Returns the ids in order."""
+        jobs = list(jobs)
+        if not jobs:
+            return []
+        return self._stage(jobs, using)
+
+    def _stage(self, jobs: Sequence[Mapping[str, Any]], using: Optional[str]) -> list[str]:
+        alias = using or DEFAULT_DB_ALIAS
+        adapter = self.adapter(alias)
+        connection = connections[alias]
+        try:
+            job_ids, statements = adapter.stage(
+                connection.vendor, PLACEHOLDER, _jobs_json(jobs), context_json()
+            )
+        except _native.NativeError as native:
+            raise from_native(native) from None
+        if not connection.in_atomic_block and not connection.get_autocommit():
+            raise TransactionManagementError(
+                "ojs: enqueue_after_commit needs transaction.atomic() or autocommit; "
+                "manual transaction management has no commit hook"
+            )
+        self._start_relay_lazily(alias)
+        try:
+            with connection.cursor() as cursor:
+                if len(statements) == 1:
+                    sql, params = statements[0]
+                    cursor.execute(sql, params)
+                else:
+                    # Several INSERTs (very large bulks) stage all or nothing.
+                    with transaction.atomic(using=alias):
+                        for sql, params in statements:
+                            cursor.execute(sql, params)
+        except DatabaseError as exc:
+            raise error("DATABASE", f"staging the outbox rows failed: {exc}") from exc
+        # Autocommit: runs now. In atomic(): at the outermost commit, dropped with a rolled-back
+        # savepoint, exactly as Django treats its own callbacks.
+        transaction.on_commit(lambda: self._wake(adapter, job_ids), using=alias)
+        return job_ids
+
+    # -- administration ------------------------------------------------------------------
+
+    def _call(self, using: Optional[str], method: str, *args: Any) -> Any:
+        try:
+            return getattr(self.adapter(using), method)(*args)
+        except _native.NativeError as native:
+            raise from_native(native) from None
+
+    def create_outbox_table(self, using: Optional[str] = None, *, connection: Any = None) -> None:
+        """Creates the outbox table with the core's DDL through Django's connection of ``using``
+        (what the migration runs)."""
+        alias = using or DEFAULT_DB_ALIAS
+        connection = connection or connections[alias]
+        statements = self._call(alias, "create_table_sql", connection.vendor)
+        with connection.cursor() as cursor:
+            for sql in statements:
+                cursor.execute(sql)
+
+    def drop_outbox_table(self, using: Optional[str] = None, *, connection: Any = None) -> None:
+        """Drops the outbox table through Django's connection (the migration's reverse step)."""
+        alias = using or DEFAULT_DB_ALIAS
+        connection = connection or connections[alias]
+        sql = self._call(alias, "drop_table_sql", connection.vendor)
+        with connection.cursor() as cursor:
+            cursor.execute(sql)
+
+    def metrics(self, using: Optional[str] = None) -> Optional[dict]:
+        """The in-process relay's counters, or None when no relay runs in this process."""
+        return json.loads(self._call(using, "metrics_json"))
+
+    def status(self, using: Optional[str] = None) -> dict:
+        return json.loads(self._call(using, "status_json"))
+
+    def dead_list(self, tenant: Optional[str] = None, limit: int = 100, *,
+                  using: Optional[str] = None) -> list[dict]:
+        return json.loads(self._call(using, "dead_list_json", tenant, limit))
+
+    def dead_replay(self, tenant: Optional[str] = None, *, using: Optional[str] = None) -> int:
+        return self._call(using, "dead_replay", tenant)
+
+    def dead_purge(self, tenant: Optional[str] = None, *, using: Optional[str] = None) -> int:
+        return self._call(using, "dead_purge", tenant)
+
+    def prune(self, older_than: str, *, using: Optional[str] = None) -> int:
+        """Deletes sent rows older than an ISO-8601 duration (``"PT24H"``); returns how many."""
+        return self._call(using, "prune", older_than)
+
+    def rows(self, job_ids: Sequence[str], *, using: Optional[str] = None) -> dict:
+        """Committed state of these jobs' rows: ``{job_id: {status, attempts, error}}``."""
+        return json.loads(self._call(using, "rows_json", list(job_ids)))
+
+    def run_relay_until_signal(self, using: Optional[str] = None) -> None:
+        """Runs the relay as this process's only job until SIGINT/SIGTERM (``manage.py ojs_relay``)."""
+        self._call(using, "run_relay_until_signal")
+
+
+ojs = OJS()
+
+
+def enqueue(type: str, args: Any = None, **options: Any) -> str:
+    return ojs.enqueue(type, args, **options)
+
+
+def enqueue_after_commit(type: str, args: Any = None, **options: Any) -> str:
+    return ojs.enqueue_after_commit(type, args, **options)
+
+
+def enqueue_bulk(jobs: Iterable[Mapping[str, Any]], *, using: Optional[str] = None) -> list[str]:
+    return ojs.enqueue_bulk(jobs, using=using)
+
+
+__all__ = ["OJS", "ojs", "enqueue", "enqueue_after_commit", "enqueue_bulk", "ImproperlyConfigured"]

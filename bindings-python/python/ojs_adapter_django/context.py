@@ -1,0 +1,61 @@
+"""Request context (FA-R001): what the current request contributes to every job's ``meta``.
+
+The context lives in a ``contextvars.ContextVar``, so it follows threads, asyncio tasks and
+``sync_to_async`` hops. ``RequestContextMiddleware`` sets it per request; code outside a
+request (a management command, a Celery-style worker) may set it with ``request_context()``.
+The core validates the keys and merges them into ``meta`` (explicit ``meta`` keys win).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from contextvars import ContextVar
+from typing import Any, Callable, Iterator, Optional, Union
+
+#: Either a plain dict of context fields, or a callable building it when a job is staged
+#: (the middleware's, so that ``request.user`` is read only when a job needs it).
+ContextSource = Union[dict, Callable[[], dict]]
+
+_current: ContextVar[Optional[ContextSource]] = ContextVar("ojs_request_context", default=None)
+
+
+def get_request_context() -> Optional[dict]:
+    """The current context fields, or None."""
+    source = _current.get()
+    if source is None:
+        return None
+    fields = source() if callable(source) else source
+    return {key: value for key, value in fields.items() if value is not None}
+
+
+def set_request_context(source: Optional[ContextSource]) -> Any:
+    """Sets the context for the current task/thread; returns a token for ``reset_request_context``."""
+    return _current.set(source)
+
+
+def reset_request_context(token: Any) -> None:
+    _current.reset(token)
+
+
+def clear_request_context() -> None:
+    _current.set(None)
+
+
+@contextlib.contextmanager
+def request_context(**fields: Optional[str]) -> Iterator[None]:
+    """``with request_context(request_id="r1", tenant_id="acme"): ...`` — keys as the core takes
+    them: request_id, traceparent, tracestate, user_id, tenant_id, locale."""
+    token = _current.set(dict(fields))
+    try:
+        yield
+    finally:
+        _current.reset(token)
+
+
+def context_json() -> Optional[str]:
+    """The context as the core's ``stage``/``enqueue_now`` take it."""
+    fields = get_request_context()
+    if not fields:
+        return None
+    return json.dumps(fields, default=str)

@@ -1,0 +1,111 @@
+"""Test helpers: the dev backend (ojs-devserver) driven over HTTP, polling, outbox reads
+through Django's connection, and the crash_before_hook seam."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import subprocess
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any, Callable, Iterator, Optional
+
+from django.db import connections
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+class Devserver:
+    """A real ojs-devserver process on a free port; the oracle of what the backend received."""
+
+    def __init__(self) -> None:
+        binary = os.environ.get("OJS_DEVSERVER_BIN") or str(REPO / "target/debug/ojs-devserver")
+        if not os.path.exists(binary):
+            raise RuntimeError(f"{binary} is missing: run `cargo build -p ojs-devserver`")
+        self.process = subprocess.Popen(
+            [binary, "--port", "0"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
+        )
+        line = self.process.stdout.readline().strip()
+        prefix = "ojs-devserver listening on "
+        if not line.startswith(prefix):
+            self.process.kill()
+            raise RuntimeError(f"ojs-devserver did not start: {line!r}")
+        self.url = line[len(prefix):]
+
+    def call(self, method: str, path: str, body: Any = None) -> Any:
+        data = None if body is None else json.dumps(body).encode()
+        request = urllib.request.Request(self.url + path, data=data, method=method)
+        if data is not None:
+            request.add_header("content-type", "application/json")
+        with urllib.request.urlopen(request, timeout=10) as response:
+            text = response.read().decode()
+        return json.loads(text) if text else None
+
+    def reset(self) -> None:
+        self.call("POST", "/_dev/reset")
+
+    def received(self) -> dict:
+        return self.call("GET", "/_dev/received")
+
+    def jobs(self) -> list[dict]:
+        return self.received()["jobs"]
+
+    def job(self, job_id: str) -> Optional[dict]:
+        return next((job for job in self.jobs() if job["id"] == job_id), None)
+
+    def wait_for(self, job_ids: list[str], timeout: float = 5.0) -> list[dict]:
+        deadline = time.monotonic() + timeout
+        while True:
+            jobs = {job["id"]: job for job in self.jobs()}
+            if all(job_id in jobs for job_id in job_ids):
+                return [jobs[job_id] for job_id in job_ids]
+            if time.monotonic() > deadline:
+                missing = [job_id for job_id in job_ids if job_id not in jobs]
+                raise AssertionError(f"not delivered within {timeout}s: {missing}")
+            time.sleep(0.01)
+
+    def stop(self) -> None:
+        self.process.kill()
+        self.process.wait()
+
+
+def wait_until(condition: Callable[[], bool], timeout: float = 5.0, what: str = "condition") -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.01)
+
+
+def outbox_rows(alias: str, table: str) -> dict[str, str]:
+    """``{job_id: status}`` of every row, read through Django's connection of ``alias``: inside
+    an open atomic block this is the application's view, uncommitted rows included.
+    (Test-only SQL: the core offers no read statement for host connections yet.)"""
+    with connections[alias].cursor() as cursor:
+        cursor.execute(f"SELECT CAST(job_id AS TEXT), status FROM {table} ORDER BY id")
+        return {job_id: status for job_id, status in cursor.fetchall()}
+
+
+def outbox_count(alias: str, table: str) -> int:
+    with connections[alias].cursor() as cursor:
+        cursor.execute(f"SELECT COUNT(*) FROM {table}")
+        return cursor.fetchone()[0]
+
+
+def drop_table(alias: str, table: str) -> None:
+    with connections[alias].cursor() as cursor:
+        cursor.execute(f"DROP TABLE IF EXISTS {table}")
+
+
+@contextlib.contextmanager
+def suppressed_wakeups(ojs: Any) -> Iterator[None]:
+    """Test-only seam for ``crash_before_hook``: commits made inside this block reach the
+    database, but the adapter's after-commit wake-up does nothing, as if the process had died
+    right after COMMIT. The rows must then be found by the relay's poller."""
+    ojs._wake = lambda adapter, job_ids: None
+    try:
+        yield
+    finally:
+        del ojs._wake

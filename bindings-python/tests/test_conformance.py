@@ -1,0 +1,381 @@
+"""The conformance runner: every case of conformance-tests/cases/*.json, through the real
+Django adapter (transaction.atomic, on_commit, the host cursor), on SQLite and PostgreSQL,
+against ojs-devserver. Mirrors conformance-tests/runner-rust/src/lib.rs; prints the matrix at
+the end of the session (conftest/pytest_terminal_summary) and writes
+target/py-conformance-matrix.txt."""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from pathlib import Path
+from typing import Any, Optional
+
+import pytest
+from django.db import connections, transaction
+
+from ojs_adapter_django import OJS, OJSError, clear_request_context, set_request_context
+from conformance_skips import SKIPS
+from support import REPO, drop_table, outbox_count, outbox_rows, suppressed_wakeups
+
+CASES_DIR = REPO / "conformance-tests/cases"
+SCHEMA = REPO / "conformance-tests/schema/case.schema.json"
+DATABASES = {"sqlite": "default", "postgres": "pg"}
+KNOWN_OPS = {
+    "begin", "savepoint", "release_savepoint", "rollback_savepoint", "commit", "rollback",
+    "enqueue_after_commit", "enqueue", "enqueue_bulk", "set_context", "clear_context",
+    "backend_fault", "backend_clear_faults", "backend_manifest", "relay_start", "relay_stop",
+    "relay_kill", "sleep", "prune", "dead_replay", "dead_purge", "wait_delivered",
+    "wait_outbox", "expect_backend", "expect_requests", "expect_outbox",
+}
+
+#: (case id, database) -> "PASS" | "FAIL: why" | "SKIP: reason", for the matrix.
+RESULTS: dict[tuple[str, str], str] = {}
+
+
+def load_cases() -> list[dict]:
+    return [json.loads(path.read_text()) for path in sorted(CASES_DIR.glob("*.json"))]
+
+
+def suite_defaults() -> dict:
+    """The `default` annotations of the case schema: the one source every runner reads."""
+    schema = json.loads(SCHEMA.read_text())
+    defaults: dict = {}
+    for section in ("outbox", "relay"):
+        keys = schema["$defs"]["config"]["properties"][section]["properties"]
+        for key, spec in keys.items():
+            if "default" in spec:
+                defaults.setdefault(section, {})[key] = spec["default"]
+    return defaults
+
+
+def merge(base: dict, patch: dict) -> dict:
+    for key, value in patch.items():
+        if isinstance(value, dict) and isinstance(base.get(key), dict):
+            merge(base[key], value)
+        else:
+            base[key] = value
+    return base
+
+
+CASES = load_cases()
+for _skip in SKIPS:
+    if _skip.split(" [")[0] not in {case["id"] for case in CASES}:
+        raise RuntimeError(f"conformance_skips.py lists {_skip!r}, which is no case")
+
+
+class CaseFailed(AssertionError):
+    pass
+
+
+class _Rollback(Exception):
+    """Raised into an atomic block's __exit__ to roll it back, as a failing block would."""
+
+
+def now_us() -> int:
+    return time.time_ns() // 1000
+
+
+class Run:
+    def __init__(self, case: dict, alias: str, backend: Any) -> None:
+        self.case = case
+        self.alias = alias
+        self.backend = backend
+        self.refs: dict[str, str] = {}
+        self.atomics: list[Any] = []
+        self.last_commit_us = 0
+        slug = re.sub(r"[^a-z0-9]", "_", case["id"].lower())
+        self.table = f"py_case_{slug[:40]}"
+        config = merge(suite_defaults(), {"ojs_url": backend.url, "outbox": {"table_name": self.table}})
+        merge(config, case.get("config") or {})
+        self.ojs = OJS(config, autostart_relay=False)
+
+    # -- helpers -----------------------------------------------------------------------
+
+    def id_of(self, ref: str) -> str:
+        if ref not in self.refs:
+            raise CaseFailed(f"ref {ref!r} was never enqueued")
+        return self.refs[ref]
+
+    def check_error(self, step: dict, error: Optional[OJSError]) -> bool:
+        expected = step.get("expect_error")
+        if expected and error is not None:
+            if error.code != expected:
+                raise CaseFailed(f"expected error {expected}, got {error.code}: {error}")
+            return True
+        if expected:
+            raise CaseFailed(f"expected error {expected}, the call succeeded")
+        if error is not None:
+            raise CaseFailed(f"unexpected error {error.code}: {error}")
+        return False
+
+    def rows(self) -> dict[str, str]:
+        """Row statuses as the application sees them: through its open transaction when there
+        is one, else as committed (the core's own read)."""
+        if self.atomics:
+            return outbox_rows(self.alias, self.table)
+        ids = list(self.refs.values())
+        return {job_id: row["status"] for job_id, row in self.ojs.rows(ids, using=self.alias).items()}
+
+    def check_rows(self, expected: Optional[dict]) -> None:
+        if not expected:
+            return
+        rows = self.rows()
+        for ref, allowed in expected.items():
+            actual = rows.get(self.id_of(ref), "absent")
+            allowed = allowed if isinstance(allowed, list) else [allowed]
+            if actual not in allowed:
+                raise CaseFailed(f"row {ref!r} is {actual}, expected {allowed}")
+
+    # -- steps -------------------------------------------------------------------------
+
+    def stage(self, step: dict, bulk: bool) -> None:
+        if bulk and "generate" in step:
+            generate = step["generate"]
+            refs = [f"{generate['ref_prefix']}{i}" for i in range(generate["count"])]
+            jobs = [{"type": generate["type"], "args": [i]} for i in range(generate["count"])]
+        elif bulk:
+            refs = [job.get("ref") for job in step["jobs"]]
+            jobs = [{k: v for k, v in job.items() if k != "ref"} for job in step["jobs"]]
+        else:
+            refs = [step.get("ref")]
+        error, ids = None, None
+        try:
+            if bulk:
+                ids = self.ojs.enqueue_bulk(jobs, using=self.alias)
+            else:
+                ids = [self.ojs.enqueue_after_commit(step.get("type"), step.get("args"),
+                                                     using=self.alias, meta=step.get("meta"),
+                                                     **(step.get("options") or {}))]
+        except OJSError as exc:
+            error = exc
+        if self.check_error(step, error):
+            return
+        for ref, job_id in zip(refs, ids):
+            if ref:
+                self.refs[ref] = job_id
+        if not self.atomics:
+            self.last_commit_us = now_us()
+
+    def step(self, step: dict) -> None:
+        op = step["op"]
+        timeout = step.get("timeout_ms", 10_000) / 1000
+        if op == "begin":
+            if self.atomics:
+                raise CaseFailed("begin: a transaction is already open")
+            self.enter()
+        elif op == "savepoint":
+            self.need_tx()
+            self.enter()
+        elif op == "release_savepoint":
+            self.need_tx()
+            self.atomics.pop().__exit__(None, None, None)
+        elif op == "rollback_savepoint" or op == "rollback":
+            self.need_tx()
+            signal = _Rollback()
+            self.atomics.pop().__exit__(_Rollback, signal, None)
+        elif op == "commit":
+            self.need_tx()
+            atomic = self.atomics.pop()
+            if step.get("crash_before_hook"):
+                with suppressed_wakeups(self.ojs):
+                    atomic.__exit__(None, None, None)
+            else:
+                atomic.__exit__(None, None, None)
+            self.last_commit_us = now_us()
+        elif op == "enqueue_after_commit":
+            self.stage(step, bulk=False)
+        elif op == "enqueue_bulk":
+            self.stage(step, bulk=True)
+        elif op == "enqueue":
+            error, job_id = None, None
+            try:
+                job_id = self.ojs.enqueue(step.get("type"), step.get("args"), using=self.alias,
+                                          meta=step.get("meta"), **(step.get("options") or {}))
+            except OJSError as exc:
+                error = exc
+            if not self.check_error(step, error) and step.get("ref"):
+                self.refs[step["ref"]] = job_id
+        elif op == "set_context":
+            set_request_context(dict(step["context"]))
+        elif op == "clear_context":
+            clear_request_context()
+        elif op == "backend_fault":
+            self.backend.call("POST", "/_dev/faults", {k: v for k, v in step.items() if k != "op"})
+        elif op == "backend_clear_faults":
+            self.backend.call("DELETE", "/_dev/faults")
+        elif op == "backend_manifest":
+            self.backend.call("POST", "/_dev/manifest", {"batch_enqueue": step["batch_enqueue"]})
+        elif op == "relay_start":
+            self.ojs.start_relay(self.alias)
+        elif op == "relay_stop":
+            self.ojs.stop_relay(self.alias)
+        elif op == "relay_kill":
+            self.ojs.kill_relay(self.alias)
+        elif op == "prune":
+            self.ojs.prune(step.get("older_than", "PT0S"), using=self.alias)
+        elif op == "sleep":
+            time.sleep(step["ms"] / 1000)
+        elif op == "dead_replay":
+            self.ojs.dead_replay(step.get("tenant_id"), using=self.alias)
+        elif op == "dead_purge":
+            self.ojs.dead_purge(step.get("tenant_id"), using=self.alias)
+        elif op == "wait_delivered":
+            self.wait_delivered(step, timeout)
+        elif op == "wait_outbox":
+            deadline = time.monotonic() + timeout
+            while True:
+                try:
+                    self.check_rows(step["rows"])
+                    break
+                except CaseFailed as why:
+                    if time.monotonic() >= deadline:
+                        raise CaseFailed(f"wait_outbox timed out: {why}") from None
+                    time.sleep(0.02)
+        elif op == "expect_backend":
+            self.expect_backend(step)
+        elif op == "expect_requests":
+            requests = self.backend.received()["requests"]
+            for kind in ("batch", "single"):
+                if kind in step and requests[kind] != step[kind]:
+                    raise CaseFailed(f"expected {step[kind]} {kind} requests, the backend got {requests[kind]}")
+        elif op == "expect_outbox":
+            self.check_rows(step.get("rows"))
+            if step.get("absent"):
+                rows = self.rows() if self.atomics else outbox_rows(self.alias, self.table)
+                for ref in step["absent"]:
+                    if self.id_of(ref) in rows:
+                        raise CaseFailed(f"outbox still has a row for {ref!r}")
+            if "total" in step:
+                actual = outbox_count(self.alias, self.table)
+                if actual != step["total"]:
+                    raise CaseFailed(f"expected {step['total']} outbox rows, found {actual}")
+        else:
+            raise CaseFailed(f"unknown op {op!r}: this runner is out of date")
+
+    def enter(self) -> None:
+        atomic = transaction.atomic(using=self.alias)
+        atomic.__enter__()
+        self.atomics.append(atomic)
+
+    def need_tx(self) -> None:
+        if not self.atomics:
+            raise CaseFailed("no transaction is open")
+
+    def wait_delivered(self, step: dict, timeout: float) -> None:
+        wanted = [(ref, self.id_of(ref)) for ref in step["refs"]]
+        deadline = time.monotonic() + timeout
+        while True:
+            stored = {job["id"]: job["received_at_us"] for job in self.backend.jobs()}
+            missing = [ref for ref, job_id in wanted if job_id not in stored]
+            if not missing:
+                if "min_elapsed_ms" in step:
+                    last = max(stored[job_id] for _, job_id in wanted)
+                    elapsed_ms = (last - self.last_commit_us) // 1000
+                    if elapsed_ms < step["min_elapsed_ms"]:
+                        raise CaseFailed(f"delivered {elapsed_ms} ms after commit, expected at "
+                                         f"least {step['min_elapsed_ms']} ms")
+                return
+            if time.monotonic() >= deadline:
+                status = self.ojs.status(using=self.alias)
+                host_view = outbox_rows(self.alias, self.table)
+                raise CaseFailed(f"not delivered within {timeout}s: {missing}; outbox {status}; "
+                                 f"rows seen by the application: {host_view}")
+            time.sleep(0.01)
+
+    def expect_backend(self, step: dict) -> None:
+        received = self.backend.received()
+        jobs = received["jobs"]
+        position = {job["id"]: index for index, job in enumerate(jobs)}
+        expected = [(ref, self.id_of(ref)) for ref in step.get("received", [])]
+        for ref, job_id in expected:
+            if job_id not in position:
+                raise CaseFailed(f"the backend did not receive {ref!r}")
+        if step.get("order") == "exact":
+            for (ref_a, id_a), (ref_b, id_b) in zip(expected, expected[1:]):
+                if position[id_a] > position[id_b]:
+                    raise CaseFailed(f"{ref_b!r} arrived before {ref_a!r}")
+        for ref in step.get("absent", []):
+            if self.id_of(ref) in position:
+                raise CaseFailed(f"the backend received {ref!r}, which must not be sent")
+        if "total" in step and len(jobs) != step["total"]:
+            raise CaseFailed(f"the backend stored {len(jobs)} jobs, expected {step['total']}")
+        deliveries = received["deliveries"]
+        for ref, minimum in (step.get("deliveries_at_least") or {}).items():
+            n = deliveries.get(self.id_of(ref), 0)
+            if n < minimum:
+                raise CaseFailed(f"{ref!r} was delivered {n} times, expected at least {minimum}")
+        for ref, exactly in (step.get("deliveries_exactly") or {}).items():
+            n = deliveries.get(self.id_of(ref), 0)
+            if n != exactly:
+                raise CaseFailed(f"{ref!r} was delivered {n} times, expected {exactly}")
+        by_id = {job["id"]: job for job in jobs}
+        for ref, fields in (step.get("jobs") or {}).items():
+            job = by_id.get(self.id_of(ref))
+            if job is None:
+                raise CaseFailed(f"{ref!r} not stored")
+            fields = dict(fields)
+            meta_absent = fields.pop("meta_absent", [])
+            if not is_subset(fields, job):
+                raise CaseFailed(f"{ref!r}: expected {fields}, stored {job}")
+            for key in meta_absent:
+                if key in (job.get("meta") or {}):
+                    raise CaseFailed(f"{ref!r}: meta must not have {key!r}, stored {job['meta']}")
+
+    # -- a whole case ------------------------------------------------------------------
+
+    def execute(self) -> None:
+        self.backend.reset()
+        clear_request_context()
+        drop_table(self.alias, self.table)
+        self.ojs.create_outbox_table(self.alias)
+        if self.case.get("relay") != "stopped":
+            self.ojs.start_relay(self.alias)
+        try:
+            for index, step in enumerate(self.case["steps"]):
+                if step["op"] not in KNOWN_OPS:
+                    raise CaseFailed(f"step {index}: unknown op {step['op']!r}")
+                try:
+                    self.step(step)
+                except CaseFailed as why:
+                    raise CaseFailed(f"step {index} ({step['op']}): {why}") from None
+        finally:
+            while self.atomics:
+                self.atomics.pop().__exit__(_Rollback, _Rollback(), None)
+            clear_request_context()
+            try:
+                self.backend.call("DELETE", "/_dev/faults")
+            finally:
+                self.ojs.reset()
+
+
+def is_subset(expected: Any, actual: Any) -> bool:
+    if isinstance(expected, dict):
+        return isinstance(actual, dict) and all(
+            key in actual and is_subset(value, actual[key]) for key, value in expected.items()
+        )
+    if isinstance(expected, list):
+        return isinstance(actual, list) and len(expected) == len(actual) and all(
+            is_subset(e, a) for e, a in zip(expected, actual)
+        )
+    if isinstance(expected, (int, float)) and not isinstance(expected, bool):
+        return isinstance(actual, (int, float)) and not isinstance(actual, bool) and expected == actual
+    return expected == actual
+
+
+@pytest.mark.django_db(transaction=True, databases=["default", "pg"])
+@pytest.mark.parametrize("database", list(DATABASES))
+@pytest.mark.parametrize("case", CASES, ids=[case["id"] for case in CASES])
+def test_case(case: dict, database: str, backend: Any) -> None:
+    key = (case["id"], database)
+    reason = SKIPS.get(f"{case['id']} [{database}]") or SKIPS.get(case["id"])
+    if reason:
+        RESULTS[key] = f"SKIP ({reason})"
+        pytest.skip(reason)
+    try:
+        Run(case, DATABASES[database], backend).execute()
+    except BaseException as exc:
+        RESULTS[key] = f"FAIL ({case['title']}): {exc}"
+        raise
+    RESULTS[key] = "PASS"

@@ -1,0 +1,284 @@
+"""The Django glue: migration, request context middleware (sync and async), autocommit,
+``using=`` aliases, savepoints through nested atomic(), external relay mode, fork survival and
+the management commands. Every test observes the backend (ojs-devserver) or the outbox table."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from django.contrib.auth.models import User
+from django.core.management import call_command
+from django.db import connections, transaction
+from django.test import AsyncClient, Client
+
+from ojs_adapter_django import OJS, ojs
+from support import drop_table, outbox_count, outbox_rows, wait_until
+
+TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+HEADERS = {
+    "traceparent": TRACEPARENT,
+    "tracestate": "congo=t61rcWkgMzE",
+    "X-Request-ID": "req-42",
+    "X-OJS-Tenant": "acme",
+    "Accept-Language": "fr-CA,fr;q=0.9,en;q=0.5",
+}
+DB = pytest.mark.django_db(transaction=True, databases=["default", "pg"])
+
+
+def own_ojs(backend, alias, table, **config):
+    """An adapter of its own (table, fast timings) for one test; the table is created fresh."""
+    adapter = OJS({"ojs_url": backend.url, "outbox": {"table_name": table, "poll_interval": "PT30S"},
+                   **config})
+    drop_table(alias, table)
+    adapter.create_outbox_table(alias)
+    return adapter
+
+
+@DB
+def test_migration_created_the_outbox_table_on_every_database():
+    for alias in ("default", "pg"):
+        assert outbox_count(alias, "py_outbox") >= 0  # the query fails if the table is missing
+
+
+@DB
+def test_middleware_puts_request_context_in_job_meta(backend):
+    user = User.objects.create_user("ada", password="pw")
+    client = Client()
+    client.force_login(user)
+    response = client.get("/signup?n=7", headers=HEADERS)
+    assert response.status_code == 201
+    job_id = response.json()["job_id"]
+    (job,) = backend.wait_for([job_id])
+    assert job["args"] == ["7"]
+    assert job["meta"]["ojs.context.request_id"] == "req-42"
+    assert job["meta"]["traceparent"] == TRACEPARENT
+    assert job["meta"]["tracestate"] == "congo=t61rcWkgMzE"
+    assert job["meta"]["ojs.context.user_id"] == str(user.pk)
+    assert job["meta"]["tenant_id"] == "acme"
+    assert job["meta"]["ojs.context.locale"] == "fr-CA"
+
+
+@DB
+def test_middleware_without_headers_or_user_adds_nothing(backend):
+    response = Client().get("/signup")
+    (job,) = backend.wait_for([response.json()["job_id"]])
+    meta = job.get("meta") or {}
+    for key in ("ojs.context.request_id", "traceparent", "ojs.context.user_id", "tenant_id",
+                "ojs.context.locale"):
+        assert key not in meta
+
+
+@DB
+def test_middleware_works_in_an_async_stack(backend):
+    import asyncio
+
+    async def request():
+        return await AsyncClient().get("/signup-async?n=3", headers=HEADERS)
+
+    response = asyncio.run(request())
+    assert response.status_code == 201
+    (job,) = backend.wait_for([response.json()["job_id"]])
+    assert job["meta"]["ojs.context.request_id"] == "req-42"
+    assert job["meta"]["tenant_id"] == "acme"
+    assert job["meta"]["ojs.context.locale"] == "fr-CA"
+
+
+@DB
+def test_context_does_not_leak_out_of_the_request(backend):
+    Client().get("/signup", headers=HEADERS)
+    from ojs_adapter_django import get_request_context
+
+    assert get_request_context() is None
+
+
+@DB
+def test_autocommit_writes_and_wakes_the_relay_at_once(alias, backend):
+    adapter = own_ojs(backend, alias, "py_autocommit")
+    try:
+        assert connections[alias].get_autocommit()
+        started = time.monotonic()
+        job_id = adapter.enqueue_after_commit("email.welcome", [1], using=alias)
+        # Committed by the INSERT itself: another connection (the core's) sees it at once.
+        assert adapter.rows([job_id], using=alias)[job_id]["status"] in ("pending", "sent")
+        backend.wait_for([job_id], timeout=3)
+        # The poll interval is 30 s: only the immediate wake-up explains this delivery.
+        assert time.monotonic() - started < 3
+    finally:
+        adapter.reset()
+
+
+@DB
+def test_using_writes_in_that_database_and_its_relay_reads_it(backend):
+    adapter = own_ojs(backend, "pg", "py_using")
+    drop_table("default", "py_using")
+    adapter.create_outbox_table("default")
+    try:
+        with transaction.atomic(using="pg"):
+            job_id = adapter.enqueue_after_commit("email.welcome", [1], using="pg")
+            assert outbox_rows("pg", "py_using") == {job_id: "pending"}
+            assert outbox_count("default", "py_using") == 0
+        backend.wait_for([job_id], timeout=3)
+        wait_until(lambda: adapter.rows([job_id], using="pg")[job_id]["status"] == "sent")
+        assert outbox_count("default", "py_using") == 0
+    finally:
+        adapter.reset()
+
+
+@DB
+def test_other_alias_transaction_does_not_carry_the_job(backend):
+    """A job staged on ``pg`` commits with pg's transaction, not with default's."""
+    adapter = own_ojs(backend, "pg", "py_using2")
+    try:
+        with transaction.atomic(using="default"):
+            with transaction.atomic(using="pg"):
+                kept = adapter.enqueue_after_commit("email.kept", [1], using="pg")
+            transaction.set_rollback(True, using="default")
+        backend.wait_for([kept], timeout=3)
+        with transaction.atomic(using="pg"):
+            dropped = adapter.enqueue_after_commit("email.dropped", [2], using="pg")
+            transaction.set_rollback(True, using="pg")
+        sentinel = adapter.enqueue_after_commit("email.sentinel", [3], using="pg")
+        backend.wait_for([sentinel], timeout=3)
+        assert backend.job(dropped) is None
+        assert dropped not in outbox_rows("pg", "py_using2")
+    finally:
+        adapter.reset()
+
+
+@DB
+def test_savepoints_follow_django_nested_atomic(alias, backend):
+    adapter = own_ojs(backend, alias, "py_savepoints")
+    try:
+        with transaction.atomic(using=alias):
+            outer = adapter.enqueue_after_commit("job.outer", [1], using=alias)
+            try:
+                with transaction.atomic(using=alias):
+                    inner = adapter.enqueue_after_commit("job.inner", [2], using=alias)
+                    raise RuntimeError("roll the savepoint back")
+            except RuntimeError:
+                pass
+            with transaction.atomic(using=alias):
+                released = adapter.enqueue_after_commit("job.released", [3], using=alias)
+            time.sleep(0.3)
+            assert backend.jobs() == [], "a released savepoint relays nothing"
+        jobs = backend.wait_for([outer, released], timeout=3)
+        assert [job["type"] for job in jobs] == ["job.outer", "job.released"]
+        assert backend.job(inner) is None
+        assert inner not in outbox_rows(alias, "py_savepoints")
+    finally:
+        adapter.reset()
+
+
+@DB
+def test_external_mode_starts_no_relay_and_ojs_relay_command_delivers(backend, tmp_path):
+    adapter = OJS({"ojs_url": backend.url, "outbox": {"table_name": "py_outbox"},
+                   "relay": {"mode": "external"}})
+    try:
+        ids = [adapter.enqueue_after_commit("email.welcome", [i]) for i in range(3)]
+        time.sleep(0.5)
+        assert adapter.metrics() is None, "no relay runs in this process"
+        assert all(backend.job(job_id) is None for job_id in ids)
+        assert {adapter.rows(ids)[job_id]["status"] for job_id in ids} == {"pending"}
+        relay = subprocess.Popen(
+            [sys.executable, str(Path(__file__).with_name("manage.py")), "ojs_relay"],
+            env={**os.environ, "OJS_TEST_OJS_URL": backend.url},
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        )
+        try:
+            backend.wait_for(ids, timeout=10)
+        finally:
+            relay.send_signal(signal.SIGTERM)
+            output, _ = relay.communicate(timeout=15)
+        assert relay.returncode == 0, output
+        assert "ojs_relay: relaying py_outbox" in output
+        wait_until(lambda: {r["status"] for r in adapter.rows(ids).values()} == {"sent"})
+    finally:
+        adapter.reset()
+
+
+@DB
+def test_ojs_outbox_command_lists_replays_and_purges_dead_rows_by_tenant(backend):
+    ojs.dead_purge()
+    backend.call("POST", "/_dev/faults", {"status": 400, "code": "invalid_request",
+                                           "match_type": "poison.job"})
+    ids = {tenant: ojs.enqueue_after_commit("poison.job", [tenant], meta={"tenant_id": tenant})
+           for tenant in ("t1", "t2", "t3")}
+    wait_until(lambda: {r["status"] for r in ojs.rows(list(ids.values())).values()} == {"dead"},
+               what="three dead rows")
+
+    out = io.StringIO()
+    call_command("ojs_outbox", "dead", "list", "--tenant", "t1", stdout=out)
+    listed = json.loads(out.getvalue())
+    assert [row["job_id"] for row in listed] == [ids["t1"]]
+
+    out = io.StringIO()
+    call_command("ojs_outbox", "status", stdout=out)
+    assert json.loads(out.getvalue())["dead"] == 3
+
+    backend.call("DELETE", "/_dev/faults")
+    out = io.StringIO()
+    call_command("ojs_outbox", "dead", "replay", "--tenant", "t1", stdout=out)
+    assert "replayed 1 dead rows" in out.getvalue()
+    backend.wait_for([ids["t1"]], timeout=5)
+
+    from django.core.management.base import CommandError
+
+    with pytest.raises(CommandError):
+        call_command("ojs_outbox", "dead", "purge", "--tenant", "t2")
+    out = io.StringIO()
+    call_command("ojs_outbox", "dead", "purge", "--tenant", "t2", "--yes", stdout=out)
+    assert "purged 1 dead rows" in out.getvalue()
+    rows = ojs.rows(list(ids.values()))
+    assert ids["t2"] not in rows and rows[ids["t3"]]["status"] == "dead"
+    assert backend.job(ids["t3"]) is None
+
+
+@DB
+def test_relay_survives_fork_and_the_child_delivers(backend):
+    """A pre-fork server forks after the relay started: the child's first enqueue starts a relay
+    of its own (the core builds a fresh runtime), and the parent's keeps working. The poll
+    interval is 30 s, so each delivery within seconds is the work of that process's hot path."""
+    adapter = own_ojs(backend, "default", "py_fork")
+    first = adapter.enqueue_after_commit("fork.parent_before", [1])
+    backend.wait_for([first], timeout=3)
+    assert adapter.metrics() is not None, "the parent's relay runs"
+
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: report through the pipe, never return into pytest
+        status = 1
+        try:
+            os.close(read)
+            # The parent's SQLite handle must not be used (nor closed) here: drop it.
+            connections["default"].connection = None
+            child_job = adapter.enqueue_after_commit("fork.child", [os.getpid()])
+            backend.wait_for([child_job], timeout=5)
+            wait_until(lambda: (adapter.metrics() or {}).get("sent", 0) >= 1, what="child sent")
+            os.write(write, json.dumps({"job": child_job, "metrics": adapter.metrics()}).encode())
+            adapter.stop_relay()
+            status = 0
+        except BaseException as exc:  # noqa: BLE001 - reported to the parent
+            os.write(write, json.dumps({"error": repr(exc)}).encode())
+        finally:
+            os._exit(status)
+    os.close(write)
+    _, status = os.waitpid(pid, 0)
+    with os.fdopen(read) as pipe:
+        report = json.loads(pipe.read() or "{}")
+    try:
+        assert os.waitstatus_to_exitcode(status) == 0, report
+        assert backend.job(report["job"])["type"] == "fork.child"
+        assert report["metrics"]["sent"] == 1, "the child's own relay sent its job"
+        after = adapter.enqueue_after_commit("fork.parent_after", [2])
+        backend.wait_for([after], timeout=3)
+        assert adapter.metrics()["sent"] == 2, "the parent's relay sent its two jobs"
+    finally:
+        adapter.reset()

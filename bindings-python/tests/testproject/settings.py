@@ -1,0 +1,72 @@
+"""Settings of the minimal Django project the tests run in: two databases, a SQLite file
+(``default``) and PostgreSQL (``pg``, from OJS_TEST_DATABASE_URL), the adapter app, the request
+context middleware. ``OJS_PY_TEST_DIR`` places the SQLite file (shared with subprocesses)."""
+
+import os
+import tempfile
+from urllib.parse import unquote, urlparse
+
+BASE_DIR = os.environ.setdefault(
+    "OJS_PY_TEST_DIR", os.path.join(tempfile.gettempdir(), f"ojs-py-tests-{os.getpid()}")
+)
+os.makedirs(BASE_DIR, exist_ok=True)
+
+SECRET_KEY = "ojs-adapter-django-tests"
+DEBUG = False
+ALLOWED_HOSTS = ["*"]
+USE_TZ = True
+ROOT_URLCONF = "testproject.urls"
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+INSTALLED_APPS = [
+    "django.contrib.contenttypes",
+    "django.contrib.auth",
+    "django.contrib.sessions",
+    "ojs_adapter_django",
+]
+
+MIDDLEWARE = [
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "ojs_adapter_django.middleware.RequestContextMiddleware",
+]
+
+_sqlite = os.path.join(BASE_DIR, "default.db")
+DATABASES = {
+    "default": {
+        "ENGINE": "django.db.backends.sqlite3",
+        "NAME": _sqlite,
+        # The relay opens the same file from its own connection: no in-memory test database.
+        "TEST": {"NAME": _sqlite},
+        # WAL lets the relay's connection read and write while a request's transaction is
+        # open (docs/django.md, SQLite).
+        "OPTIONS": {"timeout": 20, "init_command": "PRAGMA journal_mode=WAL;"},
+    },
+}
+
+_pg_url = os.environ.get("OJS_TEST_DATABASE_URL")
+if _pg_url:
+    _pg = urlparse(_pg_url)
+    DATABASES["pg"] = {
+        "ENGINE": "django.db.backends.postgresql",
+        "NAME": "ojs_py",
+        "USER": unquote(_pg.username or "postgres"),
+        "PASSWORD": unquote(_pg.password or ""),
+        "HOST": _pg.hostname or "127.0.0.1",
+        "PORT": str(_pg.port or 5432),
+        "TEST": {"NAME": os.environ.get("OJS_PY_PG_TEST_DB", "ojs_py_test")},
+    }
+
+# The tests point ojs_url at their devserver (OJS_TEST_OJS_URL) or build OJS(...) themselves.
+OJS_CONFIG = {
+    "ojs_url": os.environ.get("OJS_TEST_OJS_URL", "http://127.0.0.1:9"),
+    "outbox": {"table_name": "py_outbox", "poll_interval": "PT0.2S"},
+    "relay": {"request_timeout": "PT0.5S", "lease": "PT2S", "initial_backoff": "PT0.05S",
+              "max_backoff": "PT0.5S"},
+}
+
+LOGGING = {
+    "version": 1,
+    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "loggers": {"ojs_adapter_django": {"handlers": ["console"], "level": "WARNING"}},
+}

@@ -1,0 +1,14 @@
+# frozen_string_literal: true
+
+# ojs-adapter-rails: jobs staged with OJS.enqueue_after_commit are written to the outbox in
+# your transaction and relayed to the OJS backend after the outermost commit.
+OJS.configure do |config|
+  config.url = ENV["OJS_URL"] # nil: the core's default
+  config.adapter = :active_record
+  config.outbox_table = "ojs_outbox"
+  # config.relay = :external           # relay with `rake ojs:relay` instead of in each process
+  # config.database_url = ENV["OJS_RELAY_DATABASE_URL"] # default: derived from database.yml
+  # config.outbox_options = { poll_interval: "PT1S", batch_size: 100 }
+  # config.relay_options = { max_attempts: 10 }
+  # config.current_user_id = ->(env) { env["warden"]&.user&.id }
+end

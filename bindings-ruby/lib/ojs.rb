@@ -1,0 +1,170 @@
+# frozen_string_literal: true
+
+# ojs-adapter-rails: transactional job enqueue for ActiveRecord (the OJS Framework Adapter
+# extension). A job staged with OJS.enqueue_after_commit is an outbox row written in the
+# application's own transaction; the relay (the Rust core, in this process by default) sends it
+# to the OJS backend after the outermost commit, and never loses it after that commit.
+#
+# This gem owns only the Ruby side: settings, running the core's SQL on ActiveRecord's
+# connection, the commit hook, the request context, exceptions and the Rails glue. Every rule
+# (validation, SQL, ids, retries, defaults) is the core's (`crates/ojs-outbox`).
+
+require "io/wait" # before the bindings (docs/toolchain.md)
+require "json"
+require "logger"
+require "monitor"
+require "active_record"
+
+require_relative "ojs/version"
+require_relative "ojs/native"
+require_relative "ojs/errors"
+require_relative "ojs/json_value"
+require_relative "ojs/context"
+require_relative "ojs/configuration"
+require_relative "ojs/transaction_hook"
+require_relative "ojs/adapter"
+require_relative "ojs/migration"
+require_relative "ojs/middleware"
+
+module OJS
+  class << self
+    # Configures the adapter (spec §8.1); see OJS::Configuration. A running relay of the
+    # previous configuration is stopped first.
+    def configure
+      config = Configuration.new
+      yield config if block_given?
+      replacement = Adapter.new(config) # validates now: bad settings raise OJS::InvalidConfig
+      @lock.synchronize do
+        @adapter&.stop_relay
+        @configuration = config
+        @adapter = replacement
+      end
+      replacement
+    end
+
+    def configuration
+      @configuration || @lock.synchronize { @configuration ||= Configuration.new }
+    end
+
+    def configured?
+      !@configuration.nil?
+    end
+
+    # The configured adapter (built from the default configuration if OJS.configure was not
+    # called: the core's defaults then apply).
+    def adapter
+      @adapter || @lock.synchronize { @adapter ||= Adapter.new(configuration) }
+    end
+
+    attr_writer :logger
+
+    def logger
+      @logger ||= defined?(::Rails) && ::Rails.respond_to?(:logger) && ::Rails.logger ? ::Rails.logger : Logger.new($stderr)
+    end
+
+    # --- enqueue -------------------------------------------------------------------------
+
+    # Stages a job in the current ActiveRecord transaction; it is sent after the outermost
+    # commit, or at once when no transaction is open. Returns the job id (UUIDv7).
+    #   OJS.enqueue_after_commit("email.welcome", [user.id], queue: "email", meta: {...})
+    def enqueue_after_commit(type, args, meta: nil, **options)
+      adapter.enqueue_after_commit([job(type, args, options, meta)]).first
+    end
+
+    # Stages several jobs with one INSERT (all or none), with the semantics of
+    # enqueue_after_commit. `jobs`: hashes `{type:, args:, options: {...}, meta: {...}}`.
+    # Returns their ids in order.
+    def enqueue_bulk(jobs)
+      adapter.enqueue_after_commit(jobs)
+    end
+
+    # Spec §5.1 `enqueue`: sends the job to the backend now, without the outbox and without
+    # regard to any open transaction (a rollback does not undo it). Returns the job id.
+    def enqueue(type, args, meta: nil, **options)
+      adapter.enqueue_now(job(type, args, options, meta))
+    end
+
+    # --- request context (FA-R001) ---------------------------------------------------------
+
+    def with_context(context, &block)
+      Context.with(context, &block)
+    end
+
+    def context=(context)
+      Context.set(context)
+    end
+
+    def context
+      Context.current
+    end
+
+    def clear_context
+      Context.clear
+    end
+
+    # --- relay (FA-R003) ---------------------------------------------------------------------
+
+    def start_relay
+      adapter.start_relay
+    end
+
+    def stop_relay
+      @adapter&.stop_relay
+    end
+
+    # Flushes and stops this process's relay (registered with at_exit once a relay starts).
+    def shutdown
+      stop_relay
+    rescue StandardError => e
+      logger.warn("ojs: stopping the relay failed: #{e.message}")
+    end
+
+    def install_exit_hook
+      return if @exit_hook_installed
+
+      @exit_hook_installed = true
+      at_exit { OJS.shutdown }
+    end
+
+    def run_relay_until_signal
+      adapter.run_relay_until_signal
+    end
+
+    def status
+      adapter.status
+    end
+
+    def metrics
+      adapter.metrics
+    end
+
+    def dead_list(tenant: nil, limit: 100)
+      adapter.dead_list(tenant: tenant, limit: limit)
+    end
+
+    def dead_replay(tenant: nil)
+      adapter.dead_replay(tenant: tenant)
+    end
+
+    def dead_purge(tenant: nil)
+      adapter.dead_purge(tenant: tenant)
+    end
+
+    def prune(older_than:)
+      adapter.prune(older_than: older_than)
+    end
+
+    private
+
+    def job(type, args, options, meta)
+      { type: type, args: args, options: options.empty? ? nil : options, meta: meta }
+    end
+  end
+
+  @lock = Monitor.new
+  @configuration = nil
+  @adapter = nil
+end
+
+require_relative "ojs/railtie" if defined?(::Rails::Railtie)
+require_relative "ojs/active_job_adapter" if defined?(::ActiveJob::Base)

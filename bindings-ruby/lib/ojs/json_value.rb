@@ -1,0 +1,73 @@
+# frozen_string_literal: true
+
+require "json"
+
+module OJS
+  # Converts Ruby values to JSON text for the core, strictly: only what has one obvious JSON
+  # form (nil, true, false, Integer, finite Float, String in UTF-8, Symbol as its name, Array,
+  # Hash with String or Symbol keys). Anything else raises the core's code for the field
+  # (INVALID_ARGS, INVALID_OPTIONS, INVALID_META, ...), naming the path of the bad value,
+  # instead of being silently stringified. Every rule about *what* the JSON may hold is the
+  # core's.
+  module JSONValue
+    module_function
+
+    def dump(value, code:, field:)
+      JSON.generate(checked(value, code: code, field: field))
+    end
+
+    # `value` itself when it is plain JSON (the common case, checked without allocating),
+    # else its normalized copy; raises for what has no JSON form.
+    def checked(value, code:, field:)
+      plain?(value) ? value : normalize(value, code, field, field)
+    end
+
+    def plain?(value)
+      case value
+      when nil, true, false, Integer, Symbol then true
+      when String then value.encoding == Encoding::UTF_8 && value.valid_encoding?
+      when Float then value.finite?
+      when Array then value.all? { |item| plain?(item) }
+      when Hash then value.all? { |key, item| (key.is_a?(String) || key.is_a?(Symbol)) && plain?(item) }
+      else false
+      end
+    end
+
+    def normalize(value, code, field, path)
+      case value
+      when nil, true, false, Integer
+        value
+      when String
+        return value if value.encoding == Encoding::UTF_8 && value.valid_encoding?
+
+        utf8 = value.encode(Encoding::UTF_8) rescue nil
+        return utf8 if utf8&.valid_encoding?
+
+        refuse(code, field, path, "is not valid UTF-8 text")
+      when Symbol
+        value.name
+      when Float
+        return value if value.finite?
+
+        refuse(code, field, path, "#{value} has no JSON form")
+      when Array
+        value.each_with_index.map { |item, index| normalize(item, code, field, "#{path}[#{index}]") }
+      when Hash
+        value.each_with_object({}) do |(key, item), out|
+          unless key.is_a?(String) || key.is_a?(Symbol)
+            refuse(code, field, path, "has a #{key.class} key #{key.inspect}; JSON object keys are strings")
+          end
+          name = key.to_s
+          out[name] = normalize(item, code, field, "#{path}.#{name}")
+        end
+      else
+        refuse(code, field, path, "a #{value.class} is not a JSON value " \
+                                  "(use nil, true, false, numbers, strings, arrays and hashes)")
+      end
+    end
+
+    def refuse(code, field, path, why)
+      raise OJS::Error.for_code(code, "#{path}: #{why}", field: field)
+    end
+  end
+end

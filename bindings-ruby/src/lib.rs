@@ -1,0 +1,230 @@
+//! uniffi glue between the core's binding surface (`ojs_outbox::bridge::Adapter`) and the
+//! `ojs-adapter-rails` gem. It converts types and nothing else: every rule lives in the core.
+//!
+//! Shape of the line, dictated by uniffi's Ruby backend (docs toolchain.md):
+//! - cheap calls that never touch the network or the relay's database (`stage`,
+//!   `notify_committed`, `create_table_sql`, ...) are synchronous methods of `NativeAdapter`;
+//! - calls that block on I/O are `async` top-level functions taking the adapter handle
+//!   (`adapter_<verb>`). Ruby's ffi keeps the GVL during a synchronous call, so blocking work
+//!   runs on a thread of its own and the Ruby caller waits on a future, which releases the GVL.
+//!   uniffi does not generate async methods on objects for Ruby, hence the flat functions.
+
+use std::sync::Arc;
+
+use ojs_outbox::ErrorCode;
+use ojs_outbox::bridge::Adapter;
+
+uniffi::setup_scaffolding!();
+
+/// Every core error, with the stable code of `docs/errors.md`.
+#[derive(Debug, uniffi::Error)]
+pub enum NativeError {
+    Failure {
+        code: String,
+        field: Option<String>,
+        message: String,
+        retryable: bool,
+    },
+}
+
+impl std::fmt::Display for NativeError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let NativeError::Failure { code, message, .. } = self;
+        write!(f, "[{code}] {message}")
+    }
+}
+
+impl std::error::Error for NativeError {}
+
+impl From<ojs_outbox::Error> for NativeError {
+    fn from(error: ojs_outbox::Error) -> Self {
+        NativeError::Failure {
+            code: error.code.as_str().to_owned(),
+            field: error.field,
+            message: error.message,
+            retryable: error.code.retryable(),
+        }
+    }
+}
+
+type NativeResult<T> = Result<T, NativeError>;
+
+/// One error code of the core and whether retrying the same call may succeed.
+#[derive(Debug, uniffi::Record)]
+pub struct ErrorCodeInfo {
+    pub code: String,
+    pub retryable: bool,
+}
+
+/// The core's error codes, so the gem builds its exception classes from the core's list.
+#[uniffi::export]
+pub fn error_codes() -> Vec<ErrorCodeInfo> {
+    ErrorCode::ALL
+        .iter()
+        .map(|code| ErrorCodeInfo {
+            code: code.as_str().to_owned(),
+            retryable: code.retryable(),
+        })
+        .collect()
+}
+
+/// One configured adapter (`bridge::Adapter`) per application.
+#[derive(uniffi::Object)]
+pub struct NativeAdapter {
+    inner: Arc<Adapter>,
+}
+
+#[uniffi::export]
+impl NativeAdapter {
+    /// Parses the spec §5.2 configuration (JSON text); no I/O.
+    #[uniffi::constructor]
+    pub fn new(config_json: String) -> NativeResult<Arc<Self>> {
+        Ok(Arc::new(NativeAdapter {
+            inner: Arc::new(Adapter::new(&config_json)?),
+        }))
+    }
+
+    pub fn table_name(&self) -> String {
+        self.inner.table_name().to_owned()
+    }
+
+    pub fn relay_in_process(&self) -> bool {
+        self.inner.relay_in_process()
+    }
+
+    pub fn create_table_sql(&self, dialect: String) -> NativeResult<Vec<String>> {
+        Ok(self.inner.create_table_sql(&dialect)?)
+    }
+
+    /// Validates and prepares jobs; returns, as JSON text,
+    /// `{"job_ids": [...], "statements": [{"sql": "...", "params": [text or null, ...]}]}`.
+    /// One string crosses the line instead of a record tree: the Ruby side of uniffi lifts
+    /// records field by field in Ruby, which costs more than the whole staging in Rust; the
+    /// gem parses this with Ruby's C JSON parser.
+    pub fn stage(
+        &self,
+        dialect: String,
+        placeholder: String,
+        jobs_json: String,
+        context_json: Option<String>,
+    ) -> NativeResult<String> {
+        let staged =
+            self.inner
+                .stage(&dialect, &placeholder, &jobs_json, context_json.as_deref())?;
+        let statements: Vec<serde_json::Value> = staged
+            .statements
+            .into_iter()
+            .map(|statement| serde_json::json!({"sql": statement.sql, "params": statement.params}))
+            .collect();
+        Ok(serde_json::json!({"job_ids": staged.job_ids, "statements": statements}).to_string())
+    }
+
+    /// The after-commit wake-up; never blocks on I/O, never fails.
+    pub fn notify_committed(&self, job_ids: Vec<String>) {
+        self.inner.notify_committed(job_ids);
+    }
+
+    pub fn metrics_json(&self) -> String {
+        self.inner.metrics_json()
+    }
+
+    /// Abrupt stop, as a crash: no flush, leases stay until they expire (tests of recovery).
+    pub fn kill_relay(&self) {
+        self.inner.kill_relay();
+    }
+}
+
+/// Runs blocking core work on a thread of its own; the returned future completes with it.
+async fn off_thread<T: Send + 'static>(
+    adapter: &Arc<NativeAdapter>,
+    work: impl FnOnce(&Adapter) -> T + Send + 'static,
+) -> T {
+    let inner = Arc::clone(&adapter.inner);
+    let (sender, receiver) = tokio::sync::oneshot::channel();
+    std::thread::Builder::new()
+        .name("ojs-ruby-call".into())
+        .spawn(move || {
+            let _ = sender.send(work(&inner));
+        })
+        .expect("spawn a thread for a blocking core call");
+    receiver.await.expect("the core call's thread panicked")
+}
+
+#[uniffi::export]
+pub async fn adapter_start_relay(adapter: Arc<NativeAdapter>) -> NativeResult<()> {
+    Ok(off_thread(&adapter, |inner| inner.start_relay()).await?)
+}
+
+#[uniffi::export]
+pub async fn adapter_stop_relay(adapter: Arc<NativeAdapter>) {
+    off_thread(&adapter, |inner| inner.stop_relay()).await
+}
+
+#[uniffi::export]
+pub async fn adapter_enqueue_now(
+    adapter: Arc<NativeAdapter>,
+    job_json: String,
+    context_json: Option<String>,
+) -> NativeResult<String> {
+    Ok(off_thread(&adapter, move |inner| {
+        inner.enqueue_now(&job_json, context_json.as_deref())
+    })
+    .await?)
+}
+
+#[uniffi::export]
+pub async fn adapter_prune(adapter: Arc<NativeAdapter>, older_than: String) -> NativeResult<u64> {
+    Ok(off_thread(&adapter, move |inner| inner.prune(&older_than)).await?)
+}
+
+#[uniffi::export]
+pub async fn adapter_migrate(adapter: Arc<NativeAdapter>) -> NativeResult<()> {
+    Ok(off_thread(&adapter, |inner| inner.migrate()).await?)
+}
+
+#[uniffi::export]
+pub async fn adapter_status_json(adapter: Arc<NativeAdapter>) -> NativeResult<String> {
+    Ok(off_thread(&adapter, |inner| inner.status_json()).await?)
+}
+
+#[uniffi::export]
+pub async fn adapter_dead_list_json(
+    adapter: Arc<NativeAdapter>,
+    tenant: Option<String>,
+    limit: u32,
+) -> NativeResult<String> {
+    Ok(off_thread(&adapter, move |inner| {
+        inner.dead_list_json(tenant.as_deref(), limit)
+    })
+    .await?)
+}
+
+#[uniffi::export]
+pub async fn adapter_dead_replay(
+    adapter: Arc<NativeAdapter>,
+    tenant: Option<String>,
+) -> NativeResult<u64> {
+    Ok(off_thread(&adapter, move |inner| inner.dead_replay(tenant.as_deref())).await?)
+}
+
+#[uniffi::export]
+pub async fn adapter_dead_purge(
+    adapter: Arc<NativeAdapter>,
+    tenant: Option<String>,
+) -> NativeResult<u64> {
+    Ok(off_thread(&adapter, move |inner| inner.dead_purge(tenant.as_deref())).await?)
+}
+
+#[uniffi::export]
+pub async fn adapter_rows_json(
+    adapter: Arc<NativeAdapter>,
+    job_ids: Vec<String>,
+) -> NativeResult<String> {
+    Ok(off_thread(&adapter, move |inner| inner.rows_json(job_ids)).await?)
+}
+
+/// Runs the relay as the process's only job until SIGINT/SIGTERM (`rake ojs:relay`).
+#[uniffi::export]
+pub async fn adapter_run_relay_until_signal(adapter: Arc<NativeAdapter>) -> NativeResult<()> {
+    Ok(off_thread(&adapter, |inner| inner.run_relay_until_signal()).await?)
+}

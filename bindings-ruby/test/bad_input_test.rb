@@ -1,0 +1,136 @@
+# frozen_string_literal: true
+
+# Bad input raises an OJS::Error subclass with the core's code, inside a transaction that stays
+# usable, and leaves the outbox as it was. Run on SQLite and PostgreSQL (where a failed
+# statement would abort the transaction: staging is refused before any SQL runs).
+
+require_relative "test_helper"
+
+class BadInputTest < Minitest::Test
+  TABLE = "rb_bad_input"
+
+  # [description, code, class, call]
+  CASES = [
+    ["type with capitals", "INVALID_JOB_TYPE", OJS::InvalidJobType, -> { OJS.enqueue_after_commit("Email.Welcome", [1]) }],
+    ["type with a hyphen", "INVALID_JOB_TYPE", OJS::InvalidJobType, -> { OJS.enqueue_after_commit("email-welcome", [1]) }],
+    ["empty type", "INVALID_JOB_TYPE", OJS::InvalidJobType, -> { OJS.enqueue_after_commit("", [1]) }],
+    ["type not a string", "INVALID_JOB_TYPE", OJS::InvalidJobType, -> { OJS.enqueue_after_commit(42, [1]) }],
+    ["args a Hash", "INVALID_ARGS", OJS::InvalidArgs, -> { OJS.enqueue_after_commit("email.welcome", { user: 1 }) }],
+    ["args nil", "INVALID_ARGS", OJS::InvalidArgs, -> { OJS.enqueue_after_commit("email.welcome", nil) }],
+    ["args holding an Object", "INVALID_ARGS", OJS::InvalidArgs, -> { OJS.enqueue_after_commit("email.welcome", [Object.new]) }],
+    ["args holding NaN", "INVALID_ARGS", OJS::InvalidArgs, -> { OJS.enqueue_after_commit("email.welcome", [Float::NAN]) }],
+    ["args with invalid UTF-8", "INVALID_ARGS", OJS::InvalidArgs, -> { OJS.enqueue_after_commit("email.welcome", ["\xFF".b.force_encoding("UTF-8")]) }],
+    ["queue with capitals", "INVALID_QUEUE", OJS::InvalidQueue, -> { OJS.enqueue_after_commit("email.welcome", [1], queue: "Email") }],
+    ["queue empty", "INVALID_QUEUE", OJS::InvalidQueue, -> { OJS.enqueue_after_commit("email.welcome", [1], queue: "") }],
+    ["priority out of range", "INVALID_OPTIONS", OJS::InvalidOptions, -> { OJS.enqueue_after_commit("email.welcome", [1], priority: 101) }],
+    ["unknown option", "INVALID_OPTIONS", OJS::InvalidOptions, -> { OJS.enqueue_after_commit("email.welcome", [1], colour: "red") }],
+    ["delay_until not RFC 3339", "INVALID_OPTIONS", OJS::InvalidOptions, -> { OJS.enqueue_after_commit("email.welcome", [1], delay_until: "tomorrow") }],
+    ["option value a Time", "INVALID_OPTIONS", OJS::InvalidOptions, -> { OJS.enqueue_after_commit("email.welcome", [1], delay_until: Time.now) }],
+    ["retry.max_attempts negative", "INVALID_OPTIONS", OJS::InvalidOptions, -> { OJS.enqueue_after_commit("email.welcome", [1], retry: { max_attempts: -1 }) }],
+    ["meta not a Hash", "INVALID_META", OJS::InvalidMeta, -> { OJS.enqueue_after_commit("email.welcome", [1], meta: [1]) }],
+    ["meta.tenant_id a number", "INVALID_META", OJS::InvalidMeta, -> { OJS.enqueue_after_commit("email.welcome", [1], meta: { tenant_id: 7 }) }],
+    ["unknown request context key", "INVALID_META", OJS::InvalidMeta, lambda {
+      OJS.with_context(shoe_size: "44") { OJS.enqueue_after_commit("email.welcome", [1]) }
+    }],
+    ["payload over 1 MiB", "PAYLOAD_TOO_LARGE", OJS::PayloadTooLarge, -> { OJS.enqueue_after_commit("email.welcome", ["x" * (1024 * 1024)]) }],
+    ["bulk with one bad job", "INVALID_JOB_TYPE", OJS::InvalidJobType, lambda {
+      OJS.enqueue_bulk([{ type: "email.welcome", args: [1] }, { type: "Bad", args: [2] }])
+    }],
+    ["bulk not an Array", "INVALID_ARGS", OJS::InvalidArgs, -> { OJS.enqueue_bulk({ type: "email.welcome", args: [1] }) }],
+    ["bulk job with an unknown key", "INVALID_ARGS", OJS::InvalidArgs, -> { OJS.enqueue_bulk([{ type: "email.welcome", args: [1], when: "now" }]) }]
+  ].freeze
+
+  TestSupport.databases.each do |database|
+    define_method("test_#{database}_bad_input_raises_the_code_and_keeps_the_transaction_usable") do
+      connection = TestSupport.connect(database, "bad_input", table: TABLE)
+      TestSupport.configure(table: TABLE, start_relay: false)
+      assert_operator CASES.length, :>=, 15
+      ActiveRecord::Base.transaction do
+        OJS.enqueue_after_commit("email.welcome", [1])
+        CASES.each do |description, code, klass, call|
+          error = assert_raises(OJS::Error, description) { call.call }
+          assert_equal code, error.code, "#{description}: #{error.message}"
+          assert_kind_of klass, error, description
+          assert_kind_of OJS::ValidationError, error, description
+          refute error.retryable?, description
+          assert_equal 1, TestSupport.outbox_count(TABLE), "#{description} wrote a row"
+        end
+        # The transaction is still usable (on PostgreSQL an aborted one would refuse this).
+        OJS.enqueue_after_commit("email.welcome", [2])
+        assert_equal 2, connection.select_value("SELECT COUNT(*) FROM #{TABLE}").to_i
+      end
+      assert_equal 2, TestSupport.outbox_count(TABLE)
+    end
+
+    define_method("test_#{database}_bad_input_outside_a_transaction_writes_and_sends_nothing") do
+      TestSupport.connect(database, "bad_input_autocommit", table: TABLE)
+      TestSupport.configure(table: TABLE, start_relay: true)
+      TestSupport.devserver.reset
+      CASES.each do |description, code, _klass, call|
+        error = assert_raises(OJS::Error, description) { call.call }
+        assert_equal code, error.code, description
+      end
+      %w[Bad email-welcome].each do |type|
+        assert_equal "INVALID_JOB_TYPE", assert_raises(OJS::InvalidJobType) { OJS.enqueue(type, [1]) }.code
+      end
+      assert_equal 0, TestSupport.outbox_count(TABLE)
+      assert_equal({ "batch" => 0, "single" => 0 }, TestSupport.devserver.received["requests"].slice("batch", "single"))
+    end
+  end
+
+  def test_error_fields_follow_the_core
+    TestSupport.connect(:sqlite, "bad_input_fields", table: TABLE)
+    TestSupport.configure(table: TABLE, start_relay: false)
+    error = assert_raises(OJS::InvalidOptions) { OJS.enqueue_after_commit("a", [1], priority: 500) }
+    assert_equal "options.priority", error.field
+    error = assert_raises(OJS::InvalidArgs) { OJS.enqueue_after_commit("a", [1, [Object.new]]) }
+    assert_equal "args", error.field
+    assert_match(/args\[1\]\[0\]/, error.message)
+    error = assert_raises(OJS::InvalidJobType) do
+      OJS.enqueue_bulk([{ type: "ok", args: [] }, { type: "Bad", args: [] }])
+    end
+    assert_match(/\Ajobs\[1\]: type/, error.message)
+  end
+
+  def test_every_core_code_has_a_class_with_its_retryable_flag
+    assert_equal OJS::Native.error_codes.map(&:code).sort, OJS::Error::CLASSES.keys.sort
+    OJS::Native.error_codes.each do |info|
+      error = OJS::Error.for_code(info.code, "m")
+      assert_instance_of OJS::Error::CLASSES.fetch(info.code), error
+      assert_equal info.retryable, error.retryable?
+      assert_kind_of StandardError, error
+    end
+    assert_same OJS::Error, OJS::OJSError
+  end
+
+  def test_bad_configuration_raises_invalid_config_naming_the_key
+    TestSupport.connect(:sqlite, "bad_config", table: TABLE)
+    {
+      -> { OJS.configure { |c| c.url = "ftp://example.com" } } => %w[INVALID_CONFIG adapter.ojs_url],
+      -> { OJS.configure { |c| c.relay = :sideways } } => %w[INVALID_CONFIG adapter.relay.mode],
+      -> { OJS.configure { |c| c.outbox_options = { batch_size: 0 } } } => %w[INVALID_CONFIG adapter.outbox.batch_size],
+      -> { OJS.configure { |c| c.outbox_options = { flavour: "x" } } } => %w[INVALID_CONFIG adapter.outbox.flavour],
+      -> { OJS.configure { |c| c.outbox_table = "drop table;" } } => %w[INVALID_CONFIG adapter.outbox.table_name],
+      -> { OJS.configure { |c| c.relay_options = "fast" } } => %w[INVALID_CONFIG relay_options],
+      -> { OJS.configure { |c| c.adapter = :redis } } => %w[INVALID_CONFIG adapter],
+      -> { OJS.configure { |c| c.database_url = "mysql://x/y" } } => %w[INVALID_DATABASE_URL database_url]
+    }.each do |call, (code, field)|
+      error = assert_raises(OJS::ConfigurationError) do
+        call.call
+        OJS.start_relay # a database URL is only opened by the relay
+      end
+      assert_equal [code, field], [error.code, error.field], error.message
+    end
+  ensure
+    OJS.configure { |c| c.url = TestSupport.devserver.url }
+  end
+
+  def test_in_memory_sqlite_cannot_feed_the_relay
+    ActiveRecord::Base.remove_connection if ActiveRecord::Base.connected?
+    ActiveRecord::Base.establish_connection(adapter: "sqlite3", database: ":memory:")
+    error = assert_raises(OJS::InvalidDatabaseUrl) { OJS.configure { |c| c.url = TestSupport.devserver.url } }
+    assert_equal "database_url", error.field
+    # An external relay has its own database URL: no error then.
+    OJS.configure { |c| c.relay = :external }
+  end
+end

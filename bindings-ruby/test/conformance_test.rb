@@ -1,0 +1,383 @@
+# frozen_string_literal: true
+
+# The Ruby runner of the language-neutral conformance cases (conformance-tests/cases/*.json,
+# format in conformance-tests/README.md; runner-rust/src/lib.rs is the reference). Every case
+# runs on SQLite and on PostgreSQL through the real adapter (OJS.enqueue_after_commit, ...,
+# on ActiveRecord's connection and transactions) against the real ojs-devserver. Prints the
+# matrix (case x database: PASS / FAIL / SKIP with reason) and writes it to
+# target/ruby-conformance-matrix.txt.
+
+require_relative "test_helper"
+
+module Conformance
+  DIR = File.join(TestSupport::ROOT, "conformance-tests")
+
+  # Cases this runner cannot run yet, with the reason (README "Skip policy"). Each one names
+  # what the core's binding surface (bridge::Adapter) lacks; see docs/rails.md.
+  SKIPS = {}.freeze
+
+  MATRIX = []
+
+  class << self
+    def cases
+      Dir[File.join(DIR, "cases", "*.json")].sort.map { |path| JSON.parse(File.read(path)) }
+    end
+
+    # The suite defaults: the `default` annotation of every config key in the case schema.
+    def suite_defaults
+      schema = JSON.parse(File.read(File.join(DIR, "schema", "case.schema.json")))
+      %w[outbox relay].to_h do |section|
+        keys = schema.dig("$defs", "config", "properties", section, "properties")
+        [section, keys.each_with_object({}) { |(key, spec), out| out[key] = spec["default"] if spec.key?("default") }]
+      end
+    end
+
+    def merge(base, patch)
+      base.merge(patch) { |_key, old, new| old.is_a?(Hash) && new.is_a?(Hash) ? merge(old, new) : new }
+    end
+  end
+
+  unknown = SKIPS.keys - cases.map { |kase| kase["id"] }
+  raise "SKIPS names cases that do not exist: #{unknown}" unless unknown.empty?
+
+  # A step failed: the message says why.
+  class StepFailed < StandardError; end
+
+  # Runs one case on one database.
+  class Run
+    def initialize(kase, database)
+      @case = kase
+      @database = database
+      @backend = TestSupport.devserver
+      @refs = {}
+      @levels = 0 # open ActiveRecord transactions (1 = outermost, more = savepoints)
+      @last_commit_us = 0
+      slug = kase["id"].downcase.gsub(/[^a-z0-9]/, "_")
+      @table = "rb_case_#{slug[0, 40]}"
+      @slug = slug
+    end
+
+    def call
+      @backend.reset
+      connection = TestSupport.connect(@database, "case_#{@slug}", table: @table)
+      @connection = connection
+      config = Conformance.merge(Conformance.suite_defaults, @case["config"] || {})
+      OJS.configure do |c|
+        c.url = @backend.url
+        c.outbox_table = @table
+        c.outbox_options = config["outbox"]
+        c.relay_options = config["relay"]
+        c.start_relay_on_first_use = false # the case says when the relay runs
+      end
+      OJS::Migration.create_outbox_table(connection)
+      OJS.clear_context
+      OJS.start_relay unless @case["relay"] == "stopped"
+      @case["steps"].each_with_index do |step, index|
+        run_step(step)
+      rescue StepFailed, OJS::Error, ActiveRecord::ActiveRecordError => e
+        raise StepFailed, "step #{index} (#{step['op']}): #{e.class}: #{e.message}"
+      end
+    ensure
+      teardown
+    end
+
+    private
+
+    def teardown
+      @connection&.rollback_transaction while @connection&.transaction_open?
+      @backend.call(:delete, "/_dev/faults")
+      OJS.stop_relay
+      OJS.clear_context
+    end
+
+    def now_us
+      Process.clock_gettime(Process::CLOCK_REALTIME, :microsecond)
+    end
+
+    def fail_step(message)
+      raise StepFailed, message
+    end
+
+    def id_of(ref)
+      @refs.fetch(ref) { fail_step("ref #{ref.inspect} was never enqueued") }
+    end
+
+    def run_step(step)
+      op = step.fetch("op")
+      timeout = (step["timeout_ms"] || 10_000) / 1000.0
+      case op
+      when "begin"
+        fail_step("a transaction is already open") if @levels.positive?
+        open_level
+      when "savepoint"
+        fail_step("no transaction is open") if @levels.zero?
+        open_level
+      when "release_savepoint"
+        fail_step("no savepoint is open") if @levels < 2
+        close_level(:commit)
+      when "rollback_savepoint"
+        fail_step("no savepoint is open") if @levels < 2
+        close_level(:rollback)
+      when "commit"
+        fail_step("commit needs exactly the outermost transaction open") unless @levels == 1
+        if step["crash_before_hook"]
+          OJS::Testing.crash_before_hook { close_level(:commit) }
+        else
+          close_level(:commit)
+        end
+        @last_commit_us = now_us
+      when "rollback"
+        fail_step("rollback needs exactly the outermost transaction open") unless @levels == 1
+        close_level(:rollback)
+      when "enqueue_after_commit" then stage(step, [[step["ref"], job_of(step)]], single: true)
+      when "enqueue_bulk" then stage(step, bulk_jobs(step), single: false)
+      when "enqueue" then enqueue_now(step)
+      when "set_context" then OJS.context = step["context"].transform_keys(&:to_sym)
+      when "clear_context" then OJS.clear_context
+      when "backend_fault" then @backend.call(:post, "/_dev/faults", step.except("op"))
+      when "backend_clear_faults" then @backend.call(:delete, "/_dev/faults")
+      when "backend_manifest" then @backend.call(:post, "/_dev/manifest", { "batch_enqueue" => step["batch_enqueue"] })
+      when "relay_start" then OJS.start_relay
+      when "relay_stop" then OJS.stop_relay
+      when "relay_kill" then OJS.adapter.kill_relay
+      when "prune" then OJS.prune(older_than: step["older_than"] || "PT0S")
+      when "dead_replay" then OJS.dead_replay(tenant: step["tenant_id"])
+      when "dead_purge" then OJS.dead_purge(tenant: step["tenant_id"])
+      when "sleep" then sleep(step["ms"] / 1000.0)
+      when "wait_delivered" then wait_delivered(step, timeout)
+      when "wait_outbox" then wait_outbox(step, timeout)
+      when "expect_backend" then expect_backend(step)
+      when "expect_requests" then expect_requests(step)
+      when "expect_outbox" then expect_outbox(step)
+      else fail_step("unknown op #{op.inspect} (this runner is out of date)")
+      end
+    end
+
+    # ActiveRecord's transaction manager, as `transaction(requires_new: true) { }` drives it:
+    # the first level is the real transaction, every nested one a savepoint. (The block form
+    # cannot stay open across steps; test/savepoint_test.rb covers the block form itself.)
+    def open_level
+      @connection.begin_transaction(joinable: true)
+      @levels += 1
+    end
+
+    def close_level(how)
+      how == :commit ? @connection.commit_transaction : @connection.rollback_transaction
+      @levels -= 1
+    end
+
+    def job_of(step)
+      { type: step["type"], args: step["args"], options: step["options"] }
+    end
+
+    def bulk_jobs(step)
+      if (generate = step["generate"])
+        return Array.new(generate["count"]) do |i|
+          ["#{generate['ref_prefix']}#{i}", { type: generate["type"], args: [i] }]
+        end
+      end
+      step["jobs"].map { |job| [job["ref"], job_of(job)] }
+    end
+
+    # Calls the adapter and checks `expect_error`: returns the ids, or nil after the expected error.
+    def expecting_error(step)
+      expected = step["expect_error"]
+      begin
+        ids = yield
+      rescue OJS::Error => e
+        fail_step("unexpected error #{e.code}: #{e.message}") unless expected
+        fail_step("expected error #{expected}, got #{e.code}: #{e.message}") unless e.code == expected
+        klass = OJS::Error::CLASSES.fetch(expected)
+        fail_step("#{expected} raised as #{e.class}, expected #{klass}") unless e.is_a?(klass)
+        return nil
+      end
+      fail_step("expected error #{expected}, the call succeeded") if expected
+      ids
+    end
+
+    def stage(step, jobs, single:)
+      autocommit = @levels.zero?
+      ids = expecting_error(step) do
+        if single && (jobs.first[1][:options].nil? || jobs.first[1][:options].is_a?(Hash))
+          job = jobs.first[1]
+          [OJS.enqueue_after_commit(job[:type], job[:args], **(job[:options] || {}))]
+        else
+          OJS.enqueue_bulk(jobs.map(&:last))
+        end
+      end
+      return unless ids
+
+      jobs.map(&:first).zip(ids).each { |ref, id| @refs[ref] = id if ref }
+      @last_commit_us = now_us if autocommit
+    end
+
+    def enqueue_now(step)
+      ids = expecting_error(step) do
+        [OJS.enqueue(step["type"], step["args"], **(step["options"] || {}))]
+      end
+      @refs[step["ref"]] = ids.first if ids && step["ref"]
+    end
+
+    def stored_jobs(received)
+      received["jobs"] || []
+    end
+
+    def wait_delivered(step, timeout)
+      wanted = step["refs"].map { |ref| [ref, id_of(ref)] }
+      deadline = Time.now + timeout
+      loop do
+        stored = stored_jobs(@backend.received).to_h { |job| [job["id"], job["received_at_us"].to_i] }
+        missing = wanted.reject { |_, id| stored.key?(id) }.map(&:first)
+        if missing.empty?
+          if (min_elapsed = step["min_elapsed_ms"])
+            last = wanted.map { |_, id| stored[id] }.max
+            elapsed_ms = (last - @last_commit_us) / 1000
+            if elapsed_ms < min_elapsed
+              fail_step("delivered #{elapsed_ms} ms after commit, expected at least #{min_elapsed} ms")
+            end
+          end
+          return
+        end
+        fail_step("not delivered within #{timeout}s: #{missing}; outbox #{OJS.status}") if Time.now > deadline
+        sleep 0.01
+      end
+    end
+
+    def wait_outbox(step, timeout)
+      deadline = Time.now + timeout
+      loop do
+        problem = row_problem(step["rows"])
+        return if problem.nil?
+        fail_step("wait_outbox timed out: #{problem}") if Time.now > deadline
+
+        sleep 0.02
+      end
+    end
+
+    # Row statuses as the application sees them: through its open transaction when there is one
+    # (its own uncommitted rows included), else as committed (the core's rows_json).
+    def row_statuses(ids)
+      return {} if ids.empty?
+
+      if @levels.positive?
+        list = ids.map { |id| @connection.quote(id) }.join(", ")
+        @connection.select_rows("SELECT job_id, status FROM #{@table} WHERE job_id IN (#{list})")
+                   .to_h { |id, status| [id.to_s, status] }
+      else
+        OJS.adapter.rows(ids).transform_values { |row| row["status"] }
+      end
+    end
+
+    def row_problem(rows)
+      return nil unless rows
+
+      states = row_statuses(rows.keys.map { |ref| id_of(ref) })
+      rows.each do |ref, expected|
+        actual = states.fetch(id_of(ref), "absent")
+        allowed = Array(expected)
+        return "row #{ref.inspect} is #{actual}, expected #{expected}" unless allowed.include?(actual)
+      end
+      nil
+    end
+
+    def expect_outbox(step)
+      problem = row_problem(step["rows"])
+      fail_step(problem) if problem
+      absent = (step["absent"] || []).map { |ref| [ref, id_of(ref)] }
+      states = row_statuses(absent.map(&:last))
+      absent.each { |ref, id| fail_step("outbox still has a row for #{ref.inspect}") if states.key?(id) }
+      return unless step.key?("total")
+
+      actual = @connection.select_value("SELECT COUNT(*) FROM #{@table}").to_i
+      fail_step("expected #{step['total']} outbox rows, found #{actual}") unless actual == step["total"]
+    end
+
+    def expect_requests(step)
+      received = @backend.received
+      %w[batch single].each do |kind|
+        next unless step.key?(kind)
+
+        actual = received.dig("requests", kind).to_i
+        fail_step("expected #{step[kind]} #{kind} requests, the backend got #{actual}") unless actual == step[kind]
+      end
+    end
+
+    def subset?(expected, actual)
+      if expected.is_a?(Hash) && actual.is_a?(Hash)
+        expected.all? { |key, value| actual.key?(key) && subset?(value, actual[key]) }
+      else
+        expected == actual
+      end
+    end
+
+    def expect_backend(step)
+      received = @backend.received
+      jobs = stored_jobs(received)
+      position = jobs.each_with_index.to_h { |job, index| [job["id"], index] }
+      expected = (step["received"] || []).map { |ref| [ref, id_of(ref)] }
+      expected.each { |ref, id| fail_step("the backend did not receive #{ref.inspect}") unless position.key?(id) }
+      if step["order"] == "exact"
+        expected.each_cons(2) do |(first, first_id), (second, second_id)|
+          fail_step("#{second.inspect} arrived before #{first.inspect}") if position[first_id] > position[second_id]
+        end
+      end
+      (step["absent"] || []).each do |ref|
+        fail_step("the backend received #{ref.inspect}, which must not be sent") if position.key?(id_of(ref))
+      end
+      if step.key?("total") && jobs.length != step["total"]
+        fail_step("the backend stored #{jobs.length} jobs, expected #{step['total']}")
+      end
+      deliveries = ->(ref) { received.dig("deliveries", id_of(ref)).to_i }
+      (step["deliveries_at_least"] || {}).each do |ref, minimum|
+        n = deliveries.call(ref)
+        fail_step("#{ref.inspect} was delivered #{n} times, expected at least #{minimum}") if n < minimum
+      end
+      (step["deliveries_exactly"] || {}).each do |ref, exactly|
+        n = deliveries.call(ref)
+        fail_step("#{ref.inspect} was delivered #{n} times, expected #{exactly}") unless n == exactly
+      end
+      (step["jobs"] || {}).each do |ref, want|
+        job = jobs.find { |stored| stored["id"] == id_of(ref) } or fail_step("#{ref.inspect} not stored")
+        fields = want.except("meta_absent")
+        fail_step("#{ref.inspect}: expected #{fields}, stored #{job}") unless subset?(fields, job)
+        (want["meta_absent"] || []).each do |key|
+          fail_step("#{ref.inspect}: meta must not have #{key.inspect}, stored #{job['meta']}") if job["meta"]&.key?(key)
+        end
+      end
+    end
+  end
+end
+
+class ConformanceTest < Minitest::Test
+  Conformance.cases.each do |kase|
+    TestSupport.databases.each do |database|
+      define_method("test_#{database}_#{kase['id']}") do
+        if (reason = Conformance::SKIPS[kase["id"]])
+          Conformance::MATRIX << [kase["id"], database, "SKIP (#{reason})"]
+          skip(reason)
+        end
+        begin
+          Conformance::Run.new(kase, database).call
+          Conformance::MATRIX << [kase["id"], database, "PASS"]
+          pass
+        rescue Conformance::StepFailed => e
+          Conformance::MATRIX << [kase["id"], database, "FAIL"]
+          flunk("#{kase['id']} [#{database}]: #{kase['title']}\n  #{e.message}")
+        end
+      end
+    end
+  end
+end
+
+TestSupport.before_summary do
+  rows = Conformance::MATRIX.sort_by { |id, database, _| [id, database.to_s] }
+  next if rows.empty?
+
+  width = rows.map { |id, _, _| id.length }.max
+  lines = rows.map { |id, database, result| format("%-#{width}s  ruby  %-8s  %s", id, database, result) }
+  counts = rows.group_by { |_, _, result| result[/\A\w+/] }.transform_values(&:count)
+  summary = "ruby conformance: #{counts.map { |k, v| "#{v} #{k}" }.join(', ')} of #{rows.length}"
+  text = (lines + [summary]).join("\n")
+  File.write(File.join(TestSupport::ROOT, "target", "ruby-conformance-matrix.txt"), "#{text}\n")
+  puts "\n\n#{text}"
+end

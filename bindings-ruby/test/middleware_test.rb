@@ -1,0 +1,92 @@
+# frozen_string_literal: true
+
+# FA-R001 through the Rack middleware: the request's headers reach the job's meta, on the
+# backend, for enqueue_after_commit, enqueue_bulk and enqueue; and the context is per request
+# (threads and fibers do not see each other's).
+
+require_relative "test_helper"
+require "rack"
+require "rack/mock"
+
+class MiddlewareTest < Minitest::Test
+  TABLE = "rb_middleware"
+  TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+
+  # A signup endpoint: the job ids it staged are the response body.
+  SIGNUP = lambda do |_env|
+    ids = ActiveRecord::Base.transaction do
+      [OJS.enqueue_after_commit("email.welcome", [1]),
+       *OJS.enqueue_bulk([{ type: "email.digest", args: [2] }])]
+    end
+    ids << OJS.enqueue("audit.signup", [3])
+    [201, { "content-type" => "application/json" }, [JSON.generate(ids)]]
+  end
+
+  def setup
+    TestSupport.connect(:sqlite, "middleware", table: TABLE)
+    TestSupport.configure(table: TABLE)
+    TestSupport.devserver.reset
+  end
+
+  def request(app, headers)
+    env = headers.transform_keys { |name| "HTTP_#{name.upcase.tr('-', '_')}" }
+    Rack::MockRequest.new(app).post("/signup", env)
+  end
+
+  def test_request_headers_land_in_the_meta_of_every_kind_of_enqueue
+    warden = Struct.new(:user).new(Struct.new(:id).new(42)) # what Devise puts in env["warden"]
+    with_warden = ->(env) { env["warden"] = warden; OJS::Middleware.new(SIGNUP).call(env) }
+    response = request(with_warden, "X-Request-ID" => "req-7", "traceparent" => TRACEPARENT,
+                                     "tracestate" => "vendor=1", "X-OJS-Tenant" => "acme",
+                                     "Accept-Language" => "fr-CH, fr;q=0.9, en;q=0.8")
+    assert_equal 201, response.status
+    ids = JSON.parse(response.body)
+    assert_equal 3, ids.length
+    TestSupport.devserver.wait_for(ids).each do |job|
+      meta = job["meta"]
+      assert_equal "req-7", meta["ojs.context.request_id"], job
+      assert_equal TRACEPARENT, meta["traceparent"]
+      assert_equal "vendor=1", meta["tracestate"]
+      assert_equal "acme", meta["tenant_id"]
+      assert_equal "fr-CH", meta["ojs.context.locale"]
+      assert_equal "42", meta["ojs.context.user_id"]
+    end
+  end
+
+  def test_configured_current_user_lambda_and_missing_headers
+    middleware = OJS::Middleware.new(SIGNUP, current_user_id: ->(env) { env["HTTP_X_USER"] })
+    response = request(middleware, "X-User" => "u-9")
+    ids = JSON.parse(response.body)
+    job = TestSupport.devserver.wait_for([ids.first]).first
+    assert_equal "u-9", job["meta"]["ojs.context.user_id"]
+    %w[ojs.context.request_id traceparent tenant_id ojs.context.locale].each do |key|
+      refute job["meta"]&.key?(key), "#{key} should be absent: #{job['meta']}"
+    end
+  end
+
+  def test_no_context_outside_a_request
+    request(OJS::Middleware.new(SIGNUP), "X-Request-ID" => "req-1")
+    assert_nil OJS.context
+    id = OJS.enqueue_after_commit("email.welcome", [9])
+    job = TestSupport.devserver.wait_for([id]).first
+    refute job["meta"]&.key?("ojs.context.request_id")
+  end
+
+  def test_context_is_per_thread_and_per_fiber
+    seen = Queue.new
+    app = lambda do |env|
+      sleep 0.05 # both requests are in flight at once
+      seen << [env["HTTP_X_REQUEST_ID"], OJS.context[:request_id]]
+      Fiber.new { seen << [:fiber, OJS.context] }.resume
+      [200, {}, [""]]
+    end
+    threads = %w[req-a req-b].map do |id|
+      Thread.new { request(OJS::Middleware.new(app), "X-Request-ID" => id) }
+    end
+    threads.each(&:join)
+    results = Array.new(4) { seen.pop }
+    requests, fibers = results.partition { |first, _| first != :fiber }
+    assert_equal [%w[req-a req-a], %w[req-b req-b]], requests.sort
+    assert_equal [[:fiber, nil], [:fiber, nil]], fibers
+  end
+end
