@@ -530,3 +530,24 @@ pub async fn write_stats(
         "hot_update_percent": round1(if updates > 0 { hot as f64 * 100.0 / updates as f64 } else { 0.0 }),
     }))
 }
+
+/// What every PostgreSQL benchmark starts with: an admin pool, the server's version, and the
+/// dev backend as a child process. `what` names the benchmark in the error for a non-Postgres URL.
+pub async fn postgres_setup(
+    what: &str,
+    database_url: &str,
+    devserver_bin: Option<&Path>,
+) -> BoxResult<(sqlx::PgPool, String, DevServer)> {
+    if !is_postgres(database_url) {
+        return Err(err(format!(
+            "{what} runs on PostgreSQL: pass a postgres:// URL"
+        )));
+    }
+    let admin = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(2)
+        .connect(database_url)
+        .await?;
+    let version = server_version(&admin).await;
+    let devserver = DevServer::spawn(&sibling_binary(devserver_bin, "ojs-devserver")?)?;
+    Ok((admin, version, devserver))
+}

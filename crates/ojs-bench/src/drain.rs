@@ -65,18 +65,8 @@ struct RunResult {
 }
 
 pub async fn run(args: DrainArgs) -> BoxResult<()> {
-    if !is_postgres(&args.database_url) {
-        return Err(err("drain runs on PostgreSQL: pass a postgres:// URL"));
-    }
-    let admin = PgPoolOptions::new()
-        .max_connections(2)
-        .connect(&args.database_url)
-        .await?;
-    let version = server_version(&admin).await;
-    let devserver = DevServer::spawn(&sibling_binary(
-        args.devserver_bin.as_deref(),
-        "ojs-devserver",
-    )?)?;
+    let (admin, version, devserver) =
+        postgres_setup("drain", &args.database_url, args.devserver_bin.as_deref()).await?;
     println!(
         "drain: PostgreSQL {version} at {}, devserver {} (child process, pid {}), relay in this process (pid {})",
         redact(&args.database_url),

@@ -10,7 +10,6 @@ use clap::Args;
 use ojs_outbox::backend::Backend;
 use ojs_outbox::{Outbox, Relay, Store};
 use serde_json::json;
-use sqlx::postgres::PgPoolOptions;
 
 use crate::common::*;
 
@@ -41,18 +40,8 @@ pub struct MemoryArgs {
 const TABLE: &str = "ojs_bench_memory";
 
 pub async fn run(args: MemoryArgs) -> BoxResult<()> {
-    if !is_postgres(&args.database_url) {
-        return Err(err("memory runs on PostgreSQL: pass a postgres:// URL"));
-    }
-    let admin = PgPoolOptions::new()
-        .max_connections(2)
-        .connect(&args.database_url)
-        .await?;
-    let version = server_version(&admin).await;
-    let devserver = DevServer::spawn(&sibling_binary(
-        args.devserver_bin.as_deref(),
-        "ojs-devserver",
-    )?)?;
+    let (admin, version, devserver) =
+        postgres_setup("memory", &args.database_url, args.devserver_bin.as_deref()).await?;
 
     drop_table(&admin, TABLE).await?;
     let store = Store::connect(&args.database_url, TABLE).await?;
