@@ -103,7 +103,7 @@ async function main(argv) {
     const status = JSON.parse(await awaitNative(adapter.statusJson()));
     console.log(flags.json ? JSON.stringify(status) : table([status]));
   } else if (command === 'dead' && sub === 'list') {
-    const limit = flags.limit === undefined ? 100 : Number(flags.limit);
+    const limit = flags.limit === undefined ? null : Number(flags.limit);
     const rows = JSON.parse(await awaitNative(adapter.deadListJson(tenant, limit)));
     if (flags.json) console.log(JSON.stringify(rows));
     else console.log(rows.length ? table(rows) : 'no dead rows');

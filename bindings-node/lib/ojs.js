@@ -225,7 +225,7 @@ class Ojs {
     return this._io('prune', olderThan);
   }
 
-  async deadList({ tenantId = null, limit = 100 } = {}) {
+  async deadList({ tenantId = null, limit = null } = {}) {
     return JSON.parse(await this._io('deadListJson', tenantId, limit));
   }
 

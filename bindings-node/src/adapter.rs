@@ -194,7 +194,7 @@ impl NativeAdapter {
     pub fn dead_list_json(
         &self,
         tenant: Option<String>,
-        limit: u32,
+        limit: Option<u32>,
     ) -> AsyncTask<Blocking<String>> {
         self.blocking(move |adapter| adapter.dead_list_json(tenant.as_deref(), limit))
     }

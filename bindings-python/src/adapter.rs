@@ -112,8 +112,13 @@ impl Adapter {
         py.detach(|| self.inner.status_json()).map_err(to_py)
     }
 
-    #[pyo3(signature = (tenant=None, limit=100))]
-    fn dead_list_json(&self, py: Python<'_>, tenant: Option<&str>, limit: u32) -> PyResult<String> {
+    #[pyo3(signature = (tenant=None, limit=None))]
+    fn dead_list_json(
+        &self,
+        py: Python<'_>,
+        tenant: Option<&str>,
+        limit: Option<u32>,
+    ) -> PyResult<String> {
         py.detach(|| self.inner.dead_list_json(tenant, limit))
             .map_err(to_py)
     }

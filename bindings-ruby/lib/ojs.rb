@@ -138,7 +138,7 @@ module OJS
       adapter.metrics
     end
 
-    def dead_list(tenant: nil, limit: 100)
+    def dead_list(tenant: nil, limit: nil)
       adapter.dead_list(tenant: tenant, limit: limit)
     end
 

@@ -191,7 +191,7 @@ pub async fn adapter_status_json(adapter: Arc<NativeAdapter>) -> NativeResult<St
 pub async fn adapter_dead_list_json(
     adapter: Arc<NativeAdapter>,
     tenant: Option<String>,
-    limit: u32,
+    limit: Option<u32>,
 ) -> NativeResult<String> {
     Ok(off_thread(&adapter, move |inner| {
         inner.dead_list_json(tenant.as_deref(), limit)

@@ -274,7 +274,7 @@ class OJS:
     def status(self, using: Optional[str] = None) -> dict:
         return json.loads(self._call(using, "status_json"))
 
-    def dead_list(self, tenant: Optional[str] = None, limit: int = 100, *,
+    def dead_list(self, tenant: Optional[str] = None, limit: Optional[int] = None, *,
                   using: Optional[str] = None) -> list[dict]:
         return json.loads(self._call(using, "dead_list_json", tenant, limit))
 

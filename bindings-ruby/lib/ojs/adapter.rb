@@ -130,8 +130,9 @@ module OJS
       JSON.parse(OJS.native_call { Native.adapter_status_json(native) })
     end
 
-    def dead_list(tenant: nil, limit: 100)
-      JSON.parse(OJS.native_call { Native.adapter_dead_list_json(native, tenant, Integer(limit)) })
+    def dead_list(tenant: nil, limit: nil)
+      limit = Integer(limit) unless limit.nil?
+      JSON.parse(OJS.native_call { Native.adapter_dead_list_json(native, tenant, limit) })
     end
 
     def dead_replay(tenant: nil)

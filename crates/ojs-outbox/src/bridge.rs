@@ -281,12 +281,14 @@ impl Adapter {
         })
     }
 
-    /// Dead rows of a tenant (or all), oldest first, as a JSON array.
-    pub fn dead_list_json(&self, tenant: Option<&str>, limit: u32) -> Result<String> {
+    /// Dead rows of a tenant (or all), oldest first, as a JSON array; at most `limit`
+    /// (`store::DEAD_LIST_LIMIT` when `None`).
+    pub fn dead_list_json(&self, tenant: Option<&str>, limit: Option<u32>) -> Result<String> {
+        let limit = limit.map_or(crate::store::DEAD_LIST_LIMIT, |limit| limit as usize);
         self.with_running(|running| {
             let rows = running
                 .runtime
-                .block_on(running.outbox.store().dead_list(tenant, limit as usize))?;
+                .block_on(running.outbox.store().dead_list(tenant, limit))?;
             Ok(serde_json::to_string(&rows).expect("rows serialize"))
         })
     }

@@ -139,6 +139,9 @@ pub struct Store {
 
 const ERROR_TEXT_LIMIT: usize = 2000;
 
+/// How many dead rows a listing shows when the caller gives no limit.
+pub const DEAD_LIST_LIMIT: usize = 100;
+
 impl Store {
     /// Connects to `sqlite://path` (created if missing) or `postgres://...`.
     pub async fn connect(database_url: &str, table: &str) -> Result<Store> {

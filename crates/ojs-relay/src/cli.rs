@@ -75,9 +75,9 @@ pub enum DeadCommand {
         /// Only this tenant's rows (meta.tenant_id); every tenant when absent.
         #[arg(long, value_name = "T")]
         tenant: Option<String>,
-        /// At most this many rows.
-        #[arg(long, value_name = "N", default_value_t = 100)]
-        limit: usize,
+        /// At most this many rows (default: the core's, 100).
+        #[arg(long, value_name = "N")]
+        limit: Option<usize>,
         /// Print a JSON array instead of a table.
         #[arg(long)]
         json: bool,

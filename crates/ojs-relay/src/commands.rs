@@ -136,14 +136,15 @@ pub async fn dead(settings: &Settings, command: &DeadCommand) -> Result<i32> {
             limit,
             json,
         } => {
+            let limit = limit.unwrap_or(ojs_outbox::store::DEAD_LIST_LIMIT);
             let rows = store
-                .dead_list(tenant.as_deref(), *limit)
+                .dead_list(tenant.as_deref(), limit)
                 .await
                 .map_err(missing)?;
             if *json {
                 println!("{}", serde_json::to_string(&rows).expect("rows serialize"));
             } else {
-                print_dead(&rows, tenant.as_deref(), *limit);
+                print_dead(&rows, tenant.as_deref(), limit);
             }
             0
         }

@@ -20,7 +20,7 @@ namespace :ojs do
     desc "List dead rows, oldest first: rake ojs:dead:list[tenant,limit]"
     task :list, %i[tenant limit] => :environment do |_task, args|
       rows = OJS.dead_list(tenant: args[:tenant].to_s.empty? ? nil : args[:tenant],
-                           limit: (args[:limit] || 100).to_i)
+                           limit: args[:limit]&.to_i)
       puts JSON.pretty_generate(rows)
     end
 

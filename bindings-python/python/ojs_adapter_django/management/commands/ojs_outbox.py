@@ -26,7 +26,7 @@ class Command(BaseCommand):
         actions = dead.add_subparsers(dest="action", required=True)
         listing = actions.add_parser("list", help="Dead rows, oldest first (JSON).")
         listing.add_argument("--tenant", default=None)
-        listing.add_argument("--limit", type=int, default=100)
+        listing.add_argument("--limit", type=int, default=None, help="default: the core's (100)")
         replay = actions.add_parser("replay", help="Put dead rows back to pending.")
         replay.add_argument("--tenant", default=None)
         purge = actions.add_parser("purge", help="Delete dead rows.")
