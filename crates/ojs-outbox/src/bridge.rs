@@ -3,14 +3,14 @@
 //! run async code of their own. Fork-safe: a process forked after the relay started (pre-fork
 //! servers: gunicorn, Puma cluster, Node cluster) gets a fresh runtime and relay on first use.
 
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use serde::Deserialize;
 use serde_json::Value;
 
 use crate::config::{Config, RelayMode};
 use crate::error::{Error, ErrorCode, Result};
-use crate::job::{NewJob, RequestContext, prepare};
+use crate::job::{NewJob, PreparedJob, RequestContext, prepare, prepare_json};
 use crate::outbox::Outbox;
 use crate::sql::{Dialect, OutboxSql, Placeholder, Statement};
 
@@ -19,6 +19,16 @@ use crate::sql::{Dialect, OutboxSql, Placeholder, Statement};
 pub struct Staged {
     pub job_ids: Vec<String>,
     pub statements: Vec<Statement>,
+}
+
+/// One job validated and turned into its single-row INSERT (`Adapter::stage_job`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StagedJob {
+    pub job_id: String,
+    /// The same text for every job of a dialect and placeholder style (built once).
+    pub sql: Arc<str>,
+    /// `job_id, job_type, job_args, job_options, job_meta, tenant_id`, in the SQL's order.
+    pub params: [Option<String>; 6],
 }
 
 /// One job as a binding hands it over (an element of the `jobs` JSON array).
@@ -45,6 +55,8 @@ struct Running {
 pub struct Adapter {
     config: Config,
     running: Mutex<Option<Arc<Running>>>,
+    /// The single-row staging INSERT per (dialect, placeholder style), built on first use.
+    insert_one: [OnceLock<Arc<str>>; 6],
 }
 
 impl Adapter {
@@ -53,6 +65,7 @@ impl Adapter {
         Ok(Adapter {
             config: Config::from_json(config_json)?,
             running: Mutex::new(None),
+            insert_one: Default::default(),
         })
     }
 
@@ -91,13 +104,7 @@ impl Adapter {
         context_json: Option<&str>,
     ) -> Result<Staged> {
         let sql = OutboxSql::new(parse_dialect(dialect)?, self.table_name());
-        let placeholder = Placeholder::parse(placeholder).ok_or_else(|| {
-            Error::field(
-                ErrorCode::InvalidConfig,
-                "placeholder",
-                format!("{placeholder:?} is not dollar, question or percent"),
-            )
-        })?;
+        let placeholder = parse_placeholder(placeholder)?;
         let context = parse_context(context_json)?;
         let inputs: Vec<Value> = serde_json::from_str(jobs_json).map_err(|e| {
             Error::field(
@@ -125,6 +132,60 @@ impl Adapter {
         Ok(Staged {
             job_ids: prepared.into_iter().map(|job| job.job_id).collect(),
             statements,
+        })
+    }
+
+    /// `stage` for one job given as JSON texts: the per-call hot path of
+    /// `enqueue_after_commit`. Same validation, ids and row as `stage` (a one-job array);
+    /// `None` or `"null"` options/meta mean unset.
+    #[allow(clippy::too_many_arguments)]
+    pub fn stage_job(
+        &self,
+        dialect: &str,
+        placeholder: &str,
+        job_type: &str,
+        args_json: &str,
+        options_json: Option<&str>,
+        meta_json: Option<&str>,
+        context_json: Option<&str>,
+    ) -> Result<StagedJob> {
+        let dialect = parse_dialect(dialect)?;
+        let placeholder = parse_placeholder(placeholder)?;
+        let context = parse_context(context_json)?;
+        let job = prepare_json(
+            job_type,
+            args_json,
+            options_json,
+            meta_json,
+            context.as_ref(),
+        )?;
+        let slot = &self.insert_one[dialect as usize * 3 + placeholder as usize];
+        let sql = slot
+            .get_or_init(|| {
+                let mut statements = OutboxSql::new(dialect, self.table_name())
+                    .insert(placeholder, std::slice::from_ref(&job));
+                Arc::from(statements.remove(0).sql)
+            })
+            .clone();
+        let PreparedJob {
+            job_id,
+            job_type,
+            args_json,
+            options_json,
+            meta_json,
+            tenant_id,
+        } = job;
+        Ok(StagedJob {
+            params: [
+                Some(job_id.clone()),
+                Some(job_type),
+                Some(args_json),
+                Some(options_json),
+                Some(meta_json),
+                tenant_id,
+            ],
+            job_id,
+            sql,
         })
     }
 
@@ -364,6 +425,16 @@ fn parse_dialect(name: &str) -> Result<Dialect> {
             ErrorCode::InvalidConfig,
             "dialect",
             format!("{name:?} is not supported (postgresql or sqlite)"),
+        )
+    })
+}
+
+fn parse_placeholder(name: &str) -> Result<Placeholder> {
+    Placeholder::parse(name).ok_or_else(|| {
+        Error::field(
+            ErrorCode::InvalidConfig,
+            "placeholder",
+            format!("{name:?} is not dollar, question or percent"),
         )
     })
 }

@@ -171,6 +171,16 @@ pub struct PreparedJob {
 }
 
 impl PreparedJob {
+    /// The length of `wire_json()`, without building it.
+    pub fn wire_len(&self) -> usize {
+        WIRE_FRAME_BYTES
+            + self.job_id.len()
+            + self.job_type.len()
+            + self.args_json.len()
+            + self.options_json.len()
+            + self.meta_json.len()
+    }
+
     /// The job as the backend receives it (`POST /ojs/v1/jobs` body, or one batch element).
     pub fn wire_json(&self) -> String {
         wire_json(
@@ -182,6 +192,9 @@ impl PreparedJob {
         )
     }
 }
+
+/// The bytes `wire_json` adds around its five parts.
+const WIRE_FRAME_BYTES: usize = r#"{"id":"","type":"","args":,"options":,"meta":}"#.len();
 
 /// Assembles the wire form from column texts without re-parsing them.
 pub fn wire_json(
@@ -208,64 +221,132 @@ pub fn wire_json(
     out
 }
 
-/// Validates a job and turns it into a row. The single entry point of every enqueue path.
+/// Validates a job and turns it into a row. The entry point of every enqueue path that holds
+/// the job as JSON values; `prepare_json` is the same rule for JSON texts.
 pub fn prepare(job: NewJob, context: Option<&RequestContext>) -> Result<PreparedJob> {
     validate_type(&job.job_type)?;
     if !job.args.is_array() {
-        return Err(Error::field(
-            ErrorCode::InvalidArgs,
-            "args",
-            format!("must be a JSON array, got {}", json_kind(&job.args)),
-        ));
+        return Err(args_not_array(&job.args));
     }
-    let options = match job.options {
-        None => Map::new(),
-        Some(Value::Object(map)) => map,
-        Some(other) => {
-            return Err(Error::field(
-                ErrorCode::InvalidOptions,
-                "options",
-                format!("must be an object, got {}", json_kind(&other)),
-            ));
+    let options = object_or_none(job.options, ErrorCode::InvalidOptions, "options")?;
+    let meta = object_or_none(job.meta, ErrorCode::InvalidMeta, "meta")?;
+    finish(job.job_type, job.args.to_string(), options, meta, context)
+}
+
+/// `prepare` for a job handed over as JSON texts, the per-job hot path of the bindings: the
+/// args text is checked, not rebuilt, and absent options and meta are never parsed. `None` or
+/// `"null"` options/meta mean "unset".
+pub fn prepare_json(
+    job_type: &str,
+    args_json: &str,
+    options_json: Option<&str>,
+    meta_json: Option<&str>,
+    context: Option<&RequestContext>,
+) -> Result<PreparedJob> {
+    validate_type(job_type)?;
+    let args_text = args_json.trim();
+    if serde_json::from_str::<serde::de::IgnoredAny>(args_text).is_err() {
+        // The full parse names the position of the syntax error.
+        NewJob::from_json(job_type, args_text, None, None)?;
+    }
+    if !args_text.starts_with('[') {
+        let args: Value = serde_json::from_str(args_text).unwrap_or(Value::Null);
+        return Err(args_not_array(&args));
+    }
+    let parse = |text: Option<&str>, code, field: &str| -> Result<Option<Value>> {
+        match text.map(str::trim) {
+            None | Some("null") => Ok(None),
+            Some(text) => serde_json::from_str(text)
+                .map(Some)
+                .map_err(|e| Error::field(code, field, format!("not valid JSON: {e}"))),
         }
     };
-    validate_options(&options)?;
-    let mut meta = match job.meta {
-        None => Map::new(),
-        Some(Value::Object(map)) => map,
-        Some(other) => {
-            return Err(Error::field(
-                ErrorCode::InvalidMeta,
-                "meta",
-                format!("must be an object, got {}", json_kind(&other)),
-            ));
+    let options = parse(options_json, ErrorCode::InvalidOptions, "options")?;
+    let meta = parse(meta_json, ErrorCode::InvalidMeta, "meta")?;
+    let options = object_or_none(options, ErrorCode::InvalidOptions, "options")?;
+    let meta = object_or_none(meta, ErrorCode::InvalidMeta, "meta")?;
+    finish(
+        job_type.to_owned(),
+        args_text.to_owned(),
+        options,
+        meta,
+        context,
+    )
+}
+
+fn args_not_array(args: &Value) -> Error {
+    Error::field(
+        ErrorCode::InvalidArgs,
+        "args",
+        format!("must be a JSON array, got {}", json_kind(args)),
+    )
+}
+
+/// `None` (or JSON null) stays unset; anything but an object is refused.
+fn object_or_none(
+    value: Option<Value>,
+    code: ErrorCode,
+    field: &str,
+) -> Result<Option<Map<String, Value>>> {
+    match value {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::Object(map)) => Ok(Some(map)),
+        Some(other) => Err(Error::field(
+            code,
+            field,
+            format!("must be an object, got {}", json_kind(&other)),
+        )),
+    }
+}
+
+/// The steps shared by both entry points, from a valid type and args text on.
+fn finish(
+    job_type: String,
+    args_json: String,
+    options: Option<Map<String, Value>>,
+    meta: Option<Map<String, Value>>,
+    context: Option<&RequestContext>,
+) -> Result<PreparedJob> {
+    let options_json = match options {
+        None => "{}".to_owned(),
+        Some(options) => {
+            validate_options(&options)?;
+            Value::Object(options).to_string()
         }
     };
-    if let Some(context) = context {
-        for (key, value) in context.meta_entries() {
-            meta.entry(key).or_insert(Value::String(value));
-        }
-    }
-    let tenant_id = match meta.get("tenant_id") {
-        None | Some(Value::Null) => None,
-        Some(Value::String(tenant)) => Some(tenant.clone()),
-        Some(other) => {
-            return Err(Error::field(
-                ErrorCode::InvalidMeta,
-                "meta.tenant_id",
-                format!("must be a string, got {}", json_kind(other)),
-            ));
+    let entries = context
+        .map(RequestContext::meta_entries)
+        .unwrap_or_default();
+    let (meta_json, tenant_id) = match meta {
+        None if entries.is_empty() => ("{}".to_owned(), None),
+        meta => {
+            let mut meta = meta.unwrap_or_default();
+            for (key, value) in entries {
+                meta.entry(key).or_insert(Value::String(value));
+            }
+            let tenant_id = match meta.get("tenant_id") {
+                None | Some(Value::Null) => None,
+                Some(Value::String(tenant)) => Some(tenant.clone()),
+                Some(other) => {
+                    return Err(Error::field(
+                        ErrorCode::InvalidMeta,
+                        "meta.tenant_id",
+                        format!("must be a string, got {}", json_kind(other)),
+                    ));
+                }
+            };
+            (Value::Object(meta).to_string(), tenant_id)
         }
     };
     let prepared = PreparedJob {
         job_id: uuid::Uuid::now_v7().to_string(),
-        job_type: job.job_type,
-        args_json: job.args.to_string(),
-        options_json: Value::Object(options).to_string(),
-        meta_json: Value::Object(meta).to_string(),
+        job_type,
+        args_json,
+        options_json,
+        meta_json,
         tenant_id,
     };
-    let wire_bytes = prepared.wire_json().len();
+    let wire_bytes = prepared.wire_len();
     if wire_bytes > MAX_WIRE_BYTES {
         return Err(Error::field(
             ErrorCode::PayloadTooLarge,

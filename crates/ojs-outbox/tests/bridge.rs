@@ -182,3 +182,85 @@ fn bad_input_names_the_job_and_the_field() {
         ErrorCode::InvalidConfig
     );
 }
+
+/// `stage_job` (texts) is the one-job `stage` (JSON array): same row, same errors.
+#[test]
+fn stage_job_builds_the_row_stage_builds() {
+    let adapter =
+        Adapter::new(r#"{"adapter": {"outbox": {"table_name": "jobs_outbox"}}}"#).unwrap();
+    let context = r#"{"request_id": "r-1", "tenant_id": "acme"}"#;
+    for (dialect, placeholder) in [("postgresql", "percent"), ("sqlite", "question")] {
+        let staged = adapter
+            .stage(
+                dialect,
+                placeholder,
+                r#"[{"type": "a.b", "args": [1, {"x": "y"}], "options": {"queue": "q1"}, "meta": {"k": 2}}]"#,
+                Some(context),
+            )
+            .unwrap();
+        let job = adapter
+            .stage_job(
+                dialect,
+                placeholder,
+                "a.b",
+                r#"[1,{"x":"y"}]"#,
+                Some(r#"{"queue":"q1"}"#),
+                Some(r#"{"k":2}"#),
+                Some(context),
+            )
+            .unwrap();
+        let statement = &staged.statements[0];
+        assert_eq!(*job.sql, statement.sql);
+        assert_eq!(job.params[0].as_deref(), Some(job.job_id.as_str()));
+        assert_ne!(job.job_id, staged.job_ids[0], "every call gets a new id");
+        assert_eq!(job.params[1..], statement.params[1..], "{dialect}");
+        assert_eq!(job.params[5].as_deref(), Some("acme"));
+    }
+    let bare = adapter
+        .stage_job("sqlite", "question", "a", "[]", None, Some("null"), None)
+        .unwrap();
+    assert_eq!(bare.params[3].as_deref(), Some("{}"));
+    assert_eq!(bare.params[4].as_deref(), Some("{}"));
+    assert_eq!(bare.params[5], None);
+
+    let stage_job = |job_type: &str, args: &str, options: Option<&str>, meta: Option<&str>| {
+        adapter
+            .stage_job("sqlite", "question", job_type, args, options, meta, None)
+            .unwrap_err()
+            .code
+    };
+    assert_eq!(
+        stage_job("Bad", "[]", None, None),
+        ErrorCode::InvalidJobType
+    );
+    assert_eq!(stage_job("a", "null", None, None), ErrorCode::InvalidArgs);
+    assert_eq!(stage_job("a", "{}", None, None), ErrorCode::InvalidArgs);
+    assert_eq!(stage_job("a", "[1,", None, None), ErrorCode::InvalidArgs);
+    assert_eq!(stage_job("a", "[] []", None, None), ErrorCode::InvalidArgs);
+    assert_eq!(
+        stage_job("a", "[]", Some(r#"{"queue": "BAD"}"#), None),
+        ErrorCode::InvalidQueue
+    );
+    assert_eq!(
+        stage_job("a", "[]", Some("[]"), None),
+        ErrorCode::InvalidOptions
+    );
+    assert_eq!(
+        stage_job("a", "[]", None, Some("5")),
+        ErrorCode::InvalidMeta
+    );
+    assert_eq!(
+        stage_job("a", "[]", None, Some(r#"{"tenant_id": 3}"#)),
+        ErrorCode::InvalidMeta
+    );
+    let big = format!("[\"{}\"]", "x".repeat(1024 * 1024));
+    assert_eq!(stage_job("a", &big, None, None), ErrorCode::PayloadTooLarge);
+    let error = adapter
+        .stage_job("sqlite", "question", "a", "7", None, None, None)
+        .unwrap_err();
+    assert!(
+        error.message.contains("must be a JSON array, got a number"),
+        "{}",
+        error.message
+    );
+}
