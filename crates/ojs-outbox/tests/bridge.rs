@@ -73,8 +73,14 @@ fn host_connection_stages_and_the_relay_delivers_after_commit() {
         std::thread::sleep(Duration::from_millis(5));
         rows = serde_json::from_str(&adapter.rows_json(staged.job_ids.clone()).unwrap()).unwrap();
     }
-    let metrics: serde_json::Value = serde_json::from_str(&adapter.metrics_json()).unwrap();
-    assert_eq!(metrics["sent"], 2);
+    // The counters move just after the settle commits, so they may trail the rows briefly.
+    let metrics =
+        || -> serde_json::Value { serde_json::from_str(&adapter.metrics_json()).unwrap() };
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while metrics()["sent"] != 2 {
+        assert!(Instant::now() < deadline, "metrics: {}", metrics());
+        std::thread::sleep(Duration::from_millis(5));
+    }
     adapter.stop_relay();
     adapter.close();
     assert_eq!(
