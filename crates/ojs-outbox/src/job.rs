@@ -339,7 +339,7 @@ fn finish(
         }
     };
     let prepared = PreparedJob {
-        job_id: uuid::Uuid::now_v7().to_string(),
+        job_id: crate::id::new_job_id().to_string(),
         job_type,
         args_json,
         options_json,

@@ -1,6 +1,6 @@
 //! Transactional job enqueue for the Open Job Spec (the Framework Adapter extension, FA-001..FA-003).
 //!
-//! The domain (no I/O): [`job`] (validation, ids, wire form), [`config`], [`duration`],
+//! The domain (no I/O): [`job`] (validation, wire form), [`id`] (job ids), [`config`], [`duration`],
 //! [`backoff`], [`classify`], [`sql`] (every statement, per dialect).
 //! The I/O: [`store`] (sqlx), [`backend`] (OJS HTTP), [`relay`] (the engine, tokio),
 //! [`outbox`] (the Rust-native adapter). See docs/architecture.md.
@@ -12,6 +12,7 @@ pub mod classify;
 pub mod config;
 pub mod duration;
 pub mod error;
+pub mod id;
 pub mod job;
 pub mod outbox;
 pub mod relay;
