@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use serde::Deserialize;
 use serde_json::Value;
+use serde_json::value::RawValue;
 
 use crate::config::{Config, RelayMode};
 use crate::error::{Error, ErrorCode, Result};
@@ -106,7 +107,7 @@ impl Adapter {
         let sql = OutboxSql::new(parse_dialect(dialect)?, self.table_name());
         let placeholder = parse_placeholder(placeholder)?;
         let context = parse_context(context_json)?;
-        let inputs: Vec<Value> = serde_json::from_str(jobs_json).map_err(|e| {
+        let inputs: Vec<&RawValue> = serde_json::from_str(jobs_json).map_err(|e| {
             Error::field(
                 ErrorCode::InvalidArgs,
                 "jobs",
@@ -116,7 +117,7 @@ impl Adapter {
         let many = inputs.len() > 1;
         let mut prepared = Vec::with_capacity(inputs.len());
         for (index, input) in inputs.into_iter().enumerate() {
-            let job = job_from_input(input).and_then(|job| prepare(job, context.as_ref()));
+            let job = prepare_input(input, context.as_ref());
             match job {
                 Ok(job) => prepared.push(job),
                 Err(error) if many => {
@@ -444,6 +445,48 @@ fn parse_context(context_json: Option<&str>) -> Result<Option<RequestContext>> {
         None | Some("") | Some("null") => Ok(None),
         Some(text) => RequestContext::from_json(text).map(Some),
     }
+}
+
+/// One element of `stage`'s array, prepared from its texts (`prepare_json`) without building
+/// JSON values for its args: the same rules and messages as `job_from_input` then `prepare`.
+fn prepare_input(input: &RawValue, context: Option<&RequestContext>) -> Result<PreparedJob> {
+    #[derive(Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct JobTexts<'a> {
+        #[serde(rename = "type", borrow)]
+        job_type: &'a RawValue,
+        #[serde(default, borrow)]
+        args: Option<&'a RawValue>,
+        #[serde(default, borrow)]
+        options: Option<&'a RawValue>,
+        #[serde(default, borrow)]
+        meta: Option<&'a RawValue>,
+    }
+    if !input.get().starts_with('{') {
+        return job_from_input(serde_json::from_str(input.get()).unwrap_or(Value::Null))
+            .and_then(|job| prepare(job, context));
+    }
+    let texts: JobTexts = serde_json::from_str(input.get()).map_err(|e| {
+        Error::field(
+            ErrorCode::InvalidArgs,
+            "job",
+            format!("expected {{\"type\", \"args\", \"options\", \"meta\"}}: {e}"),
+        )
+    })?;
+    let job_type: String = serde_json::from_str(texts.job_type.get()).map_err(|_| {
+        Error::field(
+            ErrorCode::InvalidJobType,
+            "type",
+            format!("must be a string, got {}", texts.job_type.get()),
+        )
+    })?;
+    prepare_json(
+        &job_type,
+        texts.args.map_or("null", RawValue::get),
+        texts.options.map(RawValue::get),
+        texts.meta.map(RawValue::get),
+        context,
+    )
 }
 
 fn job_from_input(input: Value) -> Result<NewJob> {

@@ -188,24 +188,38 @@ impl OutboxSql {
             placeholder.write(sql, index);
             sql.push_str(wrap.1);
         };
+        // In a bulk, empty options/meta and a missing tenant are written as literals: half the
+        // parameters for a typical row, which the host driver binds (and Django rewrites) one
+        // by one. A single row keeps all six, so its text is the same for every job.
+        let literals = jobs.len() > 1;
         for (row, job) in jobs.iter().enumerate() {
             sql.push_str(if row == 0 { "(" } else { ", (" });
             param(&mut sql, uuid);
             sql.push_str(", ");
             param(&mut sql, ("", ""));
-            for _ in 0..3 {
-                sql.push_str(", ");
-                param(&mut sql, json);
-            }
             sql.push_str(", ");
-            param(&mut sql, ("", ""));
-            sql.push(')');
+            param(&mut sql, json);
             params.push(Some(job.job_id.clone()));
             params.push(Some(job.job_type.clone()));
             params.push(Some(job.args_json.clone()));
-            params.push(Some(job.options_json.clone()));
-            params.push(Some(job.meta_json.clone()));
-            params.push(job.tenant_id.clone());
+            for text in [&job.options_json, &job.meta_json] {
+                if literals && text == "{}" {
+                    sql.push_str(", '{}'");
+                } else {
+                    sql.push_str(", ");
+                    param(&mut sql, json);
+                    params.push(Some(text.clone()));
+                }
+            }
+            match &job.tenant_id {
+                None if literals => sql.push_str(", NULL)"),
+                tenant => {
+                    sql.push_str(", ");
+                    param(&mut sql, ("", ""));
+                    sql.push(')');
+                    params.push(tenant.clone());
+                }
+            }
         }
         Statement { sql, params }
     }

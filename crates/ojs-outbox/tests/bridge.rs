@@ -200,7 +200,7 @@ fn stage_job_builds_the_row_stage_builds() {
             .stage(
                 dialect,
                 placeholder,
-                r#"[{"type": "a.b", "args": [1, {"x": "y"}], "options": {"queue": "q1"}, "meta": {"k": 2}}]"#,
+                r#"[{"type": "a.b", "args": [1,{"x":"y"}], "options": {"queue": "q1"}, "meta": {"k": 2}}]"#,
                 Some(context),
             )
             .unwrap();
