@@ -61,6 +61,35 @@ impl Adapter {
         Ok((staged.job_ids, statements))
     }
 
+    /// `stage` for one job given as JSON texts (the per-call hot path): returns
+    /// `(job_id, sql, params)`. Keeps the GIL: pure computation of a few microseconds.
+    #[pyo3(signature = (dialect, placeholder, job_type, args_json, options_json=None, meta_json=None, context_json=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn stage_job(
+        &self,
+        dialect: &str,
+        placeholder: &str,
+        job_type: &str,
+        args_json: &str,
+        options_json: Option<&str>,
+        meta_json: Option<&str>,
+        context_json: Option<&str>,
+    ) -> PyResult<(String, String, Vec<Option<String>>)> {
+        let staged = self
+            .inner
+            .stage_job(
+                dialect,
+                placeholder,
+                job_type,
+                args_json,
+                options_json,
+                meta_json,
+                context_json,
+            )
+            .map_err(to_py)?;
+        Ok((staged.job_id, staged.sql.to_string(), staged.params.into()))
+    }
+
     fn start_relay(&self, py: Python<'_>) -> PyResult<()> {
         py.detach(|| self.inner.start_relay()).map_err(to_py)
     }

@@ -5,6 +5,7 @@ use ojs_outbox::{Error, ErrorCode};
 use pyo3::PyErr;
 use pyo3::create_exception;
 use pyo3::exceptions::PyException;
+use pyo3::pyfunction;
 
 create_exception!(
     _native,
@@ -29,4 +30,12 @@ pub fn all_codes() -> Vec<(&'static str, bool)> {
         .iter()
         .map(|code| (code.as_str(), code.retryable()))
         .collect()
+}
+
+/// The core's code for a failure of Django's own cursor, from the driver's SQLSTATE
+/// (PostgreSQL) and message: a missing outbox table is `OUTBOX_TABLE_MISSING`, as in the core.
+#[pyfunction]
+#[pyo3(signature = (sqlstate, message))]
+pub fn database_error_code(sqlstate: Option<&str>, message: &str) -> &'static str {
+    ojs_outbox::bridge::database_error_code(sqlstate, message).as_str()
 }

@@ -14,5 +14,6 @@ fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_class::<adapter::Adapter>()?;
     module.add("NativeError", module.py().get_type::<error::NativeError>())?;
     module.add("ERROR_CODES", error::all_codes())?;
+    module.add_function(wrap_pyfunction!(error::database_error_code, module)?)?;
     Ok(())
 }

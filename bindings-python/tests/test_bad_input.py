@@ -171,3 +171,23 @@ def test_every_core_code_has_a_class_keeping_the_code_and_retryable_flag():
         error = errors.error(code, "message", "field")
         assert type(error) is cls and error.code == code and error.retryable is retryable
     assert type(errors.error("SOMETHING_NEW", "m")) is OJSError
+
+
+@pytest.mark.django_db(transaction=True, databases=["default", "pg"])
+def test_staging_without_the_outbox_table_names_the_missing_table(alias, backend):
+    """A failure of Django's cursor carries the core's code: a missing table is
+    OUTBOX_TABLE_MISSING (not a bare DATABASE), and the error chains Django's exception."""
+    ojs = OJS({"ojs_url": backend.url, "outbox": {"table_name": "py_no_such_outbox"}})
+    drop_table(alias, "py_no_such_outbox")
+    try:
+        for call in (lambda: ojs.enqueue_after_commit("email.welcome", [1], using=alias),
+                     lambda: ojs.enqueue_bulk([{"type": "email.welcome", "args": [1]}], using=alias)):
+            with pytest.raises(errors.OutboxTableMissingError) as raised:
+                with transaction.atomic(using=alias):
+                    call()
+            assert raised.value.code == "OUTBOX_TABLE_MISSING"
+            assert "py_no_such_outbox" in str(raised.value)
+            assert raised.value.__cause__ is not None
+    finally:
+        ojs.reset()
+    assert backend.received()["requests"] == {"single": 0, "batch": 0, "get": 0}

@@ -178,6 +178,41 @@ def test_savepoints_follow_django_nested_atomic(alias, backend):
 
 
 @DB
+def test_jobs_of_one_level_share_one_commit_callback_and_keep_the_savepoint_rules(alias, backend):
+    """Jobs staged one after another at one savepoint level join one on_commit callback (one per
+    job was the largest per-call cost); a savepoint, or an app callback in between, starts a new
+    one, so Django still runs or drops each job's wake-up exactly as it would its own. The poll
+    interval is 30 s: only the wake-ups explain the deliveries."""
+    adapter = own_ojs(backend, alias, "py_wake_merge")
+    connection = connections[alias]
+    app_callbacks = []
+    try:
+        with transaction.atomic(using=alias):
+            first = [adapter.enqueue_after_commit("job.first", [i], using=alias) for i in range(3)]
+            assert len(connection.run_on_commit) == 1
+            try:
+                with transaction.atomic(using=alias):
+                    dropped = [adapter.enqueue_after_commit("job.dropped", [i], using=alias)
+                               for i in range(2)]
+                    assert len(connection.run_on_commit) == 2
+                    raise RuntimeError("roll the savepoint back")
+            except RuntimeError:
+                pass
+            after = adapter.enqueue_after_commit("job.after", [1], using=alias)
+            assert len(connection.run_on_commit) == 1, "joined the outer level's callback"
+            transaction.on_commit(lambda: app_callbacks.append("app"), using=alias)
+            last = adapter.enqueue_after_commit("job.last", [1], using=alias)
+            assert len(connection.run_on_commit) == 3
+        jobs = backend.wait_for(first + [after, last], timeout=3)
+        assert [job["type"] for job in jobs] == ["job.first"] * 3 + ["job.after", "job.last"]
+        assert app_callbacks == ["app"]
+        assert all(backend.job(job_id) is None for job_id in dropped)
+        assert set(outbox_rows(alias, "py_wake_merge")) == set(first + [after, last])
+    finally:
+        adapter.reset()
+
+
+@DB
 def test_external_mode_starts_no_relay_and_ojs_relay_command_delivers(backend, tmp_path):
     adapter = OJS({"ojs_url": backend.url, "outbox": {"table_name": "py_outbox"},
                    "relay": {"mode": "external"}})

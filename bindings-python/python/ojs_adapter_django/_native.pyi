@@ -6,6 +6,9 @@ from typing import Optional
 #: (code, retryable) for every core error code.
 ERROR_CODES: list[tuple[str, bool]]
 
+def database_error_code(sqlstate: Optional[str], message: str) -> str:
+    """The core's code for a failure of the host cursor (OUTBOX_TABLE_MISSING or DATABASE)."""
+
 class NativeError(Exception):
     """A core error; ``args`` is ``(code, field, message, retryable)``."""
 
@@ -25,6 +28,16 @@ class Adapter:
         jobs_json: str,
         context_json: Optional[str] = None,
     ) -> tuple[list[str], list[tuple[str, list[Optional[str]]]]]: ...
+    def stage_job(
+        self,
+        dialect: str,
+        placeholder: str,
+        job_type: str,
+        args_json: str,
+        options_json: Optional[str] = None,
+        meta_json: Optional[str] = None,
+        context_json: Optional[str] = None,
+    ) -> tuple[str, str, list[Optional[str]]]: ...
     def start_relay(self) -> None: ...
     def stop_relay(self) -> None: ...
     def kill_relay(self) -> None: ...

@@ -18,7 +18,8 @@ import json
 import logging
 import os
 import threading
-from typing import Any, Iterable, Mapping, Optional, Sequence
+from json.encoder import c_make_encoder, encode_basestring_ascii  # type: ignore[attr-defined]
+from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
 
 from django.core.exceptions import ImproperlyConfigured
 from django.core.serializers.json import DjangoJSONEncoder
@@ -42,8 +43,22 @@ _SETTINGS = object()
 _ENCODER = DjangoJSONEncoder(separators=(",", ":"), allow_nan=False)
 
 
-def _dumps(value: Any) -> str:
-    return _ENCODER.encode(value)
+def _compact_encoder() -> Callable[[Any], str]:
+    """``_ENCODER.encode``, minus the C encoder it builds on every call (that costs more than
+    encoding a job's args). Same output and errors; circular data raises RecursionError instead
+    of ValueError (no markers). Falls back to ``encode`` where the C accelerator is missing."""
+    if c_make_encoder is None:
+        return _ENCODER.encode
+    iterencode = c_make_encoder(None, _ENCODER.default, encode_basestring_ascii, None,
+                                _ENCODER.key_separator, _ENCODER.item_separator,
+                                False, False, False)
+    return lambda value: "".join(iterencode(value, 0))
+
+
+_dumps = _compact_encoder()
+
+#: What a value JSON cannot hold raises while encoding.
+_UNENCODABLE = (TypeError, ValueError, RecursionError)
 
 
 def _jobs_json(jobs: Sequence[Mapping[str, Any]]) -> str:
@@ -51,7 +66,7 @@ def _jobs_json(jobs: Sequence[Mapping[str, Any]]) -> str:
     code for its part (INVALID_ARGS / INVALID_OPTIONS / INVALID_META) and its field."""
     try:
         return _dumps(jobs)
-    except (TypeError, ValueError):
+    except _UNENCODABLE:
         pass
     codes = {"args": "INVALID_ARGS", "options": "INVALID_OPTIONS", "meta": "INVALID_META"}
     for index, job in enumerate(jobs):
@@ -60,10 +75,69 @@ def _jobs_json(jobs: Sequence[Mapping[str, Any]]) -> str:
         for part, code in codes.items():
             try:
                 _dumps(job.get(part))
-            except (TypeError, ValueError) as exc:
+            except _UNENCODABLE as exc:
                 prefix = f"jobs[{index}]: " if len(jobs) > 1 else ""
                 raise error(code, f"{prefix}{part}: cannot be converted to JSON: {exc}", part) from None
     raise error("INVALID_ARGS", "jobs: cannot be converted to JSON", "jobs")
+
+
+def _part_json(value: Any, part: str, code: str) -> str:
+    """One part of a job (args, options or meta) as JSON text, or the core's code for it."""
+    try:
+        return _dumps(value)
+    except _UNENCODABLE as exc:
+        raise error(code, f"{part}: cannot be converted to JSON: {exc}", part) from None
+
+
+def _staging_cursor(connection: Any) -> Any:
+    """Django's cursor, kept on the connection for the staging INSERTs of a transaction:
+    opening one costs more than a small INSERT. Used only inside atomic(), where the connection
+    cannot be swapped under it; a new connection, or query logging (DEBUG), gets a new one."""
+    cached = connection.__dict__.get("_ojs_staging_cursor")
+    raw = connection.connection
+    if cached is not None and cached[0] is raw and not connection.queries_logged:
+        return cached[1]
+    cursor = connection.cursor()
+    connection._ojs_staging_cursor = (connection.connection, cursor)
+    return cursor
+
+
+class _Wake:
+    """The after-commit wake-up of the jobs staged one after another at one savepoint level."""
+
+    __slots__ = ("ojs", "adapter", "job_ids")
+
+    def __init__(self, ojs: "OJS", adapter: _native.Adapter, job_ids: list[str]) -> None:
+        self.ojs = ojs
+        self.adapter = adapter
+        self.job_ids = job_ids
+
+    def __call__(self) -> None:
+        self.ojs._wake(self.adapter, self.job_ids)
+
+
+def _wake_at_commit(ojs: "OJS", connection: Any, adapter: _native.Adapter,
+                    job_ids: list[str]) -> None:
+    """``on_commit`` for these ids. When the last callback of the transaction is our wake-up,
+    registered under the same savepoints, the ids join it: Django would run or drop a new
+    callback exactly with it, and registering one costs as much as the INSERT's overhead."""
+    hooks = connection.run_on_commit
+    if hooks:
+        last = hooks[-1]
+        wake = last[1]
+        if (wake.__class__ is _Wake and wake.adapter is adapter
+                and last[0] == set(connection.savepoint_ids)):
+            wake.job_ids.extend(job_ids)
+            return
+    connection.on_commit(_Wake(ojs, adapter, list(job_ids)))
+
+
+def _staging_error(exc: DatabaseError) -> OJSError:
+    """A failure of Django's cursor, with the core's code (OUTBOX_TABLE_MISSING or DATABASE)."""
+    cause = exc.__cause__
+    sqlstate = getattr(cause, "sqlstate", None) or getattr(cause, "pgcode", None)
+    code = _native.database_error_code(sqlstate, str(exc))
+    return error(code, f"staging the outbox rows failed: {exc}")
 
 
 def _job(job_type: Any, args: Any, options: Mapping[str, Any], meta: Any) -> dict:
@@ -135,20 +209,20 @@ class OJS:
         alias = using or DEFAULT_DB_ALIAS
         adapter = self.adapter(alias)
         pid = os.getpid()
-        if self._relay_pid.get(alias) == pid or not adapter.relay_in_process:
+        if self._relay_pid.get(alias) == pid:
             return
-        try:
-            adapter.start_relay()
-        except _native.NativeError as native:
-            raise from_native(native) from None
+        if adapter.relay_in_process:
+            try:
+                adapter.start_relay()
+            except _native.NativeError as native:
+                raise from_native(native) from None
+            if not self._atexit_registered:
+                self._atexit_registered = True
+                atexit.register(self.stop_relay)
+        # Recorded in external mode too: enqueueing then skips this method altogether.
         self._relay_pid[alias] = pid
-        if not self._atexit_registered:
-            self._atexit_registered = True
-            atexit.register(self.stop_relay)
 
     def _start_relay_lazily(self, alias: str) -> None:
-        if not self._autostart_relay or self._relay_pid.get(alias) == os.getpid():
-            return
         try:
             self.start_relay(alias)
         except ConfigurationError:
@@ -177,9 +251,6 @@ class OJS:
             adapter.kill_relay()
         self._relay_pid.pop(alias, None)
 
-    def _wake(self, adapter: _native.Adapter, job_ids: list[str]) -> None:
-        adapter.notify_committed(job_ids)
-
     # -- enqueue (spec §5.1) -------------------------------------------------------------
 
     def enqueue(self, type: str, args: Any = None, *, meta: Any = None,
@@ -197,7 +268,24 @@ class OJS:
                              meta: Any = None, **options: Any) -> str:
         """Stages one job in the current transaction of ``using``; it is sent after the
         outermost commit (at once in autocommit). Returns the job id."""
-        return self._stage([_job(type, args, options, meta)], using)[0]
+        if type.__class__ is not str:
+            # The core words the error for a type that is not a string.
+            return self._stage([_job(type, args, options, meta)], using)[0]
+        alias = using or DEFAULT_DB_ALIAS
+        adapter = self._adapters.get(alias) or self.adapter(alias)
+        connection = connections[alias]
+        args_json = _part_json(args, "args", "INVALID_ARGS")
+        options_json = _part_json(options, "options", "INVALID_OPTIONS") if options else None
+        meta_json = None if meta is None else _part_json(meta, "meta", "INVALID_META")
+        try:
+            job_id, sql, params = adapter.stage_job(
+                connection.vendor, PLACEHOLDER, type, args_json, options_json, meta_json,
+                context_json(),
+            )
+        except _native.NativeError as native:
+            raise from_native(native) from None
+        self._write(connection, alias, adapter, [(sql, params)], [job_id])
+        return job_id
 
     def enqueue_bulk(self, jobs: Iterable[Mapping[str, Any]], *,
                      using: Optional[str] = None) -> list[str]:
@@ -218,28 +306,43 @@ class OJS:
             )
         except _native.NativeError as native:
             raise from_native(native) from None
-        if not connection.in_atomic_block and not connection.get_autocommit():
+        self._write(connection, alias, adapter, statements, job_ids)
+        return job_ids
+
+    def _write(self, connection: Any, alias: str, adapter: _native.Adapter,
+               statements: Sequence[tuple[str, list]], job_ids: list[str]) -> None:
+        """Runs the core's INSERT(s) on Django's connection and arranges the wake-up: at the
+        outermost commit inside atomic(), at once in autocommit."""
+        in_atomic = connection.in_atomic_block
+        if not in_atomic and not connection.get_autocommit():
             raise TransactionManagementError(
                 "ojs: enqueue_after_commit needs transaction.atomic() or autocommit; "
                 "manual transaction management has no commit hook"
             )
-        self._start_relay_lazily(alias)
+        if self._autostart_relay and self._relay_pid.get(alias) != os.getpid():
+            self._start_relay_lazily(alias)
         try:
-            with connection.cursor() as cursor:
-                if len(statements) == 1:
-                    sql, params = statements[0]
-                    cursor.execute(sql, params)
+            if len(statements) == 1:
+                sql, params = statements[0]
+                if in_atomic:
+                    _staging_cursor(connection).execute(sql, params)
                 else:
-                    # Several INSERTs (very large bulks) stage all or nothing.
-                    with transaction.atomic(using=alias):
-                        for sql, params in statements:
-                            cursor.execute(sql, params)
+                    with connection.cursor() as cursor:
+                        cursor.execute(sql, params)
+            else:
+                # Several INSERTs (very large bulks) stage all or nothing.
+                with transaction.atomic(using=alias), connection.cursor() as cursor:
+                    for sql, params in statements:
+                        cursor.execute(sql, params)
         except DatabaseError as exc:
-            raise error("DATABASE", f"staging the outbox rows failed: {exc}") from exc
-        # Autocommit: runs now. In atomic(): at the outermost commit, dropped with a rolled-back
-        # savepoint, exactly as Django treats its own callbacks.
-        transaction.on_commit(lambda: self._wake(adapter, job_ids), using=alias)
-        return job_ids
+            raise _staging_error(exc) from exc
+        if in_atomic:
+            _wake_at_commit(self, connection, adapter, job_ids)
+        else:
+            self._wake(adapter, job_ids)
+
+    def _wake(self, adapter: _native.Adapter, job_ids: list[str]) -> None:
+        adapter.notify_committed(job_ids)
 
     # -- administration ------------------------------------------------------------------
 
