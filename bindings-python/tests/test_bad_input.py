@@ -27,6 +27,12 @@ class Unserializable:
     pass
 
 
+def _circular() -> list:
+    args: list = []
+    args.append(args)
+    return args
+
+
 # (id, call, code, field, class): call(ojs, alias) makes the invalid call.
 BAD_CALLS = [
     ("type-with-capitals", lambda o, a: o.enqueue_after_commit("Email.Welcome", [1], using=a),
@@ -42,6 +48,8 @@ BAD_CALLS = [
     ("args-not-an-array", lambda o, a: o.enqueue_after_commit("email.welcome", {"id": 1}, using=a),
      "INVALID_ARGS", "args", InvalidJobError),
     ("args-not-json", lambda o, a: o.enqueue_after_commit("email.welcome", [Unserializable()], using=a),
+     "INVALID_ARGS", "args", InvalidJobError),
+    ("args-circular", lambda o, a: o.enqueue_after_commit("email.welcome", _circular(), using=a),
      "INVALID_ARGS", "args", InvalidJobError),
     ("args-nan", lambda o, a: o.enqueue_after_commit("email.welcome", [float("nan")], using=a),
      "INVALID_ARGS", "args", InvalidJobError),
