@@ -12,9 +12,11 @@ function runScoped(patch, fn) {
   return storage.run({ ...(storage.getStore() || {}), ...patch }, fn);
 }
 
-/** The current scope ({} outside any). */
+const NO_SCOPE = Object.freeze({});
+
+/** The current scope (an empty frozen object outside any). */
 function currentScope() {
-  return storage.getStore() || {};
+  return storage.getStore() || NO_SCOPE;
 }
 
 function header(req, name) {

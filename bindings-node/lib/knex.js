@@ -97,9 +97,32 @@ function jobJson(type, args, options, meta) {
   return `{"type":${jsonOf(type, 'type')},"args":${jsonOf(args, 'args')},"options":${jsonOf(options, 'options')},"meta":${jsonOf(meta, 'meta')}}`;
 }
 
+/**
+ * Whether JSON.stringify gives exactly the text `jobsJson` builds key by key for this job: an
+ * object (not an array) without `toJSON`, none of whose keys holds a function or a symbol
+ * (which JSON.stringify would drop where `jobsJson` passes `null` for the core to judge).
+ */
+function plainJob(job) {
+  if (job === null || typeof job !== 'object' || Array.isArray(job) || typeof job.toJSON === 'function') return false;
+  for (const key in job) {
+    const kind = typeof job[key];
+    if (kind === 'function' || kind === 'symbol') return false;
+  }
+  return true;
+}
+
 /** The JSON text of a bulk: every own key of every job passed on, so the core judges them all. */
 function jobsJson(jobs) {
   if (!Array.isArray(jobs)) return jsonOf(jobs, 'args', 'jobs.');
+  // The common case in one native call; anything else (or a value JSON cannot hold, which
+  // must be reported with its job and key) key by key below.
+  if (jobs.every(plainJob)) {
+    try {
+      return JSON.stringify(jobs);
+    } catch {
+      // reported below
+    }
+  }
   const parts = new Array(jobs.length);
   for (let index = 0; index < jobs.length; index += 1) {
     const job = jobs[index];
@@ -157,13 +180,14 @@ async function execute(executor, statements) {
 const LEVEL = Symbol.for('ojs-adapter-express.level');
 
 /**
- * The staging state of one transactor (one nesting level): the job ids staged at this level
- * (with the adapter to wake), installed once per transactor. At a savepoint's release its ids
- * move to the enclosing level; at the outermost commit they are handed to the relay; at any
- * rollback they are dropped, as the database drops their rows.
+ * The staging state of one transactor (one nesting level), installed once per transactor:
+ * the job ids staged at this level, per adapter to wake, and the transactor's core dialect. At
+ * a savepoint's release its ids move to the enclosing level; at the outermost commit they are
+ * handed to the relay; at any rollback they are dropped, as the database drops their rows.
  */
 function levelOf(trx) {
-  if (trx[LEVEL]) return trx[LEVEL];
+  const installed = trx[LEVEL];
+  if (installed !== undefined) return installed;
   if (!trx.executionPromise || typeof trx.executionPromise.then !== 'function') {
     throw new InvalidConfigError('knex: this knex version exposes no transaction executionPromise (knex >= 2 needed)', {
       code: 'INVALID_CONFIG',
@@ -171,7 +195,7 @@ function levelOf(trx) {
     });
   }
   const parent = trx.parentTransaction ? levelOf(trx.parentTransaction) : null;
-  const level = { pending: [], parent, ending: null, suppressed: false };
+  const level = { pending: new Map(), parent, ending: null, suppressed: false, dialect: dialectOf(trx) };
   Object.defineProperty(trx, LEVEL, { value: level });
   const commit = trx.commit;
   const rollback = trx.rollback;
@@ -186,31 +210,37 @@ function levelOf(trx) {
   trx.executionPromise.then(
     () => {
       const pending = level.pending;
-      level.pending = [];
-      if (level.ending !== 'commit') return;
+      level.pending = new Map();
+      if (level.ending !== 'commit' || pending.size === 0) return;
       if (level.parent) {
-        level.parent.pending.push(...pending);
+        for (const [adapter, jobIds] of pending) addPending(level.parent, adapter, jobIds);
         return;
       }
       if (level.suppressed) return;
-      wake(pending);
+      for (const [adapter, jobIds] of pending) adapter.notifyCommitted(jobIds);
     },
     () => {
-      level.pending = [];
+      level.pending = new Map();
     },
   );
   return level;
 }
 
-/** Hands the committed job ids to their adapters' relays (one call per adapter). */
-function wake(pending) {
-  const byAdapter = new Map();
-  for (const { adapter, jobIds } of pending) {
-    const ids = byAdapter.get(adapter);
-    if (ids) ids.push(...jobIds);
-    else byAdapter.set(adapter, [...jobIds]);
+/** Adds staged ids to a level's list for `adapter` (no copy of what is already there). */
+function addPending(level, adapter, jobIds) {
+  const staged = level.pending.get(adapter);
+  if (staged === undefined) {
+    level.pending.set(adapter, jobIds.slice());
+    return;
   }
-  for (const [adapter, jobIds] of byAdapter) adapter.notifyCommitted(jobIds);
+  for (let index = 0; index < jobIds.length; index += 1) staged.push(jobIds[index]);
+}
+
+/** Registers one staged id on a level: O(1), woken at the outermost commit, dropped on rollback. */
+function stagedAt(level, adapter, jobId) {
+  const staged = level.pending.get(adapter);
+  if (staged === undefined) level.pending.set(adapter, [jobId]);
+  else staged.push(jobId);
 }
 
 /** Refuses a transactor that has already committed or rolled back. */
@@ -222,7 +252,7 @@ function assertOpen(trx) {
 
 /** Registers staged ids on `trx`'s level: woken at the outermost commit, dropped on rollback. */
 function afterCommit(trx, adapter, jobIds) {
-  levelOf(trx).pending.push({ adapter, jobIds });
+  addPending(levelOf(trx), adapter, jobIds);
 }
 
 /** Test seam: the outermost transaction of `trx` commits without waking the relay. */
@@ -236,11 +266,14 @@ module.exports = {
   dialectOf,
   databaseUrlOf,
   isTransaction,
+  jsonOf,
   jobJson,
   jobsJson,
   execute,
   databaseError,
   assertOpen,
+  levelOf,
+  stagedAt,
   afterCommit,
   suppressWakeup,
 };

@@ -3,8 +3,8 @@
 // the options, runs the in-process relay (unless the mode is "external"), and offers the
 // adapter interface of spec §5.1 on a knex connection.
 
-const { NativeAdapter } = require('./native');
-const { callNative, awaitNative, errorFor } = require('./errors');
+const { NativeAdapter, stageJob } = require('./native');
+const { callNative, awaitNative, errorFor, fromNative } = require('./errors');
 const hostKnex = require('./knex');
 const { runScoped, currentScope, contextJson } = require('./context');
 const { RelayHost } = require('./relay-host');
@@ -45,6 +45,34 @@ function contextText(scope) {
   }
 }
 
+/**
+ * The six INSERT parameters in `stageJob`'s text from `start` on (src/adapter.rs): job_id,
+ * job_type, job_args, job_options, job_meta separated by NUL, then NUL and the tenant when
+ * there is one (the only field that may hold a NUL itself, hence the last).
+ */
+function stagedParams(text, start) {
+  const a = text.indexOf('\0', start);
+  const b = text.indexOf('\0', a + 1);
+  const c = text.indexOf('\0', b + 1);
+  const d = text.indexOf('\0', c + 1);
+  const e = text.indexOf('\0', d + 1);
+  return [
+    text.slice(start, a),
+    text.slice(a + 1, b),
+    text.slice(b + 1, c),
+    text.slice(c + 1, d),
+    e === -1 ? text.slice(d + 1) : text.slice(d + 1, e),
+    e === -1 ? null : text.slice(e + 1),
+  ];
+}
+
+/** Whether a call's first argument is a knex instance or transactor (not a job type). */
+function isExecutor(first) {
+  if (!first) return false;
+  if (typeof first === 'function') return Boolean(first.client);
+  return typeof first === 'object' && Boolean(first.client) && typeof first.raw === 'function';
+}
+
 const SIGNALS = ['SIGINT', 'SIGTERM'];
 
 class Ojs {
@@ -55,6 +83,8 @@ class Ojs {
     this.knex = options.knex;
     this.dialect = hostKnex.dialectOf(options.knex);
     this.config = buildConfig(options);
+    /** Per dialect: the core's staging handle and its single-job INSERT text (`_stager`). */
+    this._stagers = { postgresql: undefined, sqlite: undefined };
     this.native = callNative(() => new NativeAdapter(JSON.stringify(this.config)));
     // On SQLite the core's I/O must not share this process with better-sqlite3 (relay-host.js).
     const separate = options.relayProcess ?? this.dialect === 'sqlite';
@@ -152,11 +182,86 @@ class Ojs {
    * knex instance, writes it at once and wakes the relay. Without a first knex argument
    * (`enqueueAfterCommit(type, args, options)`), stages into the current `ojs.transaction`,
    * or autocommits through this adapter's knex. Resolves with the job id.
+   *
+   * The per-call hot path: one synchronous core call (`stageJob`: validation, id and the row's
+   * parameters; the INSERT text only with the first job of a dialect), one query on `trx`
+   * whose promise is returned (no async wrapper around it), and an O(1) registration of the id
+   * for the wake-up. Errors, also synchronous ones, reject the returned promise.
    */
-  async enqueueAfterCommit(...call) {
-    const [executor, type, args, options, meta] = this._executorCall(call);
-    const ids = await this._stage(executor, `[${hostKnex.jobJson(type, args, options, meta)}]`, currentScope());
-    return ids[0];
+  enqueueAfterCommit(first, second, third, fourth, fifth) {
+    try {
+      let executor;
+      let type;
+      let args;
+      let options;
+      let meta;
+      const scope = currentScope();
+      if (isExecutor(first)) {
+        executor = first;
+        type = second;
+        args = third;
+        options = fourth;
+        meta = fifth;
+      } else {
+        executor = scope.trx || this.knex;
+        type = first;
+        args = second;
+        options = third;
+        meta = fourth;
+      }
+      if (typeof type !== 'string') {
+        // Not a text: the general path hands the value over as JSON, for the core to refuse.
+        return this._stage(executor, `[${hostKnex.jobJson(type, args, options, meta)}]`, scope).then((ids) => ids[0]);
+      }
+      const argsText = hostKnex.jsonOf(args, 'args');
+      const optionsText = options == null ? null : hostKnex.jsonOf(options, 'options');
+      const metaText = meta == null ? null : hostKnex.jsonOf(meta, 'meta');
+      let level = null;
+      if (hostKnex.isTransaction(executor)) {
+        hostKnex.assertOpen(executor);
+        level = hostKnex.levelOf(executor);
+      }
+      const dialect = level !== null ? level.dialect : executor === this.knex ? this.dialect : hostKnex.dialectOf(executor);
+      const stager = this._stagers[dialect] || this._stager(dialect);
+      let staged;
+      try {
+        staged = stageJob(stager.handle, type, argsText, optionsText, metaText, contextText(scope), stager.sql === undefined);
+      } catch (error) {
+        throw fromNative(error);
+      }
+      let start = 0;
+      if (stager.sql === undefined) {
+        start = staged.indexOf('\0') + 1;
+        stager.sql = staged.slice(0, start - 1);
+      }
+      const params = stagedParams(staged, start);
+      const jobId = params[0];
+      let query;
+      try {
+        query = executor.raw(stager.sql, params);
+      } catch (error) {
+        throw hostKnex.databaseError(error);
+      }
+      return query.then(
+        () => {
+          if (level !== null) hostKnex.stagedAt(level, this, jobId);
+          else this.notifyCommitted([jobId]);
+          return jobId;
+        },
+        (error) => {
+          throw hostKnex.databaseError(error);
+        },
+      );
+    } catch (error) {
+      return Promise.reject(error);
+    }
+  }
+
+  /** The staging handle of `dialect` (the INSERT text comes with its first job). */
+  _stager(dialect) {
+    const stager = { handle: callNative(() => this.native.stager(dialect, 'question')), sql: undefined };
+    this._stagers[dialect] = stager;
+    return stager;
   }
 
   /** Stages every job with one INSERT; same transaction rules; resolves with their ids. */
@@ -166,9 +271,7 @@ class Ojs {
   }
 
   _executorCall(call) {
-    const first = call[0];
-    if (first && typeof first === 'function' && first.client) return call;
-    if (first && typeof first === 'object' && first.client && typeof first.raw === 'function') return call;
+    if (isExecutor(call[0])) return call;
     return [currentScope().trx || this.knex, ...call];
   }
 
@@ -176,7 +279,7 @@ class Ojs {
     const inTransaction = hostKnex.isTransaction(executor);
     if (inTransaction) hostKnex.assertOpen(executor);
     const dialect = executor === this.knex ? this.dialect : hostKnex.dialectOf(executor);
-    const staged = callNative(() => this.native.stage(dialect, 'question', jobsText, contextText(scope)));
+    const staged = JSON.parse(callNative(() => this.native.stageJson(dialect, 'question', jobsText, contextText(scope))));
     await hostKnex.execute(executor, staged.statements);
     if (inTransaction) hostKnex.afterCommit(executor, this, staged.jobIds);
     else this.notifyCommitted(staged.jobIds);

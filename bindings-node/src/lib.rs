@@ -3,11 +3,11 @@
 //! relay, defaults) is the core's, and the JavaScript layer (`lib/`) owns knex and Express.
 //!
 //! Calls that may block (database, network, relay start/stop) run as `AsyncTask`s on libuv's
-//! thread pool and resolve a promise, so the event loop never waits on them; `stage` and
-//! `notify_committed` are cheap and synchronous.
+//! thread pool and resolve a promise, so the event loop never waits on them; staging
+//! (`stage_json`, `stage_job`) and `notify_committed` are pure CPU and synchronous.
 
 mod adapter;
 mod error;
 
-pub use adapter::NativeAdapter;
+pub use adapter::{NativeAdapter, Stager, stage_job};
 pub use error::{NativeErrorCode, database_error_code, error_codes};
