@@ -129,9 +129,9 @@ impl Adapter {
                 Err(error) => return Err(error),
             }
         }
-        let statements = sql.insert(placeholder, &prepared);
+        let (job_ids, statements) = sql.insert_jobs(placeholder, prepared);
         Ok(Staged {
-            job_ids: prepared.into_iter().map(|job| job.job_id).collect(),
+            job_ids,
             statements,
         })
     }
@@ -480,7 +480,7 @@ fn prepare_input(input: &RawValue, context: Option<&RequestContext>) -> Result<P
             format!("must be a string, got {}", texts.job_type.get()),
         )
     })?;
-    prepare_json(
+    crate::job::prepare_valid_json(
         &job_type,
         texts.args.map_or("null", RawValue::get),
         texts.options.map(RawValue::get),
