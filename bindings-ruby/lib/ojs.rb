@@ -68,7 +68,7 @@ module OJS
     # commit, or at once when no transaction is open. Returns the job id (UUIDv7).
     #   OJS.enqueue_after_commit("email.welcome", [user.id], queue: "email", meta: {...})
     def enqueue_after_commit(type, args, meta: nil, **options)
-      adapter.enqueue_after_commit([job(type, args, options, meta)]).first
+      (@adapter || adapter).enqueue_job(type, args, options.empty? ? nil : options, meta)
     end
 
     # Stages several jobs with one INSERT (all or none), with the semantics of

@@ -2,17 +2,23 @@
 //! `ojs-adapter-rails` gem. It converts types and nothing else: every rule lives in the core.
 //!
 //! Shape of the line, dictated by uniffi's Ruby backend (docs toolchain.md):
-//! - cheap calls that never touch the network or the relay's database (`stage`,
-//!   `notify_committed`, `create_table_sql`, ...) are synchronous methods of `NativeAdapter`;
+//! - what runs once per job or per commit (staging for `enqueue_after_commit` and
+//!   `enqueue_bulk`, the after-commit wake-up) is plain C entry points (`hot.rs`), because
+//!   uniffi's Ruby side costs more per call than the INSERT they prepare; a `NativeAdapter`
+//!   hands out the ids they take (`registry_id`, `stager`);
+//! - other cheap calls that never touch the network or the relay's database
+//!   (`create_table_sql`, `metrics_json`, ...) are synchronous methods of `NativeAdapter`;
 //! - calls that block on I/O are `async` top-level functions taking the adapter handle
 //!   (`adapter_<verb>`). Ruby's ffi keeps the GVL during a synchronous call, so blocking work
 //!   runs on a thread of its own and the Ruby caller waits on a future, which releases the GVL.
 //!   uniffi does not generate async methods on objects for Ruby, hence the flat functions.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use ojs_outbox::ErrorCode;
 use ojs_outbox::bridge::Adapter;
+
+mod hot;
 
 uniffi::setup_scaffolding!();
 
@@ -68,10 +74,34 @@ pub fn error_codes() -> Vec<ErrorCodeInfo> {
         .collect()
 }
 
+/// The core's code for a database error raised by ActiveRecord's driver while staging (pg's
+/// SQLSTATE when there is one, and the driver's message): `OUTBOX_TABLE_MISSING` for a missing
+/// table, else `DATABASE`.
+#[uniffi::export]
+pub fn database_error_code(sqlstate: Option<String>, message: String) -> String {
+    ojs_outbox::bridge::database_error_code(sqlstate.as_deref(), &message)
+        .as_str()
+        .to_owned()
+}
+
 /// One configured adapter (`bridge::Adapter`) per application.
 #[derive(uniffi::Object)]
 pub struct NativeAdapter {
     inner: Arc<Adapter>,
+    /// This adapter's id in the registry of the C entry points (`hot.rs`).
+    registry_id: u64,
+    /// The stager ids it handed out for them.
+    stagers: Mutex<Vec<u64>>,
+}
+
+impl Drop for NativeAdapter {
+    fn drop(&mut self) {
+        let ids = self
+            .stagers
+            .get_mut()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        hot::unregister(self.registry_id, ids);
+    }
 }
 
 #[uniffi::export]
@@ -79,8 +109,11 @@ impl NativeAdapter {
     /// Parses the spec §5.2 configuration (JSON text); no I/O.
     #[uniffi::constructor]
     pub fn new(config_json: String) -> NativeResult<Arc<Self>> {
+        let inner = Arc::new(Adapter::new(&config_json)?);
         Ok(Arc::new(NativeAdapter {
-            inner: Arc::new(Adapter::new(&config_json)?),
+            registry_id: hot::register_adapter(&inner),
+            inner,
+            stagers: Mutex::new(Vec::new()),
         }))
     }
 
@@ -96,32 +129,23 @@ impl NativeAdapter {
         Ok(self.inner.create_table_sql(&dialect)?)
     }
 
-    /// Validates and prepares jobs; returns, as JSON text,
-    /// `{"job_ids": [...], "statements": [{"sql": "...", "params": [text or null, ...]}]}`.
-    /// One string crosses the line instead of a record tree: the Ruby side of uniffi lifts
-    /// records field by field in Ruby, which costs more than the whole staging in Rust; the
-    /// gem parses this with Ruby's C JSON parser.
-    pub fn stage(
-        &self,
-        dialect: String,
-        placeholder: String,
-        jobs_json: String,
-        context_json: Option<String>,
-    ) -> NativeResult<String> {
-        let staged =
-            self.inner
-                .stage(&dialect, &placeholder, &jobs_json, context_json.as_deref())?;
-        let statements: Vec<serde_json::Value> = staged
-            .statements
-            .into_iter()
-            .map(|statement| serde_json::json!({"sql": statement.sql, "params": statement.params}))
-            .collect();
-        Ok(serde_json::json!({"job_ids": staged.job_ids, "statements": statements}).to_string())
+    /// An id for `ojs_ruby_stage_job` / `ojs_ruby_stage` (`hot.rs`) that stages with this
+    /// adapter in a dialect and placeholder style (checked by the core on each call). Valid
+    /// while this adapter lives.
+    pub fn stager(&self, dialect: String, placeholder: String) -> u64 {
+        let id = hot::register_stager(&self.inner, dialect, placeholder);
+        self.stagers
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .push(id);
+        id
     }
 
-    /// The after-commit wake-up; never blocks on I/O, never fails.
-    pub fn notify_committed(&self, job_ids: Vec<String>) {
-        self.inner.notify_committed(job_ids);
+    /// This adapter's id for `ojs_ruby_notify_committed` (`hot.rs`): the after-commit wake-up,
+    /// which would cost several µs per job id through uniffi's Ruby side. Valid while this
+    /// adapter lives.
+    pub fn registry_id(&self) -> u64 {
+        self.registry_id
     }
 
     pub fn metrics_json(&self) -> String {

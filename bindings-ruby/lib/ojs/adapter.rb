@@ -13,7 +13,10 @@ module OJS
       @native = OJS.native_call { Native::NativeAdapter.new(configuration.to_core_json) }
       @relay_lock = Mutex.new
       @relay_pid = nil
+      @registry_id = @native.registry_id
       @dialects = {}
+      @stagers = {}
+      @stager_lock = Mutex.new
     end
 
     def table_name
@@ -26,6 +29,43 @@ module OJS
 
     # --- staging -------------------------------------------------------------------------
 
+    # One job (OJS.enqueue_after_commit), the per-call hot path: args, options and meta become
+    # JSON texts here; the core validates them and makes the id and the row's parameters
+    # (`ojs_ruby_stage_job`, see OJS::NativeStaging); the row is written on `connection` with
+    # the core's INSERT (its text fetched once per connection kind). Returns the job id.
+    # Anything but a String/Symbol type and an Array of args takes the general path
+    # (enqueue_after_commit), so the core's own message names what is wrong.
+    def enqueue_job(type, args, options, meta, connection = configuration.connection_class.connection)
+      type = type.name if type.instance_of?(Symbol)
+      unless type.instance_of?(String) && args.instance_of?(Array) &&
+             (type.ascii_only? || (type.encoding == Encoding::UTF_8 && type.valid_encoding?))
+        return enqueue_after_commit([{ type: type, args: args, options: options, meta: meta }],
+                                    connection: connection).first
+      end
+
+      ensure_relay
+      args_json = (Thread.current[JSON_STATE_KEY] ||= JSON::State.new).generate(
+        JSONValue.plain?(args) ? args : JSONValue.checked(args, code: "INVALID_ARGS", field: "args")
+      )
+      options_json = options.nil? ? nil : JSONValue.dump(options, code: "INVALID_OPTIONS", field: "options")
+      meta_json = meta.nil? ? nil : JSONValue.dump(meta, code: "INVALID_META", field: "meta")
+      params = stage_job(@stagers[connection.adapter_name] || stager_of(connection),
+                         type, args_json, options_json, meta_json, Context.json)
+      sql = params.pop
+      begin
+        connection.exec_query(sql, "OJS", params)
+      rescue ::ActiveRecord::StatementInvalid => e
+        raise database_error(e)
+      end
+      transaction = connection.current_transaction
+      if transaction.open?
+        TransactionHook.register(connection, self, [params[0]], transaction)
+      else
+        TransactionHook::Wakeup.fire(self, [params[0]])
+      end
+      params[0]
+    end
+
     # Validates `jobs` (hashes with :type, :args, :options, :meta), writes their rows on
     # `connection` and returns their ids. Inside a transaction the relay is woken when the
     # outermost transaction commits (nothing if it rolls back; rows of a savepoint rolled back
@@ -33,22 +73,80 @@ module OJS
     # woken at once.
     def enqueue_after_commit(jobs, connection: configuration.connection_class.connection)
       ensure_relay
-      dialect, placeholder = dialect_of(connection)
-      staged = JSON.parse(OJS.native_call { native.stage(dialect, placeholder, jobs_json(jobs), Context.json) })
+      json = jobs_json(jobs)
+      stager = stager_of(connection)
+      context = Context.json
+      buffer = Thread.current[BUFFER_KEY] || staging_buffer(4096)
+      while (written = NativeStaging.stage(stager[0], json, json.bytesize, context, context ? context.bytesize : 0,
+                                           buffer, buffer.size)).negative?
+        buffer = staging_failed(written, buffer)
+      end
+      staged = JSON.parse(buffer.get_bytes(0, written).force_encoding(Encoding::UTF_8))
       job_ids = staged["job_ids"]
+      write_rows(connection, staged["statements"])
       if connection.transaction_open?
-        write_rows(connection, staged["statements"])
         TransactionHook.register(connection, self, job_ids)
       else
-        write_rows(connection, staged["statements"])
         TransactionHook::Wakeup.fire(self, job_ids)
       end
       job_ids
     end
 
+    # The core's parameters for one job's row, JSON texts in, nothing written (what
+    # enqueue_job writes; the benchmark's raw INSERT uses them too):
+    # `[job_id, job_type, job_args, job_options, job_meta, tenant_id, insert_sql]`.
+    def stage_job(stager, type, args_json, options_json, meta_json, context_json)
+      sql = stager[1]
+      buffer = Thread.current[BUFFER_KEY] || staging_buffer(4096)
+      while (written = NativeStaging.stage_job(
+        stager[0], type, type.bytesize, args_json, args_json.bytesize,
+        options_json, options_json ? options_json.bytesize : 0, meta_json, meta_json ? meta_json.bytesize : 0,
+        context_json, context_json ? context_json.bytesize : 0, sql ? 0 : 1, buffer, buffer.size
+      )).negative?
+        buffer = staging_failed(written, buffer)
+      end
+      data = buffer.get_bytes(0, written)
+      sql_length, id_length, type_length, args_length, options_length, meta_length, tenant_length =
+        data.unpack(ANSWER_HEADER)
+      data.force_encoding(Encoding::UTF_8)
+      offset = ANSWER_HEADER_BYTES
+      if sql_length >= 0
+        sql = stager[1] = data.byteslice(offset, sql_length).freeze
+        offset += sql_length
+      end
+      job_id = data.byteslice(offset, id_length)
+      offset += id_length
+      if type_length == ECHO
+        job_type = type
+      else
+        job_type = data.byteslice(offset, type_length)
+        offset += type_length
+      end
+      if args_length == ECHO
+        job_args = args_json
+      else
+        job_args = data.byteslice(offset, args_length)
+        offset += args_length
+      end
+      job_options = data.byteslice(offset, options_length)
+      job_meta = data.byteslice(offset += options_length, meta_length)
+      tenant_id = tenant_length.negative? ? nil : data.byteslice(offset + meta_length, tenant_length)
+      [job_id, job_type, job_args, job_options, job_meta, tenant_id, sql]
+    end
+
+    # `[stager id, INSERT text or nil until the first call]` for the connection's kind.
+    def stager_of(connection)
+      name = connection.adapter_name
+      @stagers[name] || @stager_lock.synchronize do
+        @stagers[name] ||= [native.stager(*dialect_of(connection)), nil]
+      end
+    end
+
     # The after-commit wake-up (never blocks on I/O, never fails).
     def notify_committed(job_ids)
-      native.notify_committed(job_ids)
+      ids = job_ids.join("\n")
+      NativeStaging.notify_committed(@registry_id, ids, ids.bytesize)
+      nil
     end
 
     # Spec §5.1 `enqueue`: one job straight to the backend, no outbox row, not tied to any
@@ -174,25 +272,75 @@ module OJS
 
     def write_rows(connection, statements)
       if statements.length == 1
-        execute(connection, statements.first)
+        execute(connection, statements.first["sql"], statements.first["params"])
       else
         # Several INSERTs (a bulk past the core's rows-per-statement limit): all or none.
         connection.transaction(requires_new: true) do
-          statements.each { |statement| execute(connection, statement) }
+          statements.each { |statement| execute(connection, statement["sql"], statement["params"]) }
         end
       end
     end
 
-    def execute(connection, statement)
-      connection.exec_query(statement["sql"], "OJS", statement["params"])
+    # The INSERT on the application's connection, in its current transaction, through
+    # ActiveRecord's own parameterized path (logged as "OJS"). A driver error is classified by
+    # the core: a missing table is OJS::OutboxTableMissing, anything else OJS::DatabaseError
+    # (the ActiveRecord exception is the cause).
+    def execute(connection, sql, params)
+      connection.exec_query(sql, "OJS", params)
     rescue ::ActiveRecord::StatementInvalid => e
-      raise DatabaseError.new("writing the outbox row failed: #{e.message}", field: nil)
+      raise database_error(e)
+    end
+
+    def database_error(error)
+      driver = error.cause || error
+      result = driver.respond_to?(:result) ? driver.result : nil
+      sqlstate = result.respond_to?(:error_field) ? result.error_field(::PG::PG_DIAG_SQLSTATE) : nil
+      code = Native.database_error_code(sqlstate, driver.message.to_s)
+      code = Native.database_error_code(sqlstate, error.message.to_s) if code == "DATABASE"
+      OJS::Error.for_code(code, "writing the outbox row failed: #{error.message}")
+    end
+
+    # The one-job answer (`ojs_ruby_stage_job`): 7 native-endian int32 lengths (the INSERT's
+    # SQL, then the 6 parameters; -1: absent; ECHO: the text passed in), then the bytes they
+    # measure.
+    ANSWER_HEADER = "l7"
+    ANSWER_HEADER_BYTES = 28
+    ECHO = -2
+    KEPT_BUFFER_BYTES = 1024 * 1024
+    BUFFER_KEY = :ojs_staging_buffer
+    # This fiber's JSON generator (`JSON.generate` builds one per call). Only plain values reach
+    # it, so it never runs application code that could switch fibers mid-generation.
+    JSON_STATE_KEY = :ojs_json_state
+    private_constant :ANSWER_HEADER, :ANSWER_HEADER_BYTES, :ECHO, :KEPT_BUFFER_BYTES, :BUFFER_KEY, :JSON_STATE_KEY
+
+    # This fiber's answer buffer for the staging entry points, at least `size` bytes. Kept for
+    # the next call up to 1 MiB (the answer of a bulk of about 5,000 jobs); a larger one serves
+    # this call only.
+    def staging_buffer(size)
+      buffer = FFI::MemoryPointer.new(:char, [size, 4096].max)
+      Thread.current[BUFFER_KEY] = buffer if buffer.size <= KEPT_BUFFER_BYTES
+      buffer
+    end
+
+    # A negative answer of a staging entry point: returns a larger buffer when the answer did
+    # not fit (the caller calls again), else raises the core's error written in `buffer`.
+    def staging_failed(written, buffer)
+      raise OJS::Error, "the native staging call panicked (a bug in ojs-adapter-rails)" if written == NativeStaging::PANICKED
+      return staging_buffer(-written) if -written > buffer.size
+
+      failure = JSON.parse(buffer.get_bytes(0, -written).force_encoding(Encoding::UTF_8))
+      raise OJS::Error.for_code(failure["code"], failure["message"], field: failure["field"],
+                                                                     retryable: failure["retryable"])
     end
 
     def jobs_json(jobs)
       unless jobs.is_a?(Array)
         raise InvalidArgs.new("jobs: must be an Array of jobs, got #{jobs.class}", field: "jobs")
       end
+
+      # Plain JSON values throughout (the common case): as they are; nil options/meta are
+      # null, which the core reads as unset.
+      return JSON.generate(jobs) if jobs.all? { |job| job.is_a?(Hash) && JSONValue.plain?(job) }
 
       JSON.generate(jobs.map { |job| job_object(job) })
     end

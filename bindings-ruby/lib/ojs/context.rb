@@ -12,6 +12,9 @@ module OJS
   # current user, who may sign in during the request).
   module Context
     KEY = :ojs_request_context
+    # Rails 7+: follow ActiveSupport's isolation level (thread or fiber).
+    ISOLATED = defined?(ActiveSupport::IsolatedExecutionState) ? true : false
+    private_constant :ISOLATED
 
     class << self
       # The context hash, or nil outside any request.
@@ -59,11 +62,7 @@ module OJS
       private
 
       def storage
-        if defined?(ActiveSupport::IsolatedExecutionState)
-          ActiveSupport::IsolatedExecutionState
-        else
-          Thread.current
-        end
+        ISOLATED ? ActiveSupport::IsolatedExecutionState : Thread.current
       end
     end
   end

@@ -22,14 +22,26 @@ module OJS
       plain?(value) ? value : normalize(value, code, field, field)
     end
 
+    # Exact classes whose values are JSON as they are (checked by identity first: `case` with
+    # classes costs a method call per `when`, and this runs for every value of every job).
+    LEAVES = { NilClass => true, TrueClass => true, FalseClass => true, Integer => true, Symbol => true }
+             .compare_by_identity.freeze
+    private_constant :LEAVES
+
     def plain?(value)
-      case value
-      when nil, true, false, Integer, Symbol then true
-      when String then value.encoding == Encoding::UTF_8 && value.valid_encoding?
-      when Float then value.finite?
-      when Array then value.all? { |item| plain?(item) }
-      when Hash then value.all? { |key, item| (key.is_a?(String) || key.is_a?(Symbol)) && plain?(item) }
-      else false
+      klass = value.class
+      if LEAVES[klass] then true
+      elsif klass == String then value.encoding == Encoding::UTF_8 && value.valid_encoding?
+      elsif klass == Array then value.all? { |item| plain?(item) }
+      elsif klass == Hash then value.all? { |key, item| (key.class == Symbol || key.class == String) && plain?(item) }
+      elsif klass == Float then value.finite?
+      else # subclasses of the above
+        case value
+        when String then value.encoding == Encoding::UTF_8 && value.valid_encoding?
+        when Array then value.all? { |item| plain?(item) }
+        when Hash then value.all? { |key, item| (key.is_a?(String) || key.is_a?(Symbol)) && plain?(item) }
+        else false
+        end
       end
     end
 

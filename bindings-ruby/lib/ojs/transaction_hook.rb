@@ -18,21 +18,18 @@ module OJS
     # ids staged at that level, so a commit wakes the relay with one call, however many jobs.
     WAKEUPS = ObjectSpace::WeakMap.new
 
-    def register(connection, adapter, job_ids)
-      transaction = connection.current_transaction
+    def register(connection, adapter, job_ids, transaction = connection.current_transaction)
+      wakeup = WAKEUPS[transaction]
+      return wakeup.add(job_ids) if wakeup&.open_for?(adapter) # this level already has one
+
       user_transaction = transaction.respond_to?(:user_transaction) ? transaction.user_transaction : nil
       if user_transaction.respond_to?(:after_commit)
         user_transaction.after_commit { Wakeup.fire(adapter, job_ids) }
         return
       end
-      wakeup = WAKEUPS[transaction]
-      if wakeup&.open_for?(adapter)
-        wakeup.add(job_ids)
-      else
-        wakeup = Wakeup.new(adapter, job_ids)
-        WAKEUPS[transaction] = wakeup
-        connection.add_transaction_record(wakeup)
-      end
+      wakeup = Wakeup.new(adapter, job_ids)
+      WAKEUPS[transaction] = wakeup
+      connection.add_transaction_record(wakeup)
     end
 
     # The object ActiveRecord 6.1's transaction keeps in its records (the protocol of a model
