@@ -167,6 +167,11 @@ const ECHO: i32 = -2;
 /// else length -1), then its 6 parameters `job_id, job_type, job_args, job_options, job_meta,
 /// tenant_id` (length -1: SQL NULL; `ECHO` (-2): the same text as the argument).
 ///
+/// An answer of exactly 36 bytes (a full one has at least the 28-byte header and the 36-byte
+/// id) is the job id alone: the usual job, without `with_sql`, whose type and args are the
+/// caller's texts, options and meta `{}` and tenant NULL. Reading one string instead of seven
+/// is a third of the call's cost in Ruby.
+///
 /// # Safety
 /// Every `(pointer, length)` pair is null or `length` readable bytes; `out` is
 /// `out_capacity` writable bytes not overlapping them. All stay valid during the call.
@@ -205,6 +210,24 @@ pub unsafe extern "C" fn ojs_ruby_stage_job(
             meta,
             context,
         )?;
+        let [
+            job_id,
+            staged_type,
+            staged_args,
+            staged_options,
+            staged_meta,
+            tenant,
+        ] = &staged.params;
+        if with_sql == 0
+            && staged_type.as_deref() == job_type
+            && staged_args.as_deref() == args
+            && staged_options.as_deref() == Some("{}")
+            && staged_meta.as_deref() == Some("{}")
+            && tenant.is_none()
+        {
+            // The usual job: its id is all the caller does not already know (ID_ONLY).
+            return Ok(job_id.clone().unwrap_or_default().into_bytes());
+        }
         let mut lengths = [0i32; 7];
         let mut bytes = Vec::with_capacity(
             28 + staged.sql.len()

@@ -105,6 +105,11 @@ module OJS
       )).negative?
         buffer = staging_failed(written, buffer)
       end
+      if written == ID_ONLY_BYTES
+        return [buffer.get_bytes(0, ID_ONLY_BYTES).force_encoding(Encoding::UTF_8), type, args_json,
+                EMPTY_OBJECT, EMPTY_OBJECT, nil, sql]
+      end
+
       data = buffer.get_bytes(0, written)
       sql_length, id_length, type_length, args_length, options_length, meta_length, tenant_length =
         data.unpack(ANSWER_HEADER)
@@ -306,12 +311,16 @@ module OJS
     ANSWER_HEADER = "l7"
     ANSWER_HEADER_BYTES = 28
     ECHO = -2
+    # An answer of this length is the job id alone (the usual job: the type and args passed in,
+    # options and meta EMPTY_OBJECT, no tenant), see `ojs_ruby_stage_job`.
+    ID_ONLY_BYTES = 36
+    EMPTY_OBJECT = "{}"
     KEPT_BUFFER_BYTES = 1024 * 1024
     BUFFER_KEY = :ojs_staging_buffer
     # This fiber's JSON generator (`JSON.generate` builds one per call). Only plain values reach
     # it, so it never runs application code that could switch fibers mid-generation.
     JSON_STATE_KEY = :ojs_json_state
-    private_constant :ANSWER_HEADER, :ANSWER_HEADER_BYTES, :ECHO, :KEPT_BUFFER_BYTES, :BUFFER_KEY, :JSON_STATE_KEY
+    private_constant :ANSWER_HEADER, :ANSWER_HEADER_BYTES, :ECHO, :ID_ONLY_BYTES, :EMPTY_OBJECT, :KEPT_BUFFER_BYTES, :BUFFER_KEY, :JSON_STATE_KEY
 
     # This fiber's answer buffer for the staging entry points, at least `size` bytes. Kept for
     # the next call up to 1 MiB (the answer of a bulk of about 5,000 jobs); a larger one serves
