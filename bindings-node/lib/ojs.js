@@ -281,9 +281,9 @@ class Ojs {
     const dialect = executor === this.knex ? this.dialect : hostKnex.dialectOf(executor);
     const staged = JSON.parse(callNative(() => this.native.stageJson(dialect, 'question', jobsText, contextText(scope))));
     await hostKnex.execute(executor, staged.statements);
-    if (inTransaction) hostKnex.afterCommit(executor, this, staged.jobIds);
-    else this.notifyCommitted(staged.jobIds);
-    return staged.jobIds;
+    if (inTransaction) hostKnex.afterCommit(executor, this, staged.job_ids);
+    else this.notifyCommitted(staged.job_ids);
+    return staged.job_ids;
   }
 
   /**

@@ -115,10 +115,10 @@ impl NativeAdapter {
         self.sync(|adapter| adapter.create_table_sql(&dialect))
     }
 
-    /// Validated jobs (`bridge::Adapter::stage`) as one JSON text: `{"jobIds": [...],
-    /// "statements": [{"sql", "params"}]}`. One string crossing into JavaScript (and one
-    /// `JSON.parse` there) costs far less than arrays filled element by element through
-    /// Node-API: a bulk of 1,000 jobs has 6,000 parameters.
+    /// Validated jobs (`bridge::Adapter::stage`) as one JSON text (`Staged::to_json`:
+    /// `{"job_ids": [...], "statements": [{"sql", "params"}]}`). One string crossing into
+    /// JavaScript (and one `JSON.parse` there) costs far less than arrays filled element by
+    /// element through Node-API: a bulk of 1,000 jobs has up to 6,000 parameters.
     #[napi]
     pub fn stage_json(
         &self,
@@ -130,27 +130,7 @@ impl NativeAdapter {
         let staged = self.sync(|adapter| {
             adapter.stage(&dialect, &placeholder, &jobs_json, context_json.as_deref())
         })?;
-        let params: usize = staged
-            .statements
-            .iter()
-            .map(|statement| statement.params.len())
-            .sum();
-        let mut out = String::with_capacity(64 + staged.job_ids.len() * 40 + params * 24);
-        out.push_str("{\"jobIds\":");
-        push_list_json(&mut out, staged.job_ids.iter().map(|id| Some(id.as_str())));
-        out.push_str(",\"statements\":[");
-        for (index, statement) in staged.statements.iter().enumerate() {
-            if index > 0 {
-                out.push(',');
-            }
-            out.push_str("{\"sql\":");
-            push_str_json(&mut out, &statement.sql);
-            out.push_str(",\"params\":");
-            push_list_json(&mut out, statement.params.iter().map(Option::as_deref));
-            out.push('}');
-        }
-        out.push_str("]}");
-        Ok(out)
+        Ok(staged.to_json())
     }
 
     /// The staging handle for one dialect and placeholder style, for `stage_job` (which
@@ -326,49 +306,6 @@ pub fn stage_job(
         out.push_str(tenant);
     }
     Ok(out)
-}
-
-/// Appends `text` as a JSON string literal.
-fn push_str_json(out: &mut String, text: &str) {
-    out.push('"');
-    let mut start = 0;
-    for (index, byte) in text.bytes().enumerate() {
-        let escape = match byte {
-            b'"' => "\\\"",
-            b'\\' => "\\\\",
-            0x00..=0x1f => "",
-            _ => continue,
-        };
-        out.push_str(&text[start..index]);
-        if escape.is_empty() {
-            out.push_str(&format!("\\u{byte:04x}"));
-        } else {
-            out.push_str(escape);
-        }
-        start = index + 1;
-    }
-    out.push_str(&text[start..]);
-    out.push('"');
-}
-
-/// Appends a JSON string literal, or `null`.
-fn push_opt_json(out: &mut String, text: Option<&str>) {
-    match text {
-        Some(text) => push_str_json(out, text),
-        None => out.push_str("null"),
-    }
-}
-
-/// Appends a JSON array of strings and nulls.
-fn push_list_json<'a>(out: &mut String, texts: impl IntoIterator<Item = Option<&'a str>>) {
-    out.push('[');
-    for (index, text) in texts.into_iter().enumerate() {
-        if index > 0 {
-            out.push(',');
-        }
-        push_opt_json(out, text);
-    }
-    out.push(']');
 }
 
 /// Row counts as JavaScript numbers.

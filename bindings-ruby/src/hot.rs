@@ -292,24 +292,7 @@ pub unsafe extern "C" fn ojs_ruby_stage(
             jobs.unwrap_or("null"),
             context,
         )?;
-        // `{"job_ids": [...], "statements": [{"sql": ..., "params": [...]}, ...]}`, written
-        // from the core's values without copying them into a `serde_json::Value` first.
-        let mut out = Vec::with_capacity(staged.statements.iter().map(|st| 2 * st.sql.len()).sum());
-        out.extend_from_slice(b"{\"job_ids\":");
-        serde_json::to_writer(&mut out, &staged.job_ids).expect("strings serialize");
-        out.extend_from_slice(b",\"statements\":[");
-        for (index, statement) in staged.statements.iter().enumerate() {
-            if index > 0 {
-                out.push(b',');
-            }
-            out.extend_from_slice(b"{\"sql\":");
-            serde_json::to_writer(&mut out, &statement.sql).expect("strings serialize");
-            out.extend_from_slice(b",\"params\":");
-            serde_json::to_writer(&mut out, &statement.params).expect("strings serialize");
-            out.push(b'}');
-        }
-        out.extend_from_slice(b"]}");
-        Ok(out)
+        Ok(staged.to_json().into_bytes())
     };
     // SAFETY: the caller's contract on `out`.
     unsafe { answer(out, out_capacity, work) }

@@ -15,11 +15,20 @@ use crate::job::{NewJob, PreparedJob, RequestContext, prepare, prepare_json};
 use crate::outbox::Outbox;
 use crate::sql::{Dialect, OutboxSql, Placeholder, Statement};
 
-/// Jobs validated and turned into statements for the host connection.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// Jobs validated and turned into statements for the host connection. Serializes (for the
+/// bindings that take it as one JSON text) as
+/// `{"job_ids": [...], "statements": [{"sql": "...", "params": [text or null, ...]}]}`.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct Staged {
     pub job_ids: Vec<String>,
     pub statements: Vec<Statement>,
+}
+
+impl Staged {
+    /// The JSON text above: one string for a binding to cross and parse, however many jobs.
+    pub fn to_json(&self) -> String {
+        serde_json::to_string(self).expect("strings serialize")
+    }
 }
 
 /// One job validated and turned into its single-row INSERT (`Adapter::stage_job`).
@@ -480,12 +489,13 @@ fn prepare_input(input: &RawValue, context: Option<&RequestContext>) -> Result<P
             format!("must be a string, got {}", texts.job_type.get()),
         )
     })?;
-    crate::job::prepare_valid_json(
+    crate::job::prepare_texts(
         &job_type,
         texts.args.map_or("null", RawValue::get),
         texts.options.map(RawValue::get),
         texts.meta.map(RawValue::get),
         context,
+        true,
     )
 }
 

@@ -243,36 +243,31 @@ pub fn prepare_json(
     meta_json: Option<&str>,
     context: Option<&RequestContext>,
 ) -> Result<PreparedJob> {
+    prepare_texts(
+        job_type,
+        args_json.trim(),
+        options_json,
+        meta_json,
+        context,
+        false,
+    )
+}
+
+/// `prepare_json`. `args_delimited`: the args text is already known to be one well-formed JSON
+/// value (an element the caller's JSON parser delimited), so it is not parsed a second time.
+pub(crate) fn prepare_texts(
+    job_type: &str,
+    args_text: &str,
+    options_json: Option<&str>,
+    meta_json: Option<&str>,
+    context: Option<&RequestContext>,
+    args_delimited: bool,
+) -> Result<PreparedJob> {
     validate_type(job_type)?;
-    let args_text = args_json.trim();
-    if serde_json::from_str::<serde::de::IgnoredAny>(args_text).is_err() {
+    if !args_delimited && serde_json::from_str::<serde::de::IgnoredAny>(args_text).is_err() {
         // The full parse names the position of the syntax error.
         NewJob::from_json(job_type, args_text, None, None)?;
     }
-    prepare_texts(job_type, args_text, options_json, meta_json, context)
-}
-
-/// `prepare_json` for args already known to be one well-formed JSON value (an element the
-/// caller's JSON parser delimited), without parsing them a second time.
-pub(crate) fn prepare_valid_json(
-    job_type: &str,
-    args_text: &str,
-    options_json: Option<&str>,
-    meta_json: Option<&str>,
-    context: Option<&RequestContext>,
-) -> Result<PreparedJob> {
-    validate_type(job_type)?;
-    prepare_texts(job_type, args_text, options_json, meta_json, context)
-}
-
-/// The rest of `prepare_json` once the type is valid and the args text is well-formed JSON.
-fn prepare_texts(
-    job_type: &str,
-    args_text: &str,
-    options_json: Option<&str>,
-    meta_json: Option<&str>,
-    context: Option<&RequestContext>,
-) -> Result<PreparedJob> {
     if !args_text.starts_with('[') {
         let args: Value = serde_json::from_str(args_text).unwrap_or(Value::Null);
         return Err(args_not_array(&args));

@@ -63,7 +63,7 @@ impl Placeholder {
 
 /// A statement for a host connection: SQL text and its parameters, in order. Every parameter
 /// is text or NULL; casts in the SQL give the columns their types.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct Statement {
     pub sql: String,
     pub params: Vec<Option<String>>,
