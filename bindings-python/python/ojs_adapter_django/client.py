@@ -93,9 +93,10 @@ def _staging_cursor(connection: Any) -> Any:
     """Django's cursor, kept on the connection for the staging INSERTs of a transaction:
     opening one costs more than a small INSERT. Used only inside atomic(), where the connection
     cannot be swapped under it; a new connection, or query logging (DEBUG), gets a new one."""
+    if connection.queries_logged:
+        return connection.cursor()
     cached = connection.__dict__.get("_ojs_staging_cursor")
-    raw = connection.connection
-    if cached is not None and cached[0] is raw and not connection.queries_logged:
+    if cached is not None and cached[0] is connection.connection:
         return cached[1]
     cursor = connection.cursor()
     connection._ojs_staging_cursor = (connection.connection, cursor)

@@ -106,15 +106,6 @@ impl Outbox {
             .map(Relay::metrics)
     }
 
-    /// The staging INSERT for the host connection (what bindings execute).
-    pub fn insert_statements(
-        &self,
-        placeholder: crate::sql::Placeholder,
-        jobs: &[PreparedJob],
-    ) -> Vec<Statement> {
-        self.store.sql().insert(placeholder, jobs)
-    }
-
     /// Opens a transaction on the outbox's own database (for Rust applications and tests).
     pub async fn begin(&self) -> Result<OutboxTransaction<'_>> {
         let tx = match &self.store.pool {
@@ -145,9 +136,9 @@ impl Outbox {
     ) -> Result<String> {
         let prepared = prepare(job, context)?;
         let mut tx = self.begin().await?;
-        tx.stage(std::slice::from_ref(&prepared)).await?;
+        let mut ids = tx.stage(vec![prepared]).await?;
         tx.commit().await?;
-        Ok(prepared.job_id)
+        Ok(ids.remove(0))
     }
 
     /// `enqueue`: sends one job to the backend now, without the outbox (spec §5.1). Returns the
@@ -200,8 +191,8 @@ impl OutboxTransaction<'_> {
 
     pub async fn enqueue_after_commit(&mut self, job: NewJob) -> Result<String> {
         let prepared = prepare(job, self.context.as_ref())?;
-        self.stage(std::slice::from_ref(&prepared)).await?;
-        Ok(prepared.job_id)
+        let mut ids = self.stage(vec![prepared]).await?;
+        Ok(ids.remove(0))
     }
 
     /// All or nothing: one invalid job stages none.
@@ -210,13 +201,13 @@ impl OutboxTransaction<'_> {
             .into_iter()
             .map(|job| prepare(job, self.context.as_ref()))
             .collect::<Result<Vec<_>>>()?;
-        self.stage(&prepared).await?;
-        Ok(prepared.into_iter().map(|job| job.job_id).collect())
+        self.stage(prepared).await
     }
 
-    async fn stage(&mut self, jobs: &[PreparedJob]) -> Result<()> {
+    /// Writes the jobs' rows and records their ids at the current level; returns the ids.
+    async fn stage(&mut self, jobs: Vec<PreparedJob>) -> Result<Vec<String>> {
         let sql = self.outbox.store.sql();
-        let statements = sql.insert(sql.dialect.native_placeholders(), jobs);
+        let (ids, statements) = sql.insert_jobs(sql.dialect.native_placeholders(), jobs);
         // Several INSERTs (a very large bulk) are all or nothing, like a single one.
         let guarded = statements.len() > 1;
         if guarded {
@@ -238,8 +229,8 @@ impl OutboxTransaction<'_> {
             .levels
             .last_mut()
             .expect("at least the outermost level");
-        level.extend(jobs.iter().map(|job| job.job_id.clone()));
-        Ok(())
+        level.extend(ids.iter().cloned());
+        Ok(ids)
     }
 
     /// Runs an application statement in this transaction (business writes beside the jobs).
