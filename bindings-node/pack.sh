@@ -8,13 +8,8 @@ repo=$(cd "$here/.." && pwd)
 export npm_config_nodedir=/usr npm_config_build_from_source=true
 export npm_config_audit=false npm_config_fund=false npm_config_update_notifier=false
 
-if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
-  apt-get update -qq && apt-get install -y -qq nodejs npm
-fi
-# better-sqlite3 compiles from source: node-gyp needs a compiler, make and python3.
-if ! command -v g++ >/dev/null || ! command -v make >/dev/null || ! command -v python3 >/dev/null; then
-  apt-get update -qq && apt-get install -y -qq g++ make python3
-fi
+# Node.js, and a compiler, make and python3 for better-sqlite3, which compiles from source.
+"$repo/scripts/install.sh"
 
 cd "$repo"
 cargo build --release -p ojs-node-native

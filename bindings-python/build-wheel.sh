@@ -1,19 +1,13 @@
 #!/usr/bin/env bash
 # Builds the ojs-adapter-django wheel into target/py-wheels-<profile> and prints its path (used by
-# test.sh, demo.sh, bench.sh). Installs what is missing: pkg-config and libsqlite3-dev (apt),
-# maturin (pip, into target/py-venv).
+# test.sh, demo.sh, bench.sh). Installs what is missing: Debian packages
+# (scripts/install.sh), maturin (pip, into target/py-venv).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(dirname "$here")
 
-# System packages: the extension links the system SQLite (see below); its bindings need libclang.
-missing=()
-for package in pkg-config libsqlite3-dev libclang-dev python3-venv; do
-  dpkg -s "$package" >/dev/null 2>&1 || missing+=("$package")
-done
-if [ ${#missing[@]} -gt 0 ]; then
-  { apt-get update -qq && apt-get install -y -qq --no-install-recommends "${missing[@]}"; } >&2
-fi
+# System packages (the extension links the system SQLite; its bindings need libclang).
+"$repo/scripts/install.sh" >&2
 
 # Build tools (maturin) in target/py-venv, each installed only if missing.
 tools="$repo/target/py-venv"

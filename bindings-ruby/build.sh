@@ -2,26 +2,15 @@
 # Builds the gem ojs-adapter-rails and installs it into a fresh GEM_HOME under target/.
 #   bindings-ruby/build.sh [debug|release]
 # Prints nothing but progress on stderr; the last line on stdout is the GEM_HOME.
-# Idempotent: installs Ruby from Debian packages only if missing (RubyGems is not reachable
-# here; ActiveRecord 6.1 and friends come from apt).
+# Idempotent: Ruby, ActiveRecord 6.1 and friends come from Debian packages (scripts/install.sh;
+# RubyGems is not reachable here).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/.." && pwd)
 profile=${1:-debug}
 cd "$root"
 
-packages=(ruby ruby-dev ruby-ffi ruby-activerecord ruby-activejob ruby-railties ruby-sqlite3 ruby-pg
-          ruby-minitest ruby-rack rake)
-missing=()
-for package in "${packages[@]}"; do
-  dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" || missing+=("$package")
-done
-if ((${#missing[@]})); then
-  echo "build: installing ${missing[*]}" >&2
-  export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq >&2
-  apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2
-fi
+"$root/scripts/install.sh" >&2
 
 # The bindgen and the devserver are tools: always debug. The native library: the profile asked.
 echo "build: cargo build (native library: $profile)" >&2
