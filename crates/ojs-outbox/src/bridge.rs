@@ -391,10 +391,13 @@ impl Adapter {
     }
 
     /// Runs the relay as this process's only job (a framework's `ojs_relay` command) until
-    /// SIGINT or SIGTERM, then stops gracefully. Same engine as `ojs-relay run`.
+    /// SIGINT or SIGTERM, then stops gracefully. Same engine as `ojs-relay run`. A signal that
+    /// arrived since [`arm_stop_signals`] stops it before it starts.
     pub fn run_relay_until_signal(&self) -> Result<()> {
+        arm_stop_signals()?;
         self.with_running(|running| {
             running.runtime.block_on(async {
+                let stop = crate::stop_signal::wait();
                 let store = running.outbox.store().clone();
                 store.check_table().await?;
                 let relay = crate::Relay::start(
@@ -403,30 +406,19 @@ impl Adapter {
                     &self.config,
                     false,
                 );
-                wait_for_stop_signal().await;
+                let stopped = stop.await;
                 relay.shutdown().await;
-                Ok(())
+                stopped
             })
         })
     }
 }
 
-async fn wait_for_stop_signal() {
-    use tokio::signal::unix::{SignalKind, signal};
-    match (
-        signal(SignalKind::interrupt()),
-        signal(SignalKind::terminate()),
-    ) {
-        (Ok(mut interrupt), Ok(mut terminate)) => {
-            tokio::select! {
-                _ = interrupt.recv() => {}
-                _ = terminate.recv() => {}
-            }
-        }
-        _ => {
-            let _ = tokio::signal::ctrl_c().await;
-        }
-    }
+/// Called first thing by a framework's relay command: from now on SIGINT and SIGTERM stop
+/// [`Adapter::run_relay_until_signal`] gracefully (before it starts, too) instead of killing the
+/// process. Idempotent.
+pub fn arm_stop_signals() -> Result<()> {
+    crate::stop_signal::arm()
 }
 
 fn parse_dialect(name: &str) -> Result<Dialect> {

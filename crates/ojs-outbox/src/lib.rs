@@ -17,6 +17,7 @@ pub mod job;
 pub mod outbox;
 pub mod relay;
 pub mod sql;
+pub mod stop_signal;
 pub mod store;
 
 pub use config::{Config, RelayMode};
