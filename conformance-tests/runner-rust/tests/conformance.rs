@@ -49,11 +49,24 @@ async fn every_case_passes_on_sqlite_and_postgres() {
         header.push_str(&format!("  {name:8}"));
     }
     report.push_str(&format!("{header}\n"));
+    // One line per case and database for scripts/matrix.sh, which joins every runner's column.
+    let mut tsv = String::new();
     let (mut passed, mut failed) = (0, 0);
     let mut failures = Vec::new();
     for (index, case) in cases.iter().enumerate() {
         let mut line = format!("{:width$}", case.id);
         for (name, results) in &matrix {
+            let database = if *name == "postgres" {
+                "postgresql"
+            } else {
+                name
+            };
+            let outcome = if results[index].is_ok() {
+                "PASS"
+            } else {
+                "FAIL"
+            };
+            tsv.push_str(&format!("{}\t{database}\t{outcome}\n", case.id));
             match &results[index] {
                 Ok(()) => {
                     passed += 1;
@@ -78,9 +91,10 @@ async fn every_case_passes_on_sqlite_and_postgres() {
     report.push_str(&format!("conformance: {passed} passed, {failed} failed\n"));
     println!("\n{report}");
     // scripts/test.sh prints the matrix after the run.
-    let target = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../target/conformance-matrix.txt");
-    std::fs::write(target, &report).expect("matrix written");
+    let target = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target");
+    std::fs::write(target.join("conformance-matrix.txt"), &report).expect("matrix written");
+    std::fs::create_dir_all(target.join("matrix")).expect("target/matrix");
+    std::fs::write(target.join("matrix/rust.tsv"), tsv).expect("matrix written");
     let _ = std::fs::remove_dir_all(&dir);
     assert!(
         failures.is_empty(),
