@@ -49,11 +49,15 @@ async fn counts_sent_and_overflowing_hot_queue_degrades_to_the_poller() {
         json!({"hot_queue_capacity": 2, "skip_recent": "PT0S"}),
     )
     .await;
-    backend.push_fault(Fault::latency(300).times(1));
+    // Long enough that the test sees the send in flight even on a loaded machine.
+    backend.push_fault(Fault::latency(2000).times(1));
     outbox.start_relay();
     // The first commit keeps the relay busy on a slow send while the next ten overflow the queue.
     stage(&outbox, 1).await;
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    eventually("the first job in flight", || {
+        outbox.metrics().unwrap().in_flight == 1
+    })
+    .await;
     let mut tx = outbox.begin().await.unwrap();
     let jobs = (0..10)
         .map(|i| NewJob::new("metrics.job", json!([i])))
