@@ -143,8 +143,19 @@ const ERROR_TEXT_LIMIT: usize = 2000;
 pub const DEAD_LIST_LIMIT: usize = 100;
 
 impl Store {
-    /// Connects to `sqlite://path` (created if missing) or `postgres://...`.
+    /// Connects to `sqlite://path` (created if missing, switched to WAL) or `postgres://...`.
     pub async fn connect(database_url: &str, table: &str) -> Result<Store> {
+        Store::open(database_url, table, false).await
+    }
+
+    /// For commands that only read (`ojs-relay status`, `dead list`): a SQLite file is opened
+    /// read-only, never created and never switched to another journal mode; a PostgreSQL
+    /// session refuses writes.
+    pub async fn connect_read_only(database_url: &str, table: &str) -> Result<Store> {
+        Store::open(database_url, table, true).await
+    }
+
+    async fn open(database_url: &str, table: &str, read_only: bool) -> Result<Store> {
         crate::config::validate_table_name(table)
             .map_err(|why| Error::field(ErrorCode::InvalidConfig, "table_name", why))?;
         let bad_url =
@@ -152,9 +163,23 @@ impl Store {
         let pool = if database_url.starts_with("sqlite:") {
             let options = SqliteConnectOptions::from_str(database_url)
                 .map_err(|e| bad_url(format!("{database_url:?}: {e}")))?
-                .create_if_missing(true)
-                .journal_mode(SqliteJournalMode::Wal)
                 .busy_timeout(Duration::from_secs(10));
+            let options = if read_only {
+                options.read_only(true).create_if_missing(false)
+            } else {
+                options
+                    .create_if_missing(true)
+                    .journal_mode(SqliteJournalMode::Wal)
+            };
+            if read_only && !options.get_filename().exists() {
+                return Err(Error::new(
+                    ErrorCode::Database,
+                    format!(
+                        "no SQLite database at {} (a read-only command creates none)",
+                        options.get_filename().display()
+                    ),
+                ));
+            }
             let pool = SqlitePoolOptions::new()
                 .max_connections(2)
                 .connect_with(options)
@@ -170,7 +195,13 @@ impl Store {
             // must be durable, and that runs in the application's transaction, not here.
             let options = PgConnectOptions::from_str(database_url)
                 .map_err(|e| bad_url(format!("{database_url:?}: {e}")))?
-                .options([("synchronous_commit", "off")]);
+                .options([
+                    ("synchronous_commit", "off"),
+                    (
+                        "default_transaction_read_only",
+                        if read_only { "on" } else { "off" },
+                    ),
+                ]);
             // One direct attempt first: an unreachable server fails at once with its real
             // cause instead of a pool timeout.
             let probe = tokio::time::timeout(

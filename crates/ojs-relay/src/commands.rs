@@ -20,6 +20,15 @@ const METRICS_EVERY: Duration = Duration::from_secs(10);
 pub const EXIT_USAGE: i32 = 2;
 
 async fn connect(settings: &Settings) -> Result<Store> {
+    connect_with(settings, false).await
+}
+
+/// For the commands that only read: the database is opened read-only (docs: relay.md).
+async fn connect_read_only(settings: &Settings) -> Result<Store> {
+    connect_with(settings, true).await
+}
+
+async fn connect_with(settings: &Settings, read_only: bool) -> Result<Store> {
     let url = &settings.database_url;
     let cannot_connect = |why: &str| {
         Error::new(
@@ -27,12 +36,15 @@ async fn connect(settings: &Settings) -> Result<Store> {
             format!("cannot connect to {}: {why}", redact(url)),
         )
     };
-    Store::connect(url, settings.table())
-        .await
-        .map_err(|e| match e.code {
-            ErrorCode::Database => cannot_connect(&e.message),
-            _ => e,
-        })
+    let store = if read_only {
+        Store::connect_read_only(url, settings.table()).await
+    } else {
+        Store::connect(url, settings.table()).await
+    };
+    store.map_err(|e| match e.code {
+        ErrorCode::Database => cannot_connect(&e.message),
+        _ => e,
+    })
 }
 
 /// Rewrites the library's missing-table error into one that names the table and the fix.
@@ -80,7 +92,7 @@ pub async fn migrate(settings: &Settings) -> Result<i32> {
 }
 
 pub async fn status(settings: &Settings, as_json: bool) -> Result<i32> {
-    let store = connect(settings).await?;
+    let store = connect_read_only(settings).await?;
     let status = store
         .status()
         .await
@@ -128,7 +140,10 @@ fn human_ms(ms: i64) -> String {
 }
 
 pub async fn dead(settings: &Settings, command: &DeadCommand) -> Result<i32> {
-    let store = connect(settings).await?;
+    let store = match command {
+        DeadCommand::List { .. } => connect_read_only(settings).await?,
+        _ => connect(settings).await?,
+    };
     let missing = explain_missing_table(settings);
     let code = match command {
         DeadCommand::List {

@@ -70,6 +70,9 @@ async fn missing_table_is_outbox_table_missing(kind: Kind, name: &str) {
     let Some(db) = Db::new(kind, name).await else {
         return;
     };
+    // A database that exists (a read-only command refuses a SQLite file that does not).
+    assert_success(&db.cli(&["migrate"]).await, "migrate");
+    db.drop_table().await;
     for args in [
         &["status"][..],
         &["status", "--json"],
@@ -131,6 +134,59 @@ async fn bad_url_scheme_is_invalid_database_url_exit_2() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn read_only_commands_leave_a_sqlite_file_as_it_was() {
+    use sqlx::ConnectOptions;
+    use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode};
+    let dir = TempDir::new("read-only");
+    // An application's database in the rollback-journal mode, without an outbox table.
+    let path = dir.file("app.db");
+    let mut conn = SqliteConnectOptions::new()
+        .filename(&path)
+        .create_if_missing(true)
+        .journal_mode(SqliteJournalMode::Delete)
+        .connect()
+        .await
+        .unwrap();
+    sqlx::query("CREATE TABLE users (id INTEGER PRIMARY KEY)")
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    drop(conn);
+    let before = std::fs::read(&path).unwrap();
+    let url = format!("sqlite://{}", path.display());
+    for command in [&["status"][..], &["status", "--json"], &["dead", "list"]] {
+        let mut args = vec!["--database-url", &url];
+        args.extend_from_slice(command);
+        assert_error(&cli(&args).await, "OUTBOX_TABLE_MISSING", 1);
+        assert!(
+            std::fs::read(&path).unwrap() == before,
+            "`{}` changed the file",
+            command.join(" ")
+        );
+        assert!(!dir.file("app.db-wal").exists(), "no WAL file appears");
+    }
+
+    // A mistyped path is an error that names it, and no file appears there.
+    let typo = dir.file("ap.db");
+    let url = format!("sqlite://{}", typo.display());
+    for command in [&["status"][..], &["dead", "list"]] {
+        let mut args = vec!["--database-url", &url];
+        args.extend_from_slice(command);
+        let line = assert_error(&cli(&args).await, "DATABASE", 1);
+        assert!(
+            line.contains("no SQLite database at") && line.contains("ap.db"),
+            "{line}"
+        );
+        assert!(
+            !typo.exists(),
+            "`{}` created {}",
+            command.join(" "),
+            typo.display()
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unreachable_database_is_one_clear_line_exit_1() {
     // Nothing listens on port 1: refused at once, and the message says so (not "pool timed out").
     let started = Instant::now();
@@ -177,7 +233,7 @@ async fn unreachable_database_is_one_clear_line_exit_1() {
         line.contains("cannot connect to sqlite:///nonexistent-ojs-relay-dir/sub/outbox.db"),
         "{line}"
     );
-    assert!(line.contains("unable to open database file"), "{line}");
+    assert!(line.contains("no SQLite database at"), "{line}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -96,17 +96,16 @@ impl Db {
     }
 
     pub async fn drop_table(&self) {
+        use sqlx::Executor;
+        let sql = sqlx::AssertSqlSafe(format!("DROP TABLE IF EXISTS {}", self.table));
         if self.kind == Kind::Postgres {
-            use sqlx::Executor;
             let pool = sqlx::PgPool::connect(&self.url)
                 .await
                 .expect("connect to OJS_TEST_DATABASE_URL");
-            pool.execute(sqlx::AssertSqlSafe(format!(
-                "DROP TABLE IF EXISTS {}",
-                self.table
-            )))
-            .await
-            .unwrap();
+            pool.execute(sql).await.unwrap();
+            pool.close().await;
+        } else if let Ok(pool) = sqlx::SqlitePool::connect(&self.url).await {
+            pool.execute(sql).await.unwrap();
             pool.close().await;
         }
     }
