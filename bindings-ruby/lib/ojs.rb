@@ -130,6 +130,13 @@ module OJS
       adapter.run_relay_until_signal
     end
 
+    # From now on SIGINT and SIGTERM stop OJS.run_relay_until_signal gracefully instead of
+    # killing the process, also one that arrives before the relay runs (the core's
+    # `bridge::arm_stop_signals`; `rake ojs:relay` calls it first thing). Idempotent.
+    def arm_stop_signals
+      native_call { Native.arm_stop_signals }
+    end
+
     def status
       adapter.status
     end

@@ -252,3 +252,12 @@ pub async fn adapter_rows_json(
 pub async fn adapter_run_relay_until_signal(adapter: Arc<NativeAdapter>) -> NativeResult<()> {
     Ok(off_thread(&adapter, |inner| inner.run_relay_until_signal()).await?)
 }
+
+/// From now on SIGINT and SIGTERM no longer kill the process but stop
+/// `adapter_run_relay_until_signal` gracefully, also one that arrives before the relay runs
+/// (`ojs_outbox::bridge::arm_stop_signals`). Called first thing by `rake ojs:relay`, after
+/// its Ruby traps (the core's handlers chain to them). Idempotent.
+#[uniffi::export]
+pub fn arm_stop_signals() -> NativeResult<()> {
+    Ok(ojs_outbox::bridge::arm_stop_signals()?)
+}

@@ -3,11 +3,14 @@
 # The Rails glue in a real (minimal) Rails app, the example app, each command in its own
 # process as an operator would run it: `rails g ojs:install` (initializer + migration),
 # `rails db:migrate` (the core's DDL through ActiveRecord), the Railtie (middleware, external
-# relay mode), `rails ojs:relay` stopped by SIGTERM, `ojs:status`, `ojs:dead:list|replay|purge`.
+# relay mode), `rails ojs:relay` stopped by SIGTERM (exit status 0 whenever the signal comes:
+# during start-up, while the environment loads, once running), `ojs:status`,
+# `ojs:dead:list|replay|purge`.
 
 require_relative "test_helper"
 require "open3"
 require "sqlite3"
+require "timeout"
 
 class RailsAppTest < Minitest::Test
   EXAMPLE = File.join(TestSupport::ROOT, "bindings-ruby", "example")
@@ -53,7 +56,7 @@ class RailsAppTest < Minitest::Test
       puts OJS.status.fetch("pending")
     RUBY
     assert_equal "2", output.lines.last.strip, "external mode: nothing relayed by the app process"
-    sleep 0.3
+    # The runner has exited (an in-process relay would have sent, or flushed at exit, by now).
     assert_empty TestSupport.devserver.jobs
 
     TestSupport.devserver.call(:post, "/_dev/faults", { "status" => 400, "code" => "invalid_request",
@@ -61,9 +64,12 @@ class RailsAppTest < Minitest::Test
     relay_output = +""
     Open3.popen2e(@env, RbConfig.ruby, "bin/rails", "ojs:relay", chdir: @app) do |_stdin, out, thread|
       reader = Thread.new { out.each_line { |line| relay_output << line } }
-      delivered = TestSupport.devserver.wait_for_type("email.welcome", timeout: 20)
+      delivered = TestSupport.devserver.wait_for_type("email.welcome")
       assert_equal [1], delivered["args"]
-      dead = wait_until(10) { JSON.parse(rails("ojs:dead:list").first[/\[.*\]/m] || "[]") }
+      dead = TestSupport.wait_until("a dead row", every: 0.2) do
+        rows = JSON.parse(rails("ojs:dead:list").first[/\[.*\]/m] || "[]")
+        rows unless rows.empty?
+      end
       assert_equal 1, dead.length
       Process.kill("TERM", thread.pid)
       status = thread.value
@@ -83,20 +89,88 @@ class RailsAppTest < Minitest::Test
     TestSupport.devserver.call(:delete, "/_dev/faults")
   end
 
-  def wait_until(seconds)
-    deadline = Time.now + seconds
-    loop do
-      value = yield
-      return value if value.respond_to?(:empty?) ? !value.empty? : value
-      raise Minitest::Assertion, "condition not met within #{seconds}s" if Time.now > deadline
+  # --- ojs:relay and SIGTERM, whenever it arrives ---------------------------------------------
 
-      sleep 0.2
+  # The app with the outbox migrated and the relay external, as an operator runs ojs:relay.
+  def prepare_relay_app
+    rails("generate", "ojs:install")
+    initializer = File.join(@app, "config/initializers/ojs.rb")
+    File.write(initializer, File.read(initializer).sub("# config.relay = :external", "config.relay = :external"))
+    rails("db:migrate")
+    # Holds the environment's loading when OJS_TEST_HOLD names a file, until that file exists:
+    # the test signals the process while Rails is loading the application.
+    File.write(File.join(@app, "config/initializers/zz_hold.rb"), <<~RUBY)
+      if (hold = ENV["OJS_TEST_HOLD"])
+        $stdout.puts "test: environment loading, held"
+        $stdout.flush
+        sleep 0.01 until File.exist?(hold)
+      end
+    RUBY
+  end
+
+  # Starts `bin/rails ojs:relay`; yields the pid and a function that waits for an output line.
+  # Returns [exit status, output].
+  def relay_process(env = {})
+    lines = Queue.new
+    output = +""
+    Open3.popen2e(@env.merge(env), RbConfig.ruby, "bin/rails", "ojs:relay", chdir: @app) do |stdin, out, thread|
+      stdin.close
+      reader = Thread.new do
+        out.each_line do |line|
+          output << line
+          lines << line
+        end
+        lines << nil
+      end
+      wait_line = lambda do |pattern|
+        Timeout.timeout(TestSupport::PATIENCE, Minitest::Assertion, "no line #{pattern.inspect} within #{TestSupport::PATIENCE}s:\n#{output}") do
+          loop do
+            line = lines.pop or raise Minitest::Assertion, "ojs:relay ended before #{pattern.inspect}:\n#{output}"
+            break line if line.match?(pattern)
+          end
+        end
+      end
+      yield thread.pid, wait_line
+      status = Timeout.timeout(TestSupport::PATIENCE, Minitest::Assertion, "ojs:relay did not exit:\n#{output}") { thread.value }
+      reader.join
+      [status, output]
     end
+  end
+
+  def test_ojs_relay_exits_0_on_sigterm_whenever_it_arrives
+    prepare_relay_app
+    # 1. At start-up: as soon as the command's first line says it is armed, before the
+    #    :environment task loads the application.
+    status, output = relay_process do |pid, wait_line|
+      wait_line.call(/ojs:relay: starting/)
+      Process.kill("TERM", pid)
+    end
+    assert status.success?, "SIGTERM at start-up: #{status.inspect}\n#{output}"
+    assert_match(/stopped before the relay started/, output)
+
+    # 2. While the environment loads (an initializer is running).
+    hold = File.join(@app, "tmp", "hold-released")
+    FileUtils.mkdir_p(File.dirname(hold))
+    status, output = relay_process("OJS_TEST_HOLD" => hold) do |pid, wait_line|
+      wait_line.call(/environment loading, held/)
+      Process.kill("TERM", pid)
+      FileUtils.touch(hold)
+    end
+    assert status.success?, "SIGTERM while the environment loads: #{status.inspect}\n#{output}"
+    assert_match(/stopped before the relay started/, output)
+
+    # 3. Once it reports it is running (the relay starting or started): flushed and stopped.
+    status, output = relay_process do |pid, wait_line|
+      wait_line.call(/ojs:relay: running/)
+      Process.kill("TERM", pid)
+    end
+    assert status.success?, "SIGTERM once running: #{status.inspect}\n#{output}"
+    assert_match(/ojs:relay: stopped/, output)
   end
 end
 
 class TestSupport::DevServer
-  def wait_for_type(type, timeout:)
+  def wait_for_type(type, timeout: TestSupport::PATIENCE)
     deadline = Time.now + timeout
     loop do
       job = jobs.find { |stored| stored["type"] == type }

@@ -2,13 +2,16 @@
 
 # Operator commands over the core's relay and dead-letter store, with the app's OJS settings
 # (the same engine as `ojs-relay run | status | dead ...`).
+require_relative "../relay_command"
+
+# As early as this gem gets control in a run of ojs:relay: before :environment loads the
+# application, so a SIGINT/SIGTERM during start-up still ends the command with status 0.
+OJS::RelayCommand.arm if OJS::RelayCommand.invoked?(Rake.application)
+
 namespace :ojs do
   desc "Run the outbox relay in this process until SIGINT/SIGTERM (pair with config.relay = :external)"
   task relay: :environment do
-    # The core waits for SIGINT/SIGTERM itself and flushes; Ruby must not raise Interrupt.
-    %w[INT TERM].each { |signal| trap(signal) {} }
-    OJS.logger.info("ojs: relay running for table #{OJS.adapter.table_name}; SIGINT or SIGTERM stops it")
-    OJS.run_relay_until_signal
+    OJS::RelayCommand.run
   end
 
   desc "Print the outbox status (counts by status, oldest pending age, lag) as JSON"

@@ -1,0 +1,60 @@
+# frozen_string_literal: true
+
+module OJS
+  # `rake ojs:relay` (or `bin/rails ojs:relay`): the relay as the process's only job, stopped by
+  # SIGINT or SIGTERM with exit status 0 whenever the signal arrives, also while the process is
+  # still starting (the Rails environment loading, or loaded but the relay not yet running).
+  #
+  # How: when ojs.rake is loaded for a run of ojs:relay (before the :environment task loads the
+  # application), Ruby traps that only remember the signal are installed, then the core's
+  # handlers (`OJS.arm_stop_signals`, chained to those traps). A signal before the relay runs is
+  # seen by one or the other; once it runs the core waits for the signal itself and flushes.
+  # Before this file is loaded (Ruby and the Rails framework booting) nothing of this gem runs:
+  # a signal then ends the process the way Ruby's default handler does.
+  module RelayCommand
+    TASK = "ojs:relay"
+    SIGNALS = %w[INT TERM].freeze
+
+    class << self
+      # Whether `application` (a Rake application) was asked to run ojs:relay.
+      def invoked?(application)
+        application.top_level_tasks.any? { |task| task.sub(/\[.*\z/m, "") == TASK }
+      end
+
+      def stop_requested?
+        @stop_requested == true
+      end
+
+      # Installs the traps and arms the core's handlers, once; says so on stdout (the first
+      # line of the command: from then on a signal stops it gracefully).
+      def arm
+        return if @armed
+
+        @armed = true
+        @stop_requested = false
+        SIGNALS.each { |signal| trap(signal) { @stop_requested = true } }
+        OJS.arm_stop_signals
+        say("ojs:relay: starting; SIGINT or SIGTERM stops it")
+      end
+
+      # The task's body, once the environment is loaded.
+      def run
+        arm
+        if stop_requested?
+          say("ojs:relay: stopped before the relay started")
+          return
+        end
+        say("ojs:relay: running for table #{OJS.adapter.table_name}")
+        OJS.run_relay_until_signal
+        say("ojs:relay: stopped")
+      end
+
+      private
+
+      def say(line)
+        $stdout.puts(line)
+        $stdout.flush
+      end
+    end
+  end
+end
