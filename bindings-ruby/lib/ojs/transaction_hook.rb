@@ -4,15 +4,31 @@ module OJS
   # Registers the relay's wake-up (`notify_committed(job_ids)`) on the OUTERMOST transaction of
   # an ActiveRecord connection.
   #
-  # - Rails 7.2+ (`ActiveRecord::Transaction#after_commit`): the public API is used; ActiveRecord
-  #   hands a savepoint's callbacks to its parent on release and drops them on rollback.
-  # - Rails 6.1 to 7.1: `connection.add_transaction_record(Wakeup)`. ActiveRecord moves a
+  # - ActiveRecord 7.2+: the transaction's own callbacks (`after_commit` / `after_rollback` of
+  #   `connection.current_transaction`, which `ActiveRecord::Transaction#after_commit` wraps).
+  #   On a savepoint's release ActiveRecord hands its callbacks to the parent; when it rolls
+  #   back it runs its `after_rollback` callbacks and drops the rest; `after_commit` runs only
+  #   after the outermost COMMIT. (Not `ActiveRecord.after_all_transactions_commit`, which
+  #   waits for every connection's transaction, nor `user_transaction.after_commit`, which runs
+  #   the block at once inside a non-joinable transaction.)
+  # - ActiveRecord 6.1 to 7.1: `connection.add_transaction_record(Wakeup)`. ActiveRecord moves a
   #   released savepoint's records to the parent transaction, calls `rolledback!` (and forgets
   #   them) when the savepoint rolls back, and calls `committed!` only when the outermost
-  #   transaction commits. The wake-up therefore fires once, after the COMMIT, for exactly the
-  #   rows that committed.
+  #   transaction commits.
+  # Either way the wake-up fires once per level, after the COMMIT, for exactly the rows that
+  # committed; ActiveRecord does the savepoint bookkeeping, this module none.
   module TransactionHook
     module_function
+
+    # How the hook is registered on this ActiveRecord: :transaction_callbacks (7.2+) or
+    # :transaction_record (6.1 to 7.1).
+    def api
+      @api ||= if ActiveRecord::ConnectionAdapters::RealTransaction.method_defined?(:after_commit)
+                 :transaction_callbacks
+               else
+                 :transaction_record
+               end
+    end
 
     # One Wakeup per transaction level (the outermost transaction or one savepoint) collects the
     # ids staged at that level, so a commit wakes the relay with one call, however many jobs.
@@ -22,18 +38,19 @@ module OJS
       wakeup = WAKEUPS[transaction]
       return wakeup.add(job_ids) if wakeup&.open_for?(adapter) # this level already has one
 
-      user_transaction = transaction.respond_to?(:user_transaction) ? transaction.user_transaction : nil
-      if user_transaction.respond_to?(:after_commit)
-        user_transaction.after_commit { Wakeup.fire(adapter, job_ids) }
-        return
-      end
       wakeup = Wakeup.new(adapter, job_ids)
       WAKEUPS[transaction] = wakeup
-      connection.add_transaction_record(wakeup)
+      if api == :transaction_callbacks
+        transaction.after_commit { wakeup.committed! }
+        transaction.after_rollback { wakeup.rolledback! }
+      else
+        connection.add_transaction_record(wakeup)
+      end
     end
 
-    # The object ActiveRecord 6.1's transaction keeps in its records (the protocol of a model
-    # record in a transaction).
+    # The ids staged at one transaction level and their wake-up. On ActiveRecord 6.1 to 7.1 it
+    # is also the record ActiveRecord keeps in the transaction (the protocol of a model record
+    # in a transaction: committed!, rolledback!, ...).
     class Wakeup
       # Wakes the relay, instrumented as `wakeup.ojs` (payload `job_ids`) for logs and tests.
       def self.fire(adapter, job_ids)
@@ -60,7 +77,7 @@ module OJS
 
       def before_committed!; end
 
-      # Called once, when the outermost transaction has committed.
+    # Called once, when the outermost transaction has committed.
       def committed!(should_run_callbacks: true) # rubocop:disable Lint/UnusedMethodArgument
         return if @finished
 
