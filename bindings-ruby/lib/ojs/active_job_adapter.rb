@@ -21,15 +21,40 @@ module OJS
     def options(job)
       { queue: job.queue_name, priority: job.priority }.compact
     end
+
+    # The options of a job scheduled for `timestamp` (seconds since the epoch, as ActiveJob
+    # passes it to enqueue_at).
+    def scheduled_options(job, timestamp)
+      options(job).merge(delay_until: Time.at(timestamp).utc.iso8601(6))
+    end
+
+    # One job as OJS.enqueue_bulk takes it.
+    def bulk_job(job)
+      options = job.scheduled_at ? scheduled_options(job, job.scheduled_at.to_f) : options(job)
+      { type: job_type(job.class), args: [job.serialize], options: options }
+    end
+
+    # ActiveJob 7.2+ has an abstract adapter class (Rails 8.1 calls its `stopping?`); older
+    # ones have none.
+    def adapter_superclass
+      if ActiveJob::QueueAdapters.const_defined?(:AbstractAdapter)
+        ActiveJob::QueueAdapters::AbstractAdapter
+      else
+        Object
+      end
+    end
   end
 end
 
 module ActiveJob
   module QueueAdapters
     # The adapter ActiveJob finds for `queue_adapter = :ojs`.
-    class OjsAdapter
-      # Rails 7.2+: the job is staged in the transaction by this adapter; ActiveJob must not
-      # defer it to after the commit itself.
+    class OjsAdapter < OJS::ActiveJobAdapter.adapter_superclass
+      # Rails 7.2 asks the adapter whether to defer an enqueue made inside a transaction to
+      # after the commit (when the job's `enqueue_after_transaction_commit` is `:default`, which
+      # `config.load_defaults 7.2` sets). This adapter must not be deferred: the job is an
+      # outbox row written IN the transaction, committed or rolled back with it. Rails 8.0 and
+      # later no longer ask the adapter (docs/rails.md, "ActiveJob").
       def enqueue_after_transaction_commit?
         false
       end
@@ -43,8 +68,19 @@ module ActiveJob
       def enqueue_at(job, timestamp)
         job.provider_job_id = OJS.enqueue_after_commit(
           OJS::ActiveJobAdapter.job_type(job.class), [job.serialize],
-          **OJS::ActiveJobAdapter.options(job), delay_until: Time.at(timestamp).utc.iso8601(6)
+          **OJS::ActiveJobAdapter.scheduled_options(job, timestamp)
         )
+      end
+
+      # `ActiveJob.perform_all_later` (Rails 7.1+): every job in one bulk staging, one INSERT
+      # (OJS.enqueue_bulk), all or none. Returns how many were enqueued.
+      def enqueue_all(jobs)
+        ids = OJS.enqueue_bulk(jobs.map { |job| OJS::ActiveJobAdapter.bulk_job(job) })
+        jobs.zip(ids) do |job, id|
+          job.provider_job_id = id
+          job.successfully_enqueued = true if job.respond_to?(:successfully_enqueued=)
+        end
+        jobs.length
       end
     end
   end
