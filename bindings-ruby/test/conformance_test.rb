@@ -4,8 +4,10 @@
 # format in conformance-tests/README.md; runner-rust/src/lib.rs is the reference). Every case
 # runs on SQLite and on PostgreSQL through the real adapter (OJS.enqueue_after_commit, ...,
 # on ActiveRecord's connection and transactions) against the real ojs-devserver. Prints the
-# matrix (case x database: PASS / FAIL / SKIP with reason) and writes it to
-# target/ruby-conformance-matrix.txt.
+# matrix (case x database: PASS / FAIL / SKIP with reason) and writes it per ActiveRecord
+# version: target/ruby-conformance-matrix-rails-<MAJOR.MINOR>.txt for people, and
+# target/matrix/rails-<MAJOR.MINOR>.tsv (`case<TAB>sqlite|postgresql<TAB>PASS|FAIL|SKIP`) for
+# scripts/matrix.sh.
 
 require_relative "test_helper"
 
@@ -377,7 +379,14 @@ TestSupport.before_summary do
   lines = rows.map { |id, database, result| format("%-#{width}s  ruby  %-8s  %s", id, database, result) }
   counts = rows.group_by { |_, _, result| result[/\A\w+/] }.transform_values(&:count)
   summary = "ruby conformance: #{counts.map { |k, v| "#{v} #{k}" }.join(', ')} of #{rows.length}"
+  summary += " (ruby #{RUBY_VERSION}, ActiveRecord #{ActiveRecord::VERSION::STRING})"
   text = (lines + [summary]).join("\n")
-  File.write(File.join(TestSupport::ROOT, "target", "ruby-conformance-matrix.txt"), "#{text}\n")
+  target = File.join(TestSupport::ROOT, "target")
+  File.write(File.join(target, "ruby-conformance-matrix-rails-#{TestSupport::RAILS}.txt"), "#{text}\n")
+  FileUtils.mkdir_p(File.join(target, "matrix"))
+  tsv = rows.map do |id, database, result|
+    "#{id}\t#{database == :postgres ? 'postgresql' : database}\t#{result[/\A\w+/]}\n"
+  end
+  File.write(File.join(target, "matrix", "rails-#{TestSupport::RAILS}.tsv"), tsv.join)
   puts "\n\n#{text}"
 end

@@ -72,20 +72,53 @@ class MiddlewareTest < Minitest::Test
     refute job["meta"]&.key?("ojs.context.request_id")
   end
 
-  def test_context_is_per_thread_and_per_fiber
+  # Two requests on two threads, both in flight at once (each waits for the other to arrive);
+  # each reports its own context, and the context a new Fiber inside the request sees.
+  def concurrent_requests
     seen = Queue.new
+    arrived = Queue.new
+    go = Queue.new
     app = lambda do |env|
-      sleep 0.05 # both requests are in flight at once
+      arrived << true
+      go.pop # both requests are in flight
       seen << [env["HTTP_X_REQUEST_ID"], OJS.context[:request_id]]
-      Fiber.new { seen << [:fiber, OJS.context] }.resume
+      Fiber.new { seen << [:fiber, OJS.context&.fetch(:request_id)] }.resume
       [200, {}, [""]]
     end
     threads = %w[req-a req-b].map do |id|
       Thread.new { request(OJS::Middleware.new(app), "X-Request-ID" => id) }
     end
+    2.times { arrived.pop }
+    2.times { go << true }
     threads.each(&:join)
-    results = Array.new(4) { seen.pop }
-    requests, fibers = results.partition { |first, _| first != :fiber }
+    Array.new(4) { seen.pop }.partition { |first, _| first != :fiber }
+  end
+
+  # Threads never share a context. Fibers follow the isolation of the Rails version: per fiber
+  # without ActiveSupport::IsolatedExecutionState (Rails 6.1, Ruby's fiber-local
+  # Thread.current[]), and as IsolatedExecutionState.isolation_level says on Rails 7+ (default
+  # :thread: a Fiber inside the request is part of the request and sees its context).
+  def test_context_is_per_thread_and_follows_the_fiber_isolation_level
+    requests, fibers = concurrent_requests
+    assert_equal [%w[req-a req-a], %w[req-b req-b]], requests.sort
+    if defined?(ActiveSupport::IsolatedExecutionState) && ActiveSupport::IsolatedExecutionState.isolation_level == :thread
+      assert_equal [[:fiber, "req-a"], [:fiber, "req-b"]], fibers.sort
+    else
+      assert_equal [[:fiber, nil], [:fiber, nil]], fibers
+    end
+  end
+
+  def test_context_is_per_fiber_under_fiber_isolation
+    skip "ActiveSupport::IsolatedExecutionState is Rails 7+; 6.1 is always per fiber (the test above)" unless
+      defined?(ActiveSupport::IsolatedExecutionState)
+
+    previous = ActiveSupport::IsolatedExecutionState.isolation_level
+    ActiveSupport::IsolatedExecutionState.isolation_level = :fiber # what Falcon-style servers set
+    begin
+      requests, fibers = concurrent_requests
+    ensure
+      ActiveSupport::IsolatedExecutionState.isolation_level = previous
+    end
     assert_equal [%w[req-a req-a], %w[req-b req-b]], requests.sort
     assert_equal [[:fiber, nil], [:fiber, nil]], fibers
   end

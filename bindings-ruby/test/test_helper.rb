@@ -25,8 +25,14 @@ end
 
 module TestSupport
   ROOT = File.expand_path("../..", __dir__)
-  TMP = File.join(ROOT, "target", "ruby-test")
+  # MAJOR.MINOR of the ActiveRecord under test: 6.1 on the host, 7.2 in the Debian 13 root
+  # (test-rails72.sh). Files and the PostgreSQL database are per version, so the two suites
+  # never share state.
+  RAILS = "#{ActiveRecord::VERSION::MAJOR}.#{ActiveRecord::VERSION::MINOR}"
+  TMP = File.join(ROOT, "target", "ruby-test", "rails-#{RAILS}")
   FileUtils.mkdir_p(TMP)
+  # How long a test waits for something that must happen (generous: the machine may be busy).
+  PATIENCE = 30
 
   # The dev backend, started once per test process on a free port, seen only over HTTP.
   class DevServer
@@ -80,7 +86,7 @@ module TestSupport
     end
 
     # Waits until every id is stored; returns the stored jobs.
-    def wait_for(ids, timeout: 10)
+    def wait_for(ids, timeout: PATIENCE)
       deadline = Time.now + timeout
       loop do
         stored = jobs.to_h { |job| [job["id"], job] }
@@ -97,18 +103,33 @@ module TestSupport
       @devserver ||= DevServer.new
     end
 
-    # The PostgreSQL database of the Ruby tests (created on the given server if missing), so
-    # other languages' tests on the same server are not disturbed.
+    # Waits until the block returns a truthy value (returned), polling; fails after `timeout`.
+    def wait_until(what, timeout: PATIENCE, every: 0.02)
+      deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + timeout
+      loop do
+        value = yield
+        return value if value
+        if Process.clock_gettime(Process::CLOCK_MONOTONIC) > deadline
+          raise Minitest::Assertion, "#{what}: not within #{timeout}s"
+        end
+
+        sleep every
+      end
+    end
+
+    # The PostgreSQL database of the Ruby tests of this ActiveRecord version (created on the
+    # given server if missing), so other languages' tests on the same server are not disturbed.
     def postgres_url
       @postgres_url ||= begin
         base = URI(ENV.fetch("OJS_TEST_DATABASE_URL"))
+        name = "ojs_rb_#{RAILS.delete('.')}"
         ActiveRecord::Base.establish_connection(base.to_s)
         exists = ActiveRecord::Base.connection.select_value(
-          "SELECT 1 FROM pg_database WHERE datname = 'ojs_rb'"
+          "SELECT 1 FROM pg_database WHERE datname = '#{name}'"
         )
-        ActiveRecord::Base.connection.execute("CREATE DATABASE ojs_rb") unless exists
+        ActiveRecord::Base.connection.execute("CREATE DATABASE #{name}") unless exists
         ActiveRecord::Base.remove_connection
-        base.path = "/ojs_rb"
+        base.path = "/#{name}"
         base.to_s
       end
     end
@@ -179,6 +200,8 @@ end
 Minitest.extensions << "ojs_before_summary"
 
 ActiveRecord::Base.logger = nil
+puts "ruby #{RUBY_VERSION}, ActiveRecord #{ActiveRecord::VERSION::STRING}, " \
+     "IsolatedExecutionState: #{defined?(ActiveSupport::IsolatedExecutionState) ? ActiveSupport::IsolatedExecutionState.isolation_level : 'none'}"
 OJS.logger = Logger.new($stderr, level: Logger::WARN)
 
 Minitest.after_run do
