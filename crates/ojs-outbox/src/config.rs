@@ -276,13 +276,134 @@ pub fn validate_table_name(name: &str) -> std::result::Result<(), String> {
                 && bytes.all(|b| b.is_ascii_alphanumeric() || b == b'_')
                 && p.len() <= 63
         });
-    if ok {
-        Ok(())
-    } else {
-        Err(format!(
+    if !ok {
+        return Err(format!(
             "{name:?} is not a valid table name (letters, digits and '_', optionally schema-qualified)"
-        ))
+        ));
     }
+    // Table names go into SQL unquoted, so a reserved word would fail inside a statement.
+    match parts.iter().find(|p| is_reserved_word(p)) {
+        Some(word) => Err(format!(
+            "{name:?} is not a valid table name: {word:?} is a reserved SQL word"
+        )),
+        None => Ok(()),
+    }
+}
+
+/// PostgreSQL's reserved key words, and SQLite's that it never accepts as a bare name.
+fn is_reserved_word(word: &str) -> bool {
+    const RESERVED: &[&str] = &[
+        "add",
+        "all",
+        "alter",
+        "analyse",
+        "analyze",
+        "and",
+        "any",
+        "array",
+        "as",
+        "asc",
+        "asymmetric",
+        "autoincrement",
+        "between",
+        "both",
+        "by",
+        "case",
+        "cast",
+        "check",
+        "collate",
+        "column",
+        "commit",
+        "constraint",
+        "create",
+        "cross",
+        "current_catalog",
+        "current_date",
+        "current_role",
+        "current_time",
+        "current_timestamp",
+        "current_user",
+        "default",
+        "deferrable",
+        "delete",
+        "desc",
+        "distinct",
+        "do",
+        "drop",
+        "else",
+        "end",
+        "escape",
+        "except",
+        "exists",
+        "false",
+        "fetch",
+        "for",
+        "foreign",
+        "from",
+        "full",
+        "glob",
+        "grant",
+        "group",
+        "having",
+        "if",
+        "in",
+        "index",
+        "initially",
+        "inner",
+        "insert",
+        "intersect",
+        "into",
+        "is",
+        "isnull",
+        "join",
+        "lateral",
+        "leading",
+        "left",
+        "like",
+        "limit",
+        "localtime",
+        "localtimestamp",
+        "natural",
+        "not",
+        "notnull",
+        "null",
+        "offset",
+        "on",
+        "only",
+        "or",
+        "order",
+        "outer",
+        "placing",
+        "primary",
+        "references",
+        "regexp",
+        "returning",
+        "right",
+        "select",
+        "session_user",
+        "set",
+        "some",
+        "symmetric",
+        "system_user",
+        "table",
+        "then",
+        "to",
+        "trailing",
+        "transaction",
+        "true",
+        "union",
+        "unique",
+        "update",
+        "user",
+        "using",
+        "values",
+        "variadic",
+        "when",
+        "where",
+        "window",
+        "with",
+    ];
+    RESERVED.contains(&word.to_ascii_lowercase().as_str())
 }
 
 fn invalid(field: &str, why: &str) -> Error {

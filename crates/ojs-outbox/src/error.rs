@@ -120,13 +120,22 @@ impl Error {
             sqlx::Error::Database(db) => database_error_code(db.code().as_deref(), db.message()),
             _ => ErrorCode::Database,
         };
+        // The server's own words and SQLSTATE, without sqlx's wrapping or PostgreSQL's
+        // position in its own source code ("at line 1188"), which name nothing of the user's.
+        let text = match &err {
+            sqlx::Error::Database(db) => match db.code() {
+                Some(state) => format!("{} (SQLSTATE {state})", db.message()),
+                None => db.message().to_owned(),
+            },
+            _ => err.to_string(),
+        };
         if code == ErrorCode::OutboxTableMissing {
             return Error::new(
                 code,
-                format!("the outbox table does not exist (run `ojs-relay migrate`): {err}"),
+                format!("the outbox table does not exist (run `ojs-relay migrate`): {text}"),
             );
         }
-        Error::new(code, err.to_string())
+        Error::new(code, text)
     }
 }
 

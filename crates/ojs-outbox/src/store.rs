@@ -142,6 +142,19 @@ const ERROR_TEXT_LIMIT: usize = 2000;
 /// How many dead rows a listing shows when the caller gives no limit.
 pub const DEAD_LIST_LIMIT: usize = 100;
 
+/// A dead-row listing's limit as given by a caller (`None`: [`DEAD_LIST_LIMIT`]): at least 1.
+pub fn dead_list_limit(limit: Option<i64>, field: &str) -> Result<usize> {
+    match limit {
+        None => Ok(DEAD_LIST_LIMIT),
+        Some(n) if n >= 1 => Ok(n as usize),
+        Some(n) => Err(Error::field(
+            ErrorCode::InvalidConfig,
+            field,
+            format!("must be at least 1, got {n}"),
+        )),
+    }
+}
+
 impl Store {
     /// Connects to `sqlite://path` (created if missing, switched to WAL) or `postgres://...`.
     pub async fn connect(database_url: &str, table: &str) -> Result<Store> {

@@ -60,8 +60,8 @@ pub struct RunArgs {
     pub ojs_url: Option<String>,
 
     /// Rows claimed and sent per round (1..=1000).
-    #[arg(long, value_name = "N")]
-    pub batch_size: Option<u64>,
+    #[arg(long, value_name = "N", allow_negative_numbers = true)]
+    pub batch_size: Option<i64>,
 
     /// How often to look for due rows, as an ISO-8601 duration (e.g. PT1S, PT0.2S).
     #[arg(long, value_name = "ISO8601")]
@@ -75,9 +75,9 @@ pub enum DeadCommand {
         /// Only this tenant's rows (meta.tenant_id); every tenant when absent.
         #[arg(long, value_name = "T")]
         tenant: Option<String>,
-        /// At most this many rows (default: the core's, 100).
-        #[arg(long, value_name = "N")]
-        limit: Option<usize>,
+        /// At most this many rows, at least 1 (default: the core's, 100).
+        #[arg(long, value_name = "N", allow_negative_numbers = true)]
+        limit: Option<i64>,
         /// Print a JSON array instead of a table.
         #[arg(long)]
         json: bool,

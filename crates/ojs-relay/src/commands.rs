@@ -140,18 +140,19 @@ fn human_ms(ms: i64) -> String {
 }
 
 pub async fn dead(settings: &Settings, command: &DeadCommand) -> Result<i32> {
+    // Flags are checked before the database is touched.
+    let list_limit = match command {
+        DeadCommand::List { limit, .. } => ojs_outbox::store::dead_list_limit(*limit, "--limit")?,
+        _ => 0,
+    };
     let store = match command {
         DeadCommand::List { .. } => connect_read_only(settings).await?,
         _ => connect(settings).await?,
     };
     let missing = explain_missing_table(settings);
     let code = match command {
-        DeadCommand::List {
-            tenant,
-            limit,
-            json,
-        } => {
-            let limit = limit.unwrap_or(ojs_outbox::store::DEAD_LIST_LIMIT);
+        DeadCommand::List { tenant, json, .. } => {
+            let limit = list_limit;
             let rows = store
                 .dead_list(tenant.as_deref(), limit)
                 .await

@@ -247,17 +247,35 @@ async fn configuration_errors_exit_2_and_name_the_setting() {
         "{line}"
     );
     // Flags are checked by the library's rules, and the message names the flag.
-    let cases: [(&[&str], &str); 4] = [
+    let cases: [(&[&str], &str); 8] = [
         (&["run", "--batch-size", "0"], "--batch-size"),
+        (&["run", "--batch-size", "-5"], "--batch-size"),
         (&["run", "--poll-interval", "5s"], "--poll-interval"),
         (&["run", "--ojs-url", "ftp://backend"], "--ojs-url"),
         (&["--table", "outbox; drop table x", "status"], "--table"),
+        (&["--table", "select", "status"], "reserved SQL word"),
+        (&["dead", "list", "--limit", "-1"], "--limit"),
+        (&["dead", "list", "--limit", "0"], "--limit"),
     ];
     for (args, flag) in cases {
         let mut full = vec!["--database-url", db.as_str()];
         full.extend_from_slice(args);
         let line = assert_error(&cli(&full).await, "INVALID_CONFIG", 2);
         assert!(line.contains(flag), "{args:?}: {line}");
+        assert!(!line.contains(" at line "), "an internal position: {line}");
+    }
+    // A database's own error, without the server's source position.
+    if let Ok(url) = std::env::var("OJS_TEST_DATABASE_URL") {
+        let missing = format!("{}_no_such_db", url.trim_end_matches('/'));
+        let line = assert_error(
+            &cli(&["--database-url", &missing, "status"]).await,
+            "DATABASE",
+            1,
+        );
+        assert!(
+            line.contains("does not exist") && !line.contains(" at line "),
+            "{line}"
+        );
     }
     // A config file with a typo, or unreadable.
     let config = dir.file("bad.json");
