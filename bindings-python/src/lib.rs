@@ -9,11 +9,21 @@ mod error;
 
 use pyo3::prelude::*;
 
+/// From now on SIGINT and SIGTERM stop `Adapter.run_relay_until_signal` gracefully (also when
+/// they arrive before it runs) instead of killing the process; `manage.py ojs_relay` calls it
+/// first thing. Process-wide and idempotent; a handler installed before (Python's SIGINT
+/// handler) still runs.
+#[pyfunction]
+fn arm_stop_signals() -> PyResult<()> {
+    ojs_outbox::bridge::arm_stop_signals().map_err(error::to_py)
+}
+
 #[pymodule]
 fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_class::<adapter::Adapter>()?;
     module.add("NativeError", module.py().get_type::<error::NativeError>())?;
     module.add("ERROR_CODES", error::all_codes())?;
     module.add_function(wrap_pyfunction!(error::database_error_code, module)?)?;
+    module.add_function(wrap_pyfunction!(arm_stop_signals, module)?)?;
     Ok(())
 }

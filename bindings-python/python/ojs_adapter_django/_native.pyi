@@ -9,6 +9,11 @@ ERROR_CODES: list[tuple[str, bool]]
 def database_error_code(sqlstate: Optional[str], message: str) -> str:
     """The core's code for a failure of the host cursor (OUTBOX_TABLE_MISSING or DATABASE)."""
 
+def arm_stop_signals() -> None:
+    """SIGINT/SIGTERM stop ``Adapter.run_relay_until_signal`` gracefully from now on, also when
+    they arrive before it runs. Process-wide, idempotent. Raises NativeError (RELAY_SHUT_DOWN)
+    when the handlers cannot be installed."""
+
 class NativeError(Exception):
     """A core error; ``args`` is ``(code, field, message, retryable)``."""
 
