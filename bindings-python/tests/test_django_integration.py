@@ -20,7 +20,7 @@ from django.db import connections, transaction
 from django.test import AsyncClient, Client
 
 from ojs_adapter_django import OJS, ojs
-from support import drop_table, outbox_count, outbox_rows, wait_until
+from support import WAIT, drop_table, outbox_count, outbox_rows, wait_until
 
 TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 HEADERS = {
@@ -34,9 +34,11 @@ DB = pytest.mark.django_db(transaction=True, databases=["default", "pg"])
 
 
 def own_ojs(backend, alias, table, **config):
-    """An adapter of its own (table, fast timings) for one test; the table is created fresh."""
+    """An adapter of its own for one test; the table is created fresh. Its poller leaves every
+    row younger than an hour alone (``skip_recent``), so whatever the backend receives during
+    the test was sent by the hot path: the after-commit wake-up of the process that staged it."""
     adapter = OJS({"ojs_url": backend.url, "outbox": {"table_name": table, "poll_interval": "PT30S"},
-                   **config})
+                   "relay": {"skip_recent": "PT1H", **config.pop("relay", {})}, **config})
     drop_table(alias, table)
     adapter.create_outbox_table(alias)
     return adapter
@@ -104,13 +106,11 @@ def test_autocommit_writes_and_wakes_the_relay_at_once(alias, backend):
     adapter = own_ojs(backend, alias, "py_autocommit")
     try:
         assert connections[alias].get_autocommit()
-        started = time.monotonic()
         job_id = adapter.enqueue_after_commit("email.welcome", [1], using=alias)
         # Committed by the INSERT itself: another connection (the core's) sees it at once.
         assert adapter.rows([job_id], using=alias)[job_id]["status"] in ("pending", "sent")
-        backend.wait_for([job_id], timeout=3)
-        # The poll interval is 30 s: only the immediate wake-up explains this delivery.
-        assert time.monotonic() - started < 3
+        # The poller leaves the row alone (own_ojs): only the immediate wake-up delivers it.
+        backend.wait_for([job_id])
     finally:
         adapter.reset()
 
@@ -125,7 +125,7 @@ def test_using_writes_in_that_database_and_its_relay_reads_it(backend):
             job_id = adapter.enqueue_after_commit("email.welcome", [1], using="pg")
             assert outbox_rows("pg", "py_using") == {job_id: "pending"}
             assert outbox_count("default", "py_using") == 0
-        backend.wait_for([job_id], timeout=3)
+        backend.wait_for([job_id])
         wait_until(lambda: adapter.rows([job_id], using="pg")[job_id]["status"] == "sent")
         assert outbox_count("default", "py_using") == 0
     finally:
@@ -141,12 +141,12 @@ def test_other_alias_transaction_does_not_carry_the_job(backend):
             with transaction.atomic(using="pg"):
                 kept = adapter.enqueue_after_commit("email.kept", [1], using="pg")
             transaction.set_rollback(True, using="default")
-        backend.wait_for([kept], timeout=3)
+        backend.wait_for([kept])
         with transaction.atomic(using="pg"):
             dropped = adapter.enqueue_after_commit("email.dropped", [2], using="pg")
             transaction.set_rollback(True, using="pg")
         sentinel = adapter.enqueue_after_commit("email.sentinel", [3], using="pg")
-        backend.wait_for([sentinel], timeout=3)
+        backend.wait_for([sentinel])
         assert backend.job(dropped) is None
         assert dropped not in outbox_rows("pg", "py_using2")
     finally:
@@ -167,9 +167,11 @@ def test_savepoints_follow_django_nested_atomic(alias, backend):
                 pass
             with transaction.atomic(using=alias):
                 released = adapter.enqueue_after_commit("job.released", [3], using=alias)
-            time.sleep(0.3)
+            # A released savepoint commits nothing: the relay's own connection cannot see the
+            # rows, so nothing can be sent before the outermost commit.
+            assert adapter.rows([outer, released], using=alias) == {}
             assert backend.jobs() == [], "a released savepoint relays nothing"
-        jobs = backend.wait_for([outer, released], timeout=3)
+        jobs = backend.wait_for([outer, released])
         assert [job["type"] for job in jobs] == ["job.outer", "job.released"]
         assert backend.job(inner) is None
         assert inner not in outbox_rows(alias, "py_savepoints")
@@ -203,7 +205,7 @@ def test_jobs_of_one_level_share_one_commit_callback_and_keep_the_savepoint_rule
             transaction.on_commit(lambda: app_callbacks.append("app"), using=alias)
             last = adapter.enqueue_after_commit("job.last", [1], using=alias)
             assert len(connection.run_on_commit) == 3
-        jobs = backend.wait_for(first + [after, last], timeout=3)
+        jobs = backend.wait_for(first + [after, last])
         assert [job["type"] for job in jobs] == ["job.first"] * 3 + ["job.after", "job.last"]
         assert app_callbacks == ["app"]
         assert all(backend.job(job_id) is None for job_id in dropped)
@@ -212,31 +214,118 @@ def test_jobs_of_one_level_share_one_commit_callback_and_keep_the_savepoint_rule
         adapter.reset()
 
 
+MANAGE = str(Path(__file__).with_name("manage.py"))
+#: SIGTERM's bit in the SigCgt mask of /proc/<pid>/status: set once the process handles it.
+SIGTERM_CAUGHT = 1 << (signal.SIGTERM - 1)
+READY = "ojs_relay: relaying"
+
+
+def ojs_relay(backend, table="py_outbox", **popen):
+    """A real ``manage.py ojs_relay`` process relaying ``table`` of the SQLite database."""
+    env = {**os.environ, "OJS_TEST_OJS_URL": backend.url, "OJS_TEST_OUTBOX_TABLE": table}
+    return subprocess.Popen([sys.executable, MANAGE, "ojs_relay"], env=env,
+                            stdin=subprocess.DEVNULL, **popen)
+
+
+def handles_sigterm(pid):
+    with open(f"/proc/{pid}/status") as status:
+        caught = next(line for line in status if line.startswith("SigCgt:")).split()[1]
+    return bool(int(caught, 16) & SIGTERM_CAUGHT)
+
+
+def read_until(fd, done, process):
+    """Reads ``fd`` until ``done(text)`` or EOF; kills ``process`` if that takes over WAIT."""
+    import select
+
+    data = b""
+    deadline = time.monotonic() + WAIT
+    while not done(data.decode(errors="replace")):
+        left = deadline - time.monotonic()
+        if left <= 0 or not select.select([fd], [], [], left)[0]:
+            process.kill()
+            raise AssertionError(f"ojs_relay: no more output within {WAIT}s: {data[-2000:]!r}")
+        chunk = os.read(fd, 65536)
+        if not chunk:
+            break
+        data += chunk
+    return data.decode(errors="replace")
+
+
 @DB
-def test_external_mode_starts_no_relay_and_ojs_relay_command_delivers(backend, tmp_path):
-    adapter = OJS({"ojs_url": backend.url, "outbox": {"table_name": "py_outbox"},
-                   "relay": {"mode": "external"}})
+def test_external_mode_starts_no_relay_and_ojs_relay_command_delivers(backend):
+    adapter = own_ojs(backend, "default", "py_external", relay={"mode": "external"})
     try:
         ids = [adapter.enqueue_after_commit("email.welcome", [i]) for i in range(3)]
-        time.sleep(0.5)
         assert adapter.metrics() is None, "no relay runs in this process"
-        assert all(backend.job(job_id) is None for job_id in ids)
+        # No relay runs anywhere yet, and only the command's will read this table.
         assert {adapter.rows(ids)[job_id]["status"] for job_id in ids} == {"pending"}
-        relay = subprocess.Popen(
-            [sys.executable, str(Path(__file__).with_name("manage.py")), "ojs_relay"],
-            env={**os.environ, "OJS_TEST_OJS_URL": backend.url},
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-        )
+        assert all(backend.job(job_id) is None for job_id in ids)
+        relay = ojs_relay(backend, "py_external", stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True)
         try:
-            backend.wait_for(ids, timeout=10)
+            backend.wait_for(ids)
         finally:
             relay.send_signal(signal.SIGTERM)
-            output, _ = relay.communicate(timeout=15)
+            output, _ = relay.communicate(timeout=WAIT)
         assert relay.returncode == 0, output
-        assert "ojs_relay: relaying py_outbox" in output
-        wait_until(lambda: {r["status"] for r in adapter.rows(ids).values()} == {"sent"})
+        assert "ojs_relay: relaying py_external" in output
+        assert "ojs_relay: stopped" in output
+        # A graceful stop: the relay's settlements are committed before it exits.
+        assert {r["status"] for r in adapter.rows(ids).values()} == {"sent"}
     finally:
         adapter.reset()
+
+
+@DB
+def test_ojs_relay_exits_0_on_sigterm_during_start_up(backend, tmp_path):
+    """SIGTERM once the command has armed its handlers but before its ready line is out: its
+    stdout is a pipe we filled, so the ready line cannot be written until we read, which we do
+    only after the signal. (Earlier, during Python's and Django's own start-up before the
+    command's code runs, SIGTERM keeps its default effect: that window is not the adapter's.)"""
+    read, write = os.pipe()
+    os.set_blocking(write, False)
+    filler = 0
+    for size in (65536, 1):  # then byte by byte: no room is left for the ready line
+        try:
+            while True:
+                filler += os.write(write, b"." * size)
+        except BlockingIOError:
+            pass
+    os.set_blocking(write, True)
+    with open(tmp_path / "stderr", "w+") as stderr:
+        relay = ojs_relay(backend, stdout=write, stderr=stderr)
+        os.close(write)
+        try:
+            wait_until(lambda: relay.poll() is not None or handles_sigterm(relay.pid),
+                       what="ojs_relay to arm its signal handlers")
+            relay.send_signal(signal.SIGTERM)
+            output = read_until(read, lambda text: False, relay)
+        finally:
+            os.close(read)
+            relay.wait(timeout=WAIT)
+        stderr.seek(0)
+        errors = stderr.read()
+    assert relay.returncode == 0, (output[filler:], errors)
+    assert output[:filler] == "." * filler
+    assert output[filler:].startswith(READY), output[filler:]
+    assert "ojs_relay: stopped" in output[filler:]
+
+
+@DB
+def test_ojs_relay_exits_0_on_sigterm_right_after_the_ready_line(backend):
+    relay = ojs_relay(backend, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        output = read_until(relay.stdout.fileno(), lambda text: "\n" in text, relay)
+        assert output.startswith(READY), output
+        relay.send_signal(signal.SIGTERM)
+        rest, _ = relay.communicate(timeout=WAIT)
+    finally:
+        if relay.poll() is None:
+            relay.kill()
+            relay.wait()
+    output += rest.decode(errors="replace")
+    assert relay.returncode == 0, output
+    assert "ojs_relay: stopped" in output
 
 
 @DB
@@ -262,7 +351,7 @@ def test_ojs_outbox_command_lists_replays_and_purges_dead_rows_by_tenant(backend
     out = io.StringIO()
     call_command("ojs_outbox", "dead", "replay", "--tenant", "t1", stdout=out)
     assert "replayed 1 dead rows" in out.getvalue()
-    backend.wait_for([ids["t1"]], timeout=5)
+    backend.wait_for([ids["t1"]])
 
     from django.core.management.base import CommandError
 
@@ -283,7 +372,7 @@ def test_relay_survives_fork_and_the_child_delivers(backend):
     interval is 30 s, so each delivery within seconds is the work of that process's hot path."""
     adapter = own_ojs(backend, "default", "py_fork")
     first = adapter.enqueue_after_commit("fork.parent_before", [1])
-    backend.wait_for([first], timeout=3)
+    backend.wait_for([first])
     assert adapter.metrics() is not None, "the parent's relay runs"
 
     read, write = os.pipe()
@@ -295,7 +384,7 @@ def test_relay_survives_fork_and_the_child_delivers(backend):
             # The parent's SQLite handle must not be used (nor closed) here: drop it.
             connections["default"].connection = None
             child_job = adapter.enqueue_after_commit("fork.child", [os.getpid()])
-            backend.wait_for([child_job], timeout=5)
+            backend.wait_for([child_job])
             wait_until(lambda: (adapter.metrics() or {}).get("sent", 0) >= 1, what="child sent")
             os.write(write, json.dumps({"job": child_job, "metrics": adapter.metrics()}).encode())
             adapter.stop_relay()
@@ -313,7 +402,10 @@ def test_relay_survives_fork_and_the_child_delivers(backend):
         assert backend.job(report["job"])["type"] == "fork.child"
         assert report["metrics"]["sent"] == 1, "the child's own relay sent its job"
         after = adapter.enqueue_after_commit("fork.parent_after", [2])
-        backend.wait_for([after], timeout=3)
-        assert adapter.metrics()["sent"] == 2, "the parent's relay sent its two jobs"
+        backend.wait_for([after])
+        # The counter moves just after the relay's settlement commits, which is after the
+        # backend answered: wait for it rather than read it at once.
+        wait_until(lambda: adapter.metrics()["sent"] == 2,
+                   what="the parent's relay to count its two jobs as sent")
     finally:
         adapter.reset()

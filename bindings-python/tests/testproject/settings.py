@@ -57,10 +57,12 @@ if _pg_url:
         "TEST": {"NAME": os.environ.get("OJS_PY_PG_TEST_DB", "ojs_py_test")},
     }
 
-# The tests point ojs_url at their devserver (OJS_TEST_OJS_URL) or build OJS(...) themselves.
+# The tests point ojs_url at their devserver (OJS_TEST_OJS_URL) or build OJS(...) themselves;
+# a `manage.py ojs_relay` they start relays the table named by OJS_TEST_OUTBOX_TABLE.
 OJS_CONFIG = {
     "ojs_url": os.environ.get("OJS_TEST_OJS_URL", "http://127.0.0.1:9"),
-    "outbox": {"table_name": "py_outbox", "poll_interval": "PT0.2S"},
+    "outbox": {"table_name": os.environ.get("OJS_TEST_OUTBOX_TABLE", "py_outbox"),
+               "poll_interval": "PT0.2S"},
     "relay": {"request_timeout": "PT0.5S", "lease": "PT2S", "initial_backoff": "PT0.05S",
               "max_backoff": "PT0.5S"},
 }
