@@ -9,16 +9,11 @@ repo=$(dirname "$here")
 # System packages (the extension links the system SQLite; its bindings need libclang).
 "$repo/scripts/install.sh" >&2
 
-# Build tools (maturin) in target/py-venv, each installed only if missing.
+# The build tool (maturin) in target/py-venv, installed only if missing.
 tools="$repo/target/py-venv"
 [ -x "$tools/bin/python" ] || python3 -m venv "$tools"
-wanted=("maturin>=1.16,<2" "django==5.2.*" "psycopg[binary]" "pytest" "pytest-django")
-names=(maturin django psycopg pytest pytest-django)
-to_install=()
-for i in "${!names[@]}"; do
-  "$tools/bin/python" -m pip show -q "${names[$i]}" >/dev/null 2>&1 || to_install+=("${wanted[$i]}")
-done
-[ ${#to_install[@]} -eq 0 ] || "$tools/bin/python" -m pip install -q "${to_install[@]}" >&2
+"$tools/bin/python" -m pip show -q maturin >/dev/null 2>&1 \
+  || "$tools/bin/python" -m pip install -q --disable-pip-version-check "maturin>=1.16,<2" >&2
 
 # The wheel, built in the workspace's target dir. The core links the system libsqlite3 (the one
 # Python's own sqlite3 module uses): two SQLite copies in one process do not see each other's
@@ -27,6 +22,9 @@ done
 # OJS_WHEEL_PROFILE=release builds optimised (bench.sh); the default is a debug build (tests).
 profile=${OJS_WHEEL_PROFILE:-dev}
 wheels="$repo/target/py-wheels-$profile"
+# One build at a time into this folder (test.sh, demo.sh and bench.sh may run side by side).
+exec 9>"$wheels.lock"
+flock 9
 rm -rf "$wheels"
 release=(); [ "$profile" = release ] && release=(--release)
 "$tools/bin/maturin" build -q "${release[@]}" -m "$here/Cargo.toml" --out "$wheels" \

@@ -1,27 +1,131 @@
 #!/usr/bin/env bash
-# Tests ojs-adapter-django as a user gets it: builds the wheel (maturin), installs THAT wheel
-# into a fresh virtualenv under target/, and runs the pytest suite (conformance matrix on
-# SQLite and PostgreSQL, bad input, Django integration) against the installed package and a
-# real ojs-devserver. Idempotent; installs only what is missing.
+# Tests ojs-adapter-django as a user gets it, on every Django version it supports: builds the
+# wheel once (maturin, abi3), installs THAT wheel into one virtualenv per Django version under
+# target/, and runs the pytest suite (conformance matrix on SQLite and PostgreSQL, bad input,
+# Django integration) in each against the installed package and a real ojs-devserver.
+# Each run writes its conformance column to target/matrix/django-<MAJOR.MINOR>.tsv.
+# Idempotent: a venv gets packages only when one is missing or at another version.
 #
-#   OJS_TEST_DATABASE_URL=postgres://postgres@127.0.0.1:55432/postgres bindings-python/test.sh
+#   OJS_TEST_DATABASE_URL=postgres://postgres@127.0.0.1:55432/postgres bindings-python/test.sh [pytest args]
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(dirname "$here")
 : "${OJS_TEST_DATABASE_URL:?OJS_TEST_DATABASE_URL must name a PostgreSQL server (scripts/test.sh starts one), e.g. postgres://postgres@127.0.0.1:55432/postgres}"
 
-cargo build -q -p ojs-devserver
-export OJS_DEVSERVER_BIN="$repo/target/debug/ojs-devserver"
-wheel=$("$here/build-wheel.sh")
+# What is tested, in one place: "<Django version> <Python version>" per run. The first is the
+# declared floor of pyproject.toml (Django >= 5.2 LTS on Python >= 3.10, the oldest Python the
+# abi3 wheel supports); the second the newest Django release on the newest Python here.
+RUNS=(
+  "5.2.19 3.10"
+  "6.1.3 3.13"
+)
+# The other test dependencies, the same in every venv.
+TEST_DEPS=("psycopg==3.3.9" "psycopg-binary==3.3.9" "pytest==9.2.0" "pytest-django==4.14.0")
 
-# A fresh environment holding the wheel and the test dependencies, nothing from the source tree.
-venv="$repo/target/py-test-venv"
-rm -rf "$venv"
-python3 -m venv "$venv"
-"$venv/bin/python" -m pip install -q "$wheel" "django==5.2.*" "psycopg[binary]" pytest pytest-django
+say() { echo "py-test: $*"; }
+logs="$repo/target/py-test-logs"
+mkdir -p "$logs"
+# One run at a time: the venvs, the wheel and target/matrix are shared.
+exec 8>"$repo/target/py-test.lock"
+flock -n 8 || { say "waiting for another bindings-python/test.sh to finish"; flock 8; }
+
+# The interpreter of a Python version: pyenv's (highest patch release), else pythonX.Y on PATH.
+find_python() {
+  local version=$1 candidate
+  candidate=$(ls -d "${PYENV_ROOT:-$HOME/.pyenv}/versions/$version".*/bin/python"$version" 2>/dev/null \
+              | sort -V | tail -n 1 || true)
+  [ -n "$candidate" ] || candidate=$(command -v "python$version" || true)
+  [ -n "$candidate" ] && "$candidate" -c 'import venv' 2>/dev/null || return 1
+  echo "$candidate"
+}
+
+# The requirements of $1 (a venv's python) that are missing or at another version.
+missing() {
+  local python=$1; shift
+  "$python" - "$@" <<'PY'
+import sys
+from importlib.metadata import PackageNotFoundError, version
+for spec in sys.argv[1:]:
+    name, _, wanted = spec.partition("==")
+    try:
+        if version(name) == wanted:
+            continue
+    except PackageNotFoundError:
+        pass
+    print(spec)
+PY
+}
+
+# Runs a step quietly: its whole output goes to $log, shown only when it fails.
+quietly() {
+  if ! "$@" >>"$log" 2>&1; then
+    echo "py-test: FAILED: $*" >&2
+    cat "$log" >&2
+    return 1
+  fi
+}
+
+say "building ojs-devserver and the wheel (once, for every run)"
+log="$logs/build.log"; : >"$log"
+quietly cargo build -q -p ojs-devserver
+export OJS_DEVSERVER_BIN="$repo/target/debug/ojs-devserver"
+quietly "$here/build-wheel.sh"
+wheel=$(tail -n 1 "$log")
+[ -f "$wheel" ] || { echo "py-test: build-wheel.sh printed no wheel" >&2; cat "$log" >&2; exit 1; }
+wheel_sum=$(sha256sum "$wheel" | cut -d' ' -f1)
+
+# Sets up the venv of one run (idempotent) and prints nothing but progress lines.
+prepare_venv() {
+  local django=$1 python_version=$2 venv=$3 python wanted have
+  python=$(find_python "$python_version") \
+    || { echo "py-test: Python $python_version not found (pyenv install $python_version)" >&2; return 1; }
+  have=$("$venv/bin/python" -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null || true)
+  if [ "$have" != "$python_version" ]; then
+    say "  creating $venv (Python $python_version)"
+    rm -rf "$venv"
+    quietly "$python" -m venv "$venv"
+  fi
+  mapfile -t wanted < <(missing "$venv/bin/python" "django==$django" "${TEST_DEPS[@]}")
+  if [ ${#wanted[@]} -gt 0 ]; then
+    say "  installing ${wanted[*]}"
+    quietly "$venv/bin/python" -m pip install --disable-pip-version-check "${wanted[@]}"
+  fi
+  # The wheel's own version does not change between builds: its checksum says whether this
+  # venv holds the one just built.
+  if [ "$(cat "$venv/.ojs-wheel.sha256" 2>/dev/null)" != "$wheel_sum" ]; then
+    say "  installing $(basename "$wheel")"
+    quietly "$venv/bin/python" -m pip install --disable-pip-version-check --force-reinstall \
+      --no-deps "$wheel"
+    echo "$wheel_sum" >"$venv/.ojs-wheel.sha256"
+  fi
+}
 
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-cd "$here"
-"$venv/bin/python" -c 'import ojs_adapter_django as m; print("testing the installed wheel:", m.__file__)'
-OJS_PY_TEST_DIR="$work" "$venv/bin/python" -m pytest -q -rs tests "$@"
+failed=()
+for run in "${RUNS[@]}"; do
+  read -r django python_version <<<"$run"
+  minor=${django%.*}
+  venv="$repo/target/py-test-django-$minor"
+  log="$logs/django-$minor.log"; : >"$log"
+  say "Django $django on Python $python_version: venv $venv (pip output in $log)"
+  prepare_venv "$django" "$python_version" "$venv"
+  "$venv/bin/python" -c 'import django, ojs_adapter_django as m, sys; print("py-test:   testing the installed wheel", m.__file__, "with Django", django.get_version(), "on Python", sys.version.split()[0])'
+  # Each run has its own SQLite directory and PostgreSQL test database: nothing of one run is
+  # seen by the next, even if one was interrupted.
+  dir="$work/django-$minor"
+  mkdir -p "$dir"
+  if (cd "$here" && OJS_PY_TEST_DIR="$dir" OJS_PY_PG_TEST_DB="ojs_py_test_django_${minor/./_}" \
+        "$venv/bin/python" -m pytest -q -rs tests "$@"); then
+    say "Django $django: passed"
+  else
+    say "Django $django: FAILED"
+    failed+=("$django")
+  fi
+  rm -rf "$dir"
+done
+if [ ${#failed[@]} -gt 0 ]; then
+  say "failed on Django ${failed[*]}"
+  exit 1
+fi
+say "passed on Django $(for run in "${RUNS[@]}"; do printf '%s ' "${run%% *}"; done)"

@@ -10,6 +10,8 @@ import pytest
 from support import Devserver
 
 DATABASES = {"sqlite": "default", "postgres": "pg"}
+#: The database column names of target/matrix/*.tsv (scripts/matrix.sh).
+MATRIX_DATABASE = {"sqlite": "sqlite", "postgres": "postgresql"}
 
 
 def pytest_configure(config):
@@ -53,16 +55,22 @@ def alias(request):
 
 
 def pytest_terminal_summary(terminalreporter):
-    """The conformance matrix (case x database), also written to target/py-conformance-matrix.txt."""
+    """The conformance matrix (case x database) of this Django version: printed, and written to
+    target/matrix/django-<MAJOR.MINOR>.tsv (``case<TAB>sqlite|postgresql<TAB>PASS|FAIL|SKIP``,
+    joined with the other runners' by scripts/matrix.sh) with a readable copy next to it (.txt)."""
     import sys
+
+    import django
 
     module = sys.modules.get("test_conformance")
     if module is None or not module.RESULTS:
         return
     from support import REPO
 
+    runner = "django-%d.%d" % django.VERSION[:2]
     width = max(len(case["id"]) for case in module.CASES)
-    lines = [f"{'case':{width}}  {'language':8}  database  result"]
+    lines = [f"{'case':{width}}  {'runner':11}  database  result"]
+    tsv = []
     counts = {"PASS": 0, "FAIL": 0, "SKIP": 0}
     for case in module.CASES:
         for database in module.DATABASES:
@@ -70,17 +78,19 @@ def pytest_terminal_summary(terminalreporter):
             if result is None:
                 continue
             counts[result[:4]] += 1
-            lines.append(f"{case['id']:{width}}  python    {database:8}  {result.splitlines()[0][:400]}")
+            lines.append(f"{case['id']:{width}}  {runner:11}  {database:8}  {result.splitlines()[0][:400]}")
+            tsv.append(f"{case['id']}\t{MATRIX_DATABASE[database]}\t{result[:4]}")
     lines.append(
-        f"conformance (python/django): {counts['PASS']} passed, {counts['FAIL']} failed, "
+        f"conformance (python/{runner}): {counts['PASS']} passed, {counts['FAIL']} failed, "
         f"{counts['SKIP']} skipped"
     )
     report = "\n".join(lines)
-    terminalreporter.write_sep("=", "conformance matrix")
+    terminalreporter.write_sep("=", f"conformance matrix ({runner})")
     terminalreporter.write_line(report)
-    target = REPO / "target/py-conformance-matrix.txt"
-    target.parent.mkdir(exist_ok=True)
-    target.write_text(report + "\n")
+    directory = REPO / "target/matrix"
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / f"{runner}.tsv").write_text("\n".join(tsv) + "\n")
+    (directory / f"{runner}.txt").write_text(report + "\n")
 
 
 def pytest_report_header(config):

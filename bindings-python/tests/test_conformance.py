@@ -2,7 +2,7 @@
 Django adapter (transaction.atomic, on_commit, the host cursor), on SQLite and PostgreSQL,
 against ojs-devserver. Mirrors conformance-tests/runner-rust/src/lib.rs; prints the matrix at
 the end of the session (conftest/pytest_terminal_summary) and writes
-target/py-conformance-matrix.txt."""
+target/matrix/django-<MAJOR.MINOR>.tsv (and .txt)."""
 
 from __future__ import annotations
 
