@@ -22,7 +22,12 @@ free_port() { "$py" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0
 
 "$repo/target/debug/ojs-devserver" --port 0 > "$work/devserver.log" 2>&1 &
 pids+=($!)
-for _ in $(seq 100); do grep -q "listening on" "$work/devserver.log" 2>/dev/null && break; sleep 0.05; done
+# Every wait below is for a condition, with a generous deadline (30 s): a busy machine is slow.
+deadline=$((SECONDS + 30))
+until grep -q "listening on" "$work/devserver.log" 2>/dev/null; do
+  [ $SECONDS -lt $deadline ] || { echo "demo: ojs-devserver did not start" >&2; cat "$work/devserver.log" >&2; exit 1; }
+  sleep 0.05
+done
 backend=$(sed -n 's/^ojs-devserver listening on //p' "$work/devserver.log")
 echo "demo: ojs-devserver at $backend"
 
@@ -38,19 +43,20 @@ pids+=($app)
 app_url="http://127.0.0.1:$port"
 "$py" - "$app_url" <<'PY'
 import sys, time, urllib.request
-for _ in range(200):
+deadline = time.monotonic() + 30
+while time.monotonic() < deadline:
     try:
-        urllib.request.urlopen(sys.argv[1] + "/", timeout=1)
+        urllib.request.urlopen(sys.argv[1] + "/", timeout=5)
     except urllib.error.HTTPError:
         sys.exit(0)  # the app answers (404 on /)
     except OSError:
         time.sleep(0.05)
-sys.exit("the example app did not start")
+sys.exit("the example app did not start within 30 s")
 PY
 echo "demo: example app at $app_url"
 
 "$py" - "$app_url" "$backend" <<'PY'
-import json, sys, time, urllib.parse, urllib.request
+import json, subprocess, sys, time, urllib.parse, urllib.request
 app, backend = sys.argv[1], sys.argv[2]
 
 def signup(email, fail=False):
@@ -73,14 +79,28 @@ print(f"demo: signup ada@example.com -> {status}, committed, job {committed['job
 status, rolled_back = signup("bob@example.com", fail=True)
 print(f"demo: signup bob@example.com -> {status}, rolled back after enqueueing job {rolled_back['job_id']}")
 
-deadline = time.time() + 10
-while not any(job["id"] == committed["job_id"] for job in received()):
-    if time.time() > deadline:
-        sys.exit("demo: FAILED, the committed job did not reach the backend")
-    time.sleep(0.01)
+def outbox_status():
+    out = subprocess.run([sys.executable, "manage.py", "ojs_outbox", "status"], check=True,
+                         capture_output=True, text=True).stdout
+    return json.loads(out)
+
+def wait(condition, what):
+    deadline = time.monotonic() + 30
+    while not condition():
+        if time.monotonic() > deadline:
+            sys.exit(f"demo: FAILED, {what} within 30 s")
+        time.sleep(0.01)
+
+wait(lambda: any(job["id"] == committed["job_id"] for job in received()),
+     "the committed job did not reach the backend")
 job = next(job for job in received() if job["id"] == committed["job_id"])
 latency_ms = job["received_at_us"] / 1000 - started * 1000
-time.sleep(1.5)  # more than the poll interval: a leaked job would have arrived by now
+# The outbox settles to exactly one row, sent: the rolled-back signup left no row behind, so no
+# relay can ever send its job.
+settled = {"pending": 0, "failed": 0, "sent": 1, "dead": 0, "in_flight": 0}
+wait(lambda: {key: outbox_status()[key] for key in settled} == settled,
+     f"the outbox did not settle to one sent row (status {outbox_status()})")
+print("demo: the outbox holds one row, sent; the rolled-back signup left none")
 jobs = received()
 print(f"demo: the backend received {len(jobs)} job(s):")
 for job in jobs:
