@@ -3,8 +3,33 @@
 // ojs-relay (npm bin of ojs-adapter-express): the outbox commands of the core, with the same
 // flags as the Rust `ojs-relay` process. Settings: the JSON config file (--config, spec §5.2
 // shape), then OJS_DATABASE_URL / OJS_URL, then flags; anything unset keeps the core default.
+//
+// Signals: in a Node process SIGINT and SIGTERM belong to Node (libuv), so they are taken here,
+// first thing, before the addon loads or anything connects. From then on a signal never kills
+// the process: it is remembered, and each command decides what it means (`run` stops the relay
+// through the adapter's close, which flushes, and exits 0, also when the signal came during
+// start-up). The core's native signal handling (`run_relay_until_signal`) is never used in
+// Node: its handler chains to Node's own SIGTERM handler, which re-raises the signal to itself
+// expecting the default action back, and the two re-deliver it to each other forever (a
+// spinning main thread that never exits).
+
+const SIGNALS = ['SIGINT', 'SIGTERM'];
+/** The first stop signal received, or null. */
+let stopSignal = null;
+let signalled;
+/** Resolves with the first stop signal. */
+const stopRequested = new Promise((resolve) => {
+  signalled = resolve;
+});
+for (const signal of SIGNALS) {
+  process.on(signal, () => {
+    stopSignal ||= signal;
+    signalled(signal);
+  });
+}
 
 const fs = require('node:fs');
+const os = require('node:os');
 const { NativeAdapter } = require('../lib/native');
 const { callNative, awaitNative, OJSError } = require('../lib/errors');
 
@@ -43,7 +68,7 @@ function usageError(message) {
   return error;
 }
 
-function buildConfig(flags) {
+function buildConfig(flags, command) {
   let config = { adapter: {} };
   if (flags.config) {
     try {
@@ -69,6 +94,8 @@ function buildConfig(flags) {
       field: 'database_url',
     });
   }
+  // `run` is the relay process itself, whatever mode the (shared) config file gives the app.
+  if (command === 'run') adapter.relay = { ...(adapter.relay || {}), mode: 'in_process' };
   return { ...config, adapter };
 }
 
@@ -77,10 +104,45 @@ function table(rows) {
   return [keys.join('\t'), ...rows.map((row) => keys.map((k) => (row[k] === null ? '' : String(row[k]))).join('\t'))].join('\n');
 }
 
+/**
+ * `run`: connect and check the table, start the relay, and on the first stop signal stop it
+ * through the adapter's close (the core's graceful stop: it sends what it holds within
+ * relay.shutdown_timeout and releases the rest), then exit 0. A signal while connecting ends
+ * the command at once (no relay runs yet, nothing to flush); one while the relay starts stops
+ * it once started.
+ */
+async function run(adapter) {
+  let phase = 'connecting';
+  const started = (async () => {
+    await awaitNative(adapter.statusJson());
+    if (stopSignal) return;
+    phase = 'starting';
+    await awaitNative(adapter.startRelay());
+    phase = 'running';
+  })();
+  const first = await Promise.race([started, stopRequested.then(() => 'signal')]);
+  if (first === 'signal' && phase === 'connecting') {
+    console.error(`ojs-relay: ${stopSignal} before the relay started; exiting`);
+    return 0;
+  }
+  await started;
+  if (!stopSignal) {
+    console.error(`ojs-relay: relaying table ${adapter.tableName} (pid ${process.pid}); SIGINT/SIGTERM stops it`);
+    // Nothing of Node's waits while the relay works on the core's threads: keep the loop alive.
+    const keepAlive = setInterval(() => {}, 1 << 30);
+    await stopRequested;
+    clearInterval(keepAlive);
+  }
+  console.error(`ojs-relay: ${stopSignal}: stopping (flushing the relay)`);
+  await awaitNative(adapter.close());
+  console.error('ojs-relay: stopped');
+  return 0;
+}
+
 async function main(argv) {
   if (argv[0] === '_host') {
     // Internal: the relay host process of an application on SQLite (lib/relay-host.js).
-    require('../lib/relay-host').serveHost(NativeAdapter);
+    require('../lib/relay-host').serveHost(NativeAdapter, stopRequested);
     return null;
   }
   const { flags, words } = parse(argv);
@@ -88,17 +150,18 @@ async function main(argv) {
     console.log(USAGE);
     return flags.help ? 0 : 2;
   }
-  const adapter = callNative(() => new NativeAdapter(JSON.stringify(buildConfig(flags))));
-  const tenant = flags.tenant || null;
   const [command, sub] = words;
+  if (command !== 'run') {
+    // A short command: a stop signal ends it as the signal's default action would (128 + n).
+    stopRequested.then((signal) => process.exit(128 + os.constants.signals[signal]));
+  }
+  const adapter = callNative(() => new NativeAdapter(JSON.stringify(buildConfig(flags, command))));
+  const tenant = flags.tenant || null;
   if (command === 'migrate') {
     await awaitNative(adapter.migrate());
     console.log(`ojs-relay: outbox table ${adapter.tableName} ready`);
   } else if (command === 'run') {
-    await awaitNative(adapter.statusJson());
-    console.error(`ojs-relay: relaying table ${adapter.tableName} (pid ${process.pid}); SIGINT/SIGTERM stops it`);
-    await awaitNative(adapter.runRelayUntilSignal());
-    console.error('ojs-relay: stopped');
+    return run(adapter);
   } else if (command === 'status') {
     const status = JSON.parse(await awaitNative(adapter.statusJson()));
     console.log(flags.json ? JSON.stringify(status) : table([status]));

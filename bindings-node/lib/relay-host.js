@@ -93,8 +93,12 @@ class RelayHost {
   }
 }
 
-/** The child side, run by `ojs-relay _host`: serves calls on the core adapter until told to close. */
-function serveHost(NativeAdapter) {
+/**
+ * The child side, run by `ojs-relay _host`: serves calls on the core adapter until told to
+ * close. `stopRequested` resolves on SIGINT/SIGTERM (taken by bin/ojs-relay.js before anything
+ * else): the host then flushes the relay and exits 0.
+ */
+function serveHost(NativeAdapter, stopRequested) {
   const adapter = new NativeAdapter(process.env.OJS_HOST_CONFIG);
   let closing = null;
   const close = () => {
@@ -115,7 +119,7 @@ function serveHost(NativeAdapter) {
   });
   // The application process ended or closed us: flush the relay, then exit.
   process.on('disconnect', () => close().then(() => process.exit(0)));
-  for (const signal of ['SIGINT', 'SIGTERM']) process.on(signal, () => close().then(() => process.exit(0)));
+  stopRequested.then(() => close().then(() => process.exit(0)));
 }
 
 module.exports = { RelayHost, serveHost };

@@ -44,7 +44,13 @@ impl<T: ToNapiValue + TypeName + Send + 'static> Task for Blocking<T> {
     }
 }
 
-/// The core adapter behind a JavaScript handle. `close` stops the relay and lets the runtime
+/// The core adapter behind a JavaScript handle.
+///
+/// Deliberately missing: `bridge::Adapter::run_relay_until_signal` (and anything else that
+/// installs native SIGINT/SIGTERM handlers). In a Node process the signals belong to Node: a
+/// native handler chains to Node's own SIGTERM handler, which re-raises the signal at itself
+/// expecting the default action, and the pair re-deliver it forever (100% CPU, no exit).
+/// `bin/ojs-relay.js` takes the signals with `process.on` and stops the relay with `close`. `close` stops the relay and lets the runtime
 /// and its database pool go (once calls still running have finished); later calls fail with
 /// `RELAY_SHUT_DOWN`.
 #[napi]
@@ -217,11 +223,6 @@ impl NativeAdapter {
     #[napi]
     pub fn rows_json(&self, job_ids: Vec<String>) -> AsyncTask<Blocking<String>> {
         self.blocking(move |adapter| adapter.rows_json(job_ids))
-    }
-
-    #[napi]
-    pub fn run_relay_until_signal(&self) -> AsyncTask<Blocking<()>> {
-        self.blocking(|adapter| adapter.run_relay_until_signal())
     }
 
     /// Stops the relay (gracefully) and releases the handle; idempotent.
