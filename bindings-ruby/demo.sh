@@ -20,10 +20,12 @@ log="$work/devserver.log"
 "$root/target/debug/ojs-devserver" --port 0 >"$log" 2>&1 &
 devserver=$!
 trap 'kill "$devserver" 2>/dev/null || true' EXIT
-for _ in $(seq 1 100); do
+# Wait for the devserver's "listening on" line (up to 30 s: the machine may be busy).
+for _ in $(seq 1 600); do
   grep -q "listening on" "$log" && break
   sleep 0.05
 done
+grep -q "listening on" "$log" || { cat "$log" >&2; echo "demo: the devserver did not start within 30 s" >&2; exit 1; }
 OJS_URL=$(sed -n 's/.*listening on \(http[^ ]*\).*/\1/p' "$log")
 export OJS_URL
 echo "demo: devserver at $OJS_URL"
