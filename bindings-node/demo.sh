@@ -19,11 +19,21 @@ work=$(mktemp -d)
 pids=()
 cleanup() { for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done; rm -rf "$work"; }
 trap cleanup EXIT
+# wait_until WHAT COMMAND...: polls COMMAND until it succeeds, for up to 30 s (a busy machine is
+# slow, not broken); then fails naming WHAT.
+wait_until() {
+  local what=$1; shift
+  local deadline=$((SECONDS + ${OJS_DEMO_WAIT_S:-30}))
+  until "$@"; do
+    if [ "$SECONDS" -ge "$deadline" ]; then echo "FAIL: timed out waiting for $what" >&2; return 1; fi
+    sleep 0.05
+  done
+}
 
 # 1. The development backend on a free port.
 target/debug/ojs-devserver --port 0 > "$work/devserver.log" 2>&1 &
 pids+=($!)
-for _ in $(seq 100); do grep -q 'listening on' "$work/devserver.log" && break; sleep 0.05; done
+wait_until "the devserver" grep -qs 'listening on' "$work/devserver.log"
 ojs_url=$(grep -o 'http://[0-9.:]*' "$work/devserver.log" | head -n1)
 echo "devserver: $ojs_url"
 
@@ -37,21 +47,24 @@ ln -s "$app/node_modules" "$work/example/node_modules"
 (cd "$work/example" && OJS_URL="$ojs_url" DATABASE_FILE="$db" PORT=0 exec node app.js) > "$work/app.log" 2>&1 &
 app_pid=$!
 pids+=($app_pid)
-for _ in $(seq 200); do grep -q 'listening on' "$work/app.log" && break; sleep 0.05; done
+wait_until "the example app" grep -qs 'listening on' "$work/app.log" || { cat "$work/app.log"; exit 1; }
 app_url=$(grep -o 'http://[0-9.:]*' "$work/app.log" | head -n1)
-[ -n "$app_url" ] || { cat "$work/app.log"; exit 1; }
 echo "example app: $app_url"
 
 post() { curl -s -w ' -> HTTP %{http_code}\n' -H 'content-type: application/json' -d "$1" "$app_url/signup"; }
 echo "signup that commits:     $(post '{"email":"ada@example.com"}')"
 echo "signup that rolls back:  $(post '{"email":"bob@example.com","plan":"declined"}')"
 
-# 4. What the backend received.
-for _ in $(seq 100); do
-  count=$(curl -s "$ojs_url/_dev/received" | node -e 'let s="";process.stdin.on("data",d=>s+=d).on("end",()=>console.log(JSON.parse(s).jobs.length))')
-  [ "$count" -ge 1 ] && break; sleep 0.05
-done
-sleep 0.5
+# 4. What the backend received, once the relay has settled every row (one sent, nothing
+#    pending, failed or in flight: the outbox status, read with the package's command).
+settled() {
+  "$app/node_modules/.bin/ojs-relay" --database-url "sqlite://$db" status --json | node -e '
+let s = ""; process.stdin.on("data", (d) => (s += d)).on("end", () => {
+  const st = JSON.parse(s);
+  process.exit(st.sent >= 1 && st.pending === 0 && st.failed === 0 && st.in_flight === 0 ? 0 : 1);
+});'
+}
+wait_until "the relay to settle the committed row" settled
 curl -s "$ojs_url/_dev/received" | node -e '
 let s = ""; process.stdin.on("data", (d) => (s += d)).on("end", () => {
   const jobs = JSON.parse(s).jobs;
@@ -65,6 +78,6 @@ let s = ""; process.stdin.on("data", (d) => (s += d)).on("end", () => {
 
 # 5. Graceful shutdown: SIGTERM flushes the relay and the app exits by itself.
 kill -TERM "$app_pid"
-for _ in $(seq 100); do kill -0 "$app_pid" 2>/dev/null || break; sleep 0.05; done
-if kill -0 "$app_pid" 2>/dev/null; then echo "FAIL: the app did not exit on SIGTERM"; exit 1; fi
+app_exited() { ! kill -0 "$app_pid" 2>/dev/null; }
+wait_until "the app to exit on SIGTERM" app_exited || exit 1
 echo "example app stopped on SIGTERM"

@@ -6,7 +6,7 @@
 const { test, before, after } = require('node:test');
 const assert = require('node:assert/strict');
 const path = require('node:path');
-const { ojsPackage, scratchDir, startDevserver, sqliteKnex, postgresKnex, knexLib } = require('./support');
+const { ojsPackage, scratchDir, startDevserver, sqliteKnex, postgresKnex, knexLib, waitFor, WAIT_MS } = require('./support');
 
 const {
   createOjs, OJSError, ValidationError, InvalidJobTypeError, InvalidQueueError, InvalidArgsError,
@@ -90,11 +90,10 @@ for (const database of ['sqlite', 'postgres']) {
       assert.equal((await knex(users).count({ n: '*' }))[0].n * 1, 2);
       const [{ n }] = await knex(table).count({ n: '*' });
       assert.equal(Number(n), 1, 'only the valid job has a row');
-      const deadline = Date.now() + 5000;
-      let received;
-      do {
-        received = await backend.received();
-      } while (received.jobs.length < 1 && Date.now() < deadline && (await new Promise((r) => setTimeout(r, 20))) === undefined);
+      const received = await waitFor(async () => {
+        const r = await backend.received();
+        return r.jobs.length >= 1 && r;
+      }, WAIT_MS, 'the valid job at the backend');
       assert.deepEqual(received.jobs.map((job) => job.id), [good], 'the backend got the valid job only');
       assert.equal(received.requests.single + received.requests.batch >= 1, true);
 

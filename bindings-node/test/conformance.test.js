@@ -19,7 +19,7 @@ const path = require('node:path');
 const crypto = require('node:crypto');
 const { isDeepStrictEqual } = require('node:util');
 const {
-  ojsPackage, PACKAGE_DIR, REPO, sleep, scratchDir, startDevserver, sqliteKnex, postgresKnex,
+  ojsPackage, PACKAGE_DIR, REPO, sleep, WAIT_MS, scratchDir, startDevserver, sqliteKnex, postgresKnex,
 } = require('./support');
 
 const { createOjs, OJSError } = ojsPackage;
@@ -100,16 +100,19 @@ class RelayProcess {
       stdio: ['ignore', 'ignore', 'pipe'],
     });
     this.child = child;
+    // The bin prints this line once the relay runs (its first poll is at once).
     await new Promise((resolve, reject) => {
       let seen = '';
+      const timer = setTimeout(() => reject(new Error(`ojs-relay did not start within ${WAIT_MS} ms: ${seen}`)), WAIT_MS);
       child.stderr.on('data', (chunk) => {
         seen += chunk;
-        if (seen.includes('ojs-relay: relaying')) resolve();
+        if (seen.includes('ojs-relay: relaying')) {
+          clearTimeout(timer);
+          resolve();
+        }
       });
       child.once('exit', (code) => reject(new Error(`ojs-relay exited (${code}): ${seen}`)));
     });
-    // The engine starts right after the line; give it its first poll.
-    await sleep(150);
   }
 
   async stop(signal) {

@@ -6,7 +6,7 @@
 const { test, before, after } = require('node:test');
 const assert = require('node:assert/strict');
 const path = require('node:path');
-const { ojsPackage, scratchDir, startDevserver, sqliteKnex, postgresKnex, waitFor } = require('./support');
+const { ojsPackage, scratchDir, startDevserver, sqliteKnex, postgresKnex, waitFor, WAIT_MS } = require('./support');
 
 const { createOjs } = ojsPackage;
 
@@ -63,7 +63,7 @@ for (const database of ['sqlite', 'postgres']) {
         }),
       );
       const { gap: drainGap } = await maxTickGap(() =>
-        waitFor(async () => (await backend.received()).jobs.length >= JOBS, 20000, 'relay drained'),
+        waitFor(async () => (await backend.received()).jobs.length >= JOBS, WAIT_MS, 'relay drained'),
       );
       console.log(`${database}: max tick gap ${stagingGap.toFixed(1)} ms staging, ${drainGap.toFixed(1)} ms draining`);
       assert.ok(stagingGap < MAX_GAP_MS[database], `staging blocked the loop for ${stagingGap} ms`);

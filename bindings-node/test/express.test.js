@@ -9,7 +9,7 @@ const assert = require('node:assert/strict');
 const http = require('node:http');
 const path = require('node:path');
 const express = require('express');
-const { ojsPackage, scratchDir, startDevserver, sqliteKnex, postgresKnex, waitFor, sleep } = require('./support');
+const { ojsPackage, scratchDir, startDevserver, sqliteKnex, postgresKnex, waitFor, WAIT_MS } = require('./support');
 
 const { createOjs, ojsMiddleware } = ojsPackage;
 
@@ -113,7 +113,7 @@ for (const database of ['sqlite', 'postgres']) {
       const received = await waitFor(async () => {
         const r = await backend.received();
         return wanted.every((id) => r.jobs.some((job) => job.id === id)) && r;
-      }, 5000, 'jobs delivered');
+      }, WAIT_MS, 'jobs delivered');
       const job = received.jobs.find((j) => j.id === created.body.jobId);
       assert.deepEqual(job.args, [created.body.id]);
       assert.equal(job.meta['ojs.context.request_id'], 'req-abc-123');
@@ -127,8 +127,12 @@ for (const database of ['sqlite', 'postgres']) {
         assert.equal(bulkJob.meta['ojs.context.request_id'], 'req-bulk');
         assert.equal(bulkJob.meta.tenant_id, undefined);
       }
-      // The rolled-back signup: no row, nothing sent (observed after the others arrived).
-      await sleep(300);
+      // The rolled-back signup: no row, nothing sent (observed once the relay has settled every
+      // row it can see: nothing pending, failed or in flight).
+      await waitFor(async () => {
+        const status = await ojs.status();
+        return status.pending === 0 && status.failed === 0 && status.in_flight === 0;
+      }, WAIT_MS, 'the relay settled every row');
       const after = await backend.received();
       assert.ok(!after.jobs.some((j) => j.id === failed.body.jobId), 'rolled-back job must not be sent');
       assert.deepEqual(await ojs.outboxRows([failed.body.jobId]), {});

@@ -13,14 +13,14 @@ const assert = require('node:assert/strict');
 const { spawn } = require('node:child_process');
 const fs = require('node:fs');
 const path = require('node:path');
-const { ojsPackage, PACKAGE_DIR, PG_URL, scratchDir, startDevserver, sqliteKnex, postgresKnex, waitFor } = require('./support');
+const { ojsPackage, PACKAGE_DIR, PG_URL, WAIT_MS, scratchDir, startDevserver, sqliteKnex, postgresKnex, waitFor } = require('./support');
 
 const { createOjs } = ojsPackage;
 
 /** The installed bin, as `npm install` links it. */
 const BIN = path.join(PACKAGE_DIR, '..', '.bin', 'ojs-relay');
-/** Generous: a busy machine may be slow, a stuck process never ends. */
-const TIMEOUT_MS = 30000;
+/** Generous (support.js): a busy machine may be slow, a stuck process never ends. */
+const TIMEOUT_MS = WAIT_MS;
 /** The backend holds the first request this long, so the relay is mid-send when signalled. */
 const LATENCY_MS = 1500;
 

@@ -21,6 +21,9 @@ if (!PG_URL) throw new Error('OJS_TEST_DATABASE_URL is not set (postgres://...);
 
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 
+/** How long a test waits for a condition: generous, so a busy machine is slow, not failing. */
+const WAIT_MS = Number(process.env.OJS_TEST_WAIT_MS || 30000);
+
 /** A fresh scratch directory for SQLite files. */
 function scratchDir(name) {
   const dir = path.join(os.tmpdir(), `ojs-node-${name}-${process.pid}`);
@@ -79,8 +82,8 @@ function postgresKnex() {
   return knexLib({ client: 'pg', connection: PG_URL, pool: { min: 0, max: 4 } });
 }
 
-/** Polls `check` (async, returns truthy when done) every 20 ms until `timeoutMs`. */
-async function waitFor(check, timeoutMs, what) {
+/** Polls `check` (async, returns truthy when done) every 20 ms until `timeoutMs` (default WAIT_MS). */
+async function waitFor(check, timeoutMs = WAIT_MS, what = 'a condition') {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
     const result = await check();
@@ -97,6 +100,7 @@ module.exports = {
   REPO,
   PG_URL,
   sleep,
+  WAIT_MS,
   scratchDir,
   startDevserver,
   sqliteKnex,
