@@ -25,6 +25,12 @@ use crate::store::{ClaimedRow, RowStatus, Settlement, Store};
 
 const PRUNE_CHUNK: usize = 10_000;
 const METRICS_REFRESH: Duration = Duration::from_secs(5);
+/// The longest pause for a backend outage without `Retry-After`: the relay tries again at least
+/// this often, with one row, however long the outage has lasted.
+pub const OUTAGE_PROBE_MAX: Duration = Duration::from_secs(1);
+/// The pause after a failed database operation; the pool's own reconnect backoff is short too
+/// (store.rs), so the relay is back within about a second of the database.
+const DATABASE_PAUSE: Duration = Duration::from_millis(250);
 /// Wire forms larger than this are compacted before sending (PostgreSQL's jsonb text adds spaces).
 const COMPACT_ABOVE_BYTES: usize = 256 * 1024;
 
@@ -98,6 +104,7 @@ impl Relay {
             send_deadline: None,
             shutdown_deadline: None,
             consecutive_pauses: 0,
+            probe: false,
             hot_rx,
             stop_rx,
         };
@@ -192,6 +199,9 @@ struct Engine {
     /// Set while a graceful stop flushes.
     shutdown_deadline: Option<Instant>,
     consecutive_pauses: u32,
+    /// After an outage pause the next request carries one row: a cheap test of whether the
+    /// backend is back before a whole batch goes out again.
+    probe: bool,
     hot_rx: mpsc::Receiver<String>,
     stop_rx: watch::Receiver<bool>,
 }
@@ -322,7 +332,7 @@ impl Engine {
     async fn database_trouble(&mut self, error: crate::Error) {
         tracing::warn!(%error, "outbox relay: database operation failed; leased rows are retried after their lease");
         self.record_error(error.to_string(), false);
-        self.pause(Duration::from_millis(500).min(self.config.relay.max_backoff));
+        self.pause(DATABASE_PAUSE.min(self.config.relay.max_backoff));
     }
 
     /// Sends claimed rows and settles them all in one statement.
@@ -345,6 +355,10 @@ impl Engine {
             }
         };
         let mut rest = rows.as_slice();
+        if self.probe && !self.must_stop_sending() {
+            settlements.push(self.send_single(&rest[0]).await);
+            rest = &rest[1..];
+        }
         while !rest.is_empty() {
             if self.must_stop_sending() {
                 settlements.extend(rest.iter().map(release));
@@ -564,7 +578,11 @@ impl Engine {
     }
 
     fn backend_ok(&mut self) {
+        if self.consecutive_pauses > 0 {
+            tracing::info!("outbox relay: the OJS backend accepts jobs again; resuming");
+        }
         self.consecutive_pauses = 0;
+        self.probe = false;
         self.counters.state.lock().expect("metrics lock").healthy = Some(true);
     }
 
@@ -577,6 +595,9 @@ impl Engine {
     }
 
     /// Stops sending for a while: the backend cannot take anything now. No attempt is consumed.
+    /// An outage or backpressure pause never grows past [`OUTAGE_PROBE_MAX`] (or the backend's
+    /// `Retry-After`, taken as given), and what follows it is a one-row probe, so the relay
+    /// resumes within about a second of the backend's recovery however long the outage lasted.
     fn pause_for(&mut self, outcome: &Outcome) {
         self.consecutive_pauses += 1;
         let relay = &self.config.relay;
@@ -585,23 +606,39 @@ impl Engine {
             relay.initial_backoff,
             relay.max_backoff,
         );
+        let probe_every = backoff::jittered(
+            self.consecutive_pauses,
+            relay.initial_backoff.min(OUTAGE_PROBE_MAX),
+            relay.max_backoff.min(OUTAGE_PROBE_MAX),
+        );
         let (delay, reason) = match outcome {
             Outcome::Unavailable {
                 reason,
                 retry_after,
-            } => (retry_after.unwrap_or(backoff), reason),
-            // Never sooner than the backend asked; longer while it keeps asking.
+            } => {
+                self.probe = true;
+                (retry_after.unwrap_or(probe_every), reason)
+            }
             Outcome::Backpressure {
                 reason,
                 retry_after,
-            } => ((*retry_after).max(backoff), reason),
+            } => {
+                self.probe = true;
+                (*retry_after, reason)
+            }
+            // A refusal (credentials, URL) needs a person: back off fully, loudly.
             Outcome::Misconfigured { reason } => {
                 tracing::error!(%reason, "outbox relay: the OJS backend refuses this relay (check ojs_url and auth_token); rows stay pending");
                 (backoff, reason)
             }
             _ => (backoff, &String::new()),
         };
-        tracing::warn!(%reason, delay_ms = delay.as_millis() as u64, "outbox relay: pausing");
+        // Once per outage: the probes that follow are not news until one succeeds.
+        if self.consecutive_pauses == 1 {
+            tracing::warn!(%reason, delay_ms = delay.as_millis() as u64, "outbox relay: pausing");
+        } else {
+            tracing::debug!(%reason, delay_ms = delay.as_millis() as u64, "outbox relay: still paused");
+        }
         self.record_error(reason.clone(), true);
         self.pause(delay);
     }
