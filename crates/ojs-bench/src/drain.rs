@@ -496,7 +496,7 @@ async fn profile_run(
         }
         body.push_str("]}");
         let t2 = Instant::now();
-        let outcome = backend.send_batch(body).await;
+        let (outcome, _) = backend.send_batch(body).await;
         let t3 = Instant::now();
         if !matches!(outcome, Outcome::Delivered { .. }) {
             return Err(err(format!("profile: batch not delivered: {outcome:?}")));

@@ -130,7 +130,7 @@ async fn ojs(app: &App, kill: &Notify, path: &str, request: Request<Incoming>) -
         _ => RequestKind::Other,
     };
     let (_, fault) = app.state().arrive(kind, &[]);
-    if let Some(response) = fault_before_handling(fault.as_ref(), kill).await {
+    if let Some(response) = fault_before_handling(fault.as_ref(), None, kill).await {
         return response;
     }
     let response = match route {
@@ -459,7 +459,18 @@ async fn enqueue(app: &App, kill: &Notify, kind: RequestKind, request: Request<I
         };
         app.state().arrive(kind, &types)
     };
-    if let Some(response) = fault_before_handling(fault.as_ref(), kill).await {
+    // A batch refused for one job names it, as a real server's validation error does.
+    let named = match (
+        &prepared,
+        fault.as_ref().and_then(|f| f.match_type.as_deref()),
+    ) {
+        (Prepared::Jobs(elements), Some(wanted)) if kind == RequestKind::EnqueueBatch => elements
+            .iter()
+            .position(|e| e.job_type.as_deref() == Some(wanted))
+            .map(|index| json!({ "index": index })),
+        _ => None,
+    };
+    if let Some(response) = fault_before_handling(fault.as_ref(), named, kill).await {
         return response;
     }
     let response = accept(app, kind, prepared, batch_request);
@@ -575,7 +586,11 @@ fn accept(app: &App, kind: RequestKind, prepared: Prepared<'_>, batch_request: u
 
 /// Applies the part of a fault that acts before handling: latency, then an injected status.
 /// Returns the response that replaces handling, if any.
-async fn fault_before_handling(fault: Option<&Fault>, kill: &Notify) -> Option<Resp> {
+async fn fault_before_handling(
+    fault: Option<&Fault>,
+    details: Option<Value>,
+    kill: &Notify,
+) -> Option<Resp> {
     let fault = fault?;
     if let Some(latency_ms) = fault.latency_ms {
         tokio::time::sleep(Duration::from_millis(latency_ms)).await;
@@ -591,7 +606,7 @@ async fn fault_before_handling(fault: Option<&Fault>, kill: &Notify) -> Option<R
         &fault.effective_code(status),
         "injected fault",
         retryable,
-        None,
+        details,
     );
     if let Some(retry_after) = &fault.retry_after
         && let Ok(value) = HeaderValue::from_str(retry_after)

@@ -50,7 +50,8 @@ impl Backend {
         builder
     }
 
-    async fn post(&self, path: &str, body: String) -> Outcome {
+    /// The outcome, and the answer's text (empty when there was none).
+    async fn post(&self, path: &str, body: String) -> (Outcome, String) {
         let request = self
             .request(reqwest::Method::POST, path)
             .header(CONTENT_TYPE, OJS_JSON)
@@ -64,22 +65,28 @@ impl Backend {
                     .and_then(|v| v.to_str().ok())
                     .and_then(|v| classify::parse_retry_after(v, time::OffsetDateTime::now_utc()));
                 match response.text().await {
-                    Ok(text) => classify::classify(status, retry_after, &text),
-                    Err(e) => transport(e),
+                    Ok(text) => (classify::classify(status, retry_after, &text), text),
+                    Err(e) => (transport(e), String::new()),
                 }
             }
-            Err(e) => transport(e),
+            Err(e) => (transport(e), String::new()),
         }
     }
 
     /// One job (its wire JSON).
     pub async fn send_one(&self, wire_json: String) -> Outcome {
-        self.post("/ojs/v1/jobs", wire_json).await
+        self.post("/ojs/v1/jobs", wire_json).await.0
     }
 
     /// Several jobs in one request; `body` is `{"jobs": [...]}`.
-    pub async fn send_batch(&self, body: String) -> Outcome {
-        self.post("/ojs/v1/jobs/batch", body).await
+    /// With a refusal, the index of the job the backend names as the cause (`details.index`).
+    pub async fn send_batch(&self, body: String) -> (Outcome, Option<usize>) {
+        let (outcome, text) = self.post("/ojs/v1/jobs/batch", body).await;
+        let index = match outcome {
+            Outcome::Delivered { .. } => None,
+            _ => classify::failed_index(&text),
+        };
+        (outcome, index)
     }
 
     /// Whether the backend holds a job with this id (after a 409, to tell our own earlier

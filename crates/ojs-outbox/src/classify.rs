@@ -91,6 +91,15 @@ pub fn parse_body(body: &str) -> ErrorBody {
     }
 }
 
+/// The index of the job a refused batch names as its cause (`error.details.index`).
+pub fn failed_index(body: &str) -> Option<usize> {
+    let value = serde_json::from_str::<Value>(body).ok()?;
+    let index = value
+        .pointer("/error/details/index")
+        .or_else(|| value.pointer("/details/index"))?;
+    index.as_u64().map(|i| i as usize)
+}
+
 /// `Retry-After` as seconds or an HTTP date.
 pub fn parse_retry_after(value: &str, now: time::OffsetDateTime) -> Option<Duration> {
     let value = value.trim();
