@@ -27,8 +27,10 @@ step "django adapter (bindings-python)"
 bindings-python/test.sh
 step "express adapter (bindings-node)"
 bindings-node/test.sh
-step "rails adapter (bindings-ruby)"
+step "rails adapter on ActiveRecord 6.1 (bindings-ruby)"
 bindings-ruby/test.sh
+step "rails adapter on ActiveRecord 7.2 (a Debian 13 root, scripts/trixie-root.sh)"
+bindings-ruby/test-rails72.sh
 
 step "conformance matrix"
-scripts/matrix.sh
+OJS_MATRIX_RUNNERS="rust django-5.2 django-6.1 express rails-6.1 rails-7.2" scripts/matrix.sh

@@ -82,6 +82,15 @@ after(async () => {
     for (const d of databases) if (row[d]) counts[row[d]] += 1;
   }
   const reasons = cases.filter((c) => skipReason(c)).map((c) => `  SKIP ${c.id}: ${skipReason(c)}`);
+  // One line per case and database for scripts/matrix.sh, which joins every runner's column.
+  if (process.env.OJS_REPO_ROOT) {
+    const dir = path.join(process.env.OJS_REPO_ROOT, 'target', 'matrix');
+    fs.mkdirSync(dir, { recursive: true });
+    const tsv = cases.flatMap((c) =>
+      databases.map((d) => `${c.id}\t${d === 'postgres' ? 'postgresql' : d}\t${(matrix.get(c.id) || {})[d] || 'MISSING'}\n`),
+    );
+    fs.writeFileSync(path.join(dir, 'express.tsv'), tsv.join(''));
+  }
   console.log(
     `\nconformance matrix (node, ${cases.length} cases)\n${lines.join('\n')}\n` +
       `PASS ${counts.PASS}, FAIL ${counts.FAIL}, SKIP ${counts.SKIP}\n${reasons.join('\n')}`,
