@@ -414,63 +414,34 @@ impl Engine {
         Ok(supported)
     }
 
+    /// Sends `group` (whose request body is `body`) as one batch. A refused batch is split
+    /// around the row the backend names (`details.index`) or else in halves, each part sent as
+    /// a batch, until each refused part is one row, sent alone for its own verdict; accepted
+    /// parts are settled as sent. k poison rows among n cost about 3k requests, or 2k·log2(n)
+    /// when none is named, instead of n; rows still leave in order. (A backend that stored part
+    /// of a batch answers 409 for those rows when they come again, which settles them.)
     async fn send_batch(
         &mut self,
         group: &[ClaimedRow],
         body: String,
         settlements: &mut Vec<Settlement>,
     ) {
-        let (outcome, named) = self.backend.send_batch(body).await;
-        match outcome {
-            Outcome::Delivered { .. } => {
-                self.backend_ok();
-                settlements.extend(
-                    group
-                        .iter()
-                        .map(|row| settled(row, RowStatus::Sent, None, None, false)),
-                );
-            }
-            Outcome::Misconfigured { .. } => {
-                // The batch endpoint may be gone (manifest changed): ask again next round and
-                // settle these rows one by one, which tells a missing endpoint from bad credentials.
-                self.batch_supported = None;
-                self.settle_one_by_one(group, settlements).await;
-            }
-            ref pausing if pausing.pauses_relay() => {
-                self.pause_for(pausing);
-                settlements.extend(group.iter().map(release));
-            }
-            // A refused batch may hide poison jobs among good ones: find them.
-            _ => self.isolate_poison(group, named, settlements).await,
-        }
-    }
-
-    /// Splits a refused batch until each refused part is one row, which is then sent alone for
-    /// its own verdict; accepted parts are settled as sent. The split is around the row the
-    /// backend names (`details.index`) or else in halves: k poison rows among n cost about
-    /// 3k requests, or 2k·log2(n) when none is named, instead of n; rows still leave in order.
-    /// (A backend that stored part of a batch answers 409 for those rows when they come again,
-    /// which settles them.)
-    async fn isolate_poison(
-        &mut self,
-        group: &[ClaimedRow],
-        named: Option<usize>,
-        settlements: &mut Vec<Settlement>,
-    ) {
-        let mut parts = Vec::new();
-        push_split(&mut parts, group, named);
+        let mut parts = vec![group];
+        let mut body = Some(body);
         while let Some(part) = parts.pop() {
             if self.must_stop_sending() {
                 settlements.extend(part.iter().map(release));
                 continue;
             }
-            let (_, body) = take_batch(part, part.len());
-            let body = match body {
-                Some(body) if part.len() > 1 => body,
-                _ => {
-                    settlements.push(self.send_single(&part[0]).await);
-                    continue;
-                }
+            let body = match body.take() {
+                Some(body) => body,
+                None => match take_batch(part, part.len()).1 {
+                    Some(body) if part.len() > 1 => body,
+                    _ => {
+                        settlements.push(self.send_single(&part[0]).await);
+                        continue;
+                    }
+                },
             };
             let (outcome, named) = self.backend.send_batch(body).await;
             match outcome {
@@ -482,6 +453,9 @@ impl Engine {
                     );
                 }
                 Outcome::Misconfigured { .. } => {
+                    // The batch endpoint may be gone (manifest changed): ask again next round
+                    // and settle these rows one by one, which tells a missing endpoint from bad
+                    // credentials.
                     self.batch_supported = None;
                     self.settle_one_by_one(part, settlements).await;
                 }
@@ -489,6 +463,8 @@ impl Engine {
                     self.pause_for(pausing);
                     settlements.extend(part.iter().map(release));
                 }
+                // A refused batch may hide poison jobs among good ones: split it until each
+                // refused part is one row, sent alone for its own verdict.
                 _ => push_split(&mut parts, part, named),
             }
         }
@@ -791,7 +767,7 @@ fn take_batch(rows: &[ClaimedRow], batch_size: usize) -> (&[ClaimedRow], Option<
 mod tests {
     use super::*;
 
-    /// Requests `isolate_poison` makes for a refused batch of `n` rows with poison at
+    /// Requests `send_batch` makes for a refused batch of `n` rows with poison at
     /// `poison`, when the backend names the first poison row of a part or names none.
     fn isolation_requests(n: usize, poison: &[usize], named: bool) -> usize {
         let rows: Vec<ClaimedRow> = (0..n as i64).map(|id| row(id, 10)).collect();
