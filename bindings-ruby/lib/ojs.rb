@@ -24,6 +24,7 @@ require_relative "ojs/configuration"
 require_relative "ojs/transaction_hook"
 require_relative "ojs/adapter"
 require_relative "ojs/migration"
+require_relative "ojs/schema_dumper"
 require_relative "ojs/middleware"
 
 module OJS
