@@ -23,9 +23,18 @@ module OJS
     end
 
     # The options of a job scheduled for `timestamp` (seconds since the epoch, as ActiveJob
-    # passes it to enqueue_at).
+    # passes it to enqueue_at). delay_until is a Time, made RFC 3339 text like any Time option
+    # (OJS::JSONValue.time_options).
     def scheduled_options(job, timestamp)
-      options(job).merge(delay_until: Time.at(timestamp).utc.iso8601(6))
+      options(job).merge(delay_until: scheduled_time(job, timestamp))
+    end
+
+    # When the job is due. ActiveJob 7.1+ keeps `scheduled_at` as the Time given to
+    # `set(wait:)`/`set(wait_until:)` (exact, to the nanosecond); before 7.1 it and the
+    # timestamp are Float seconds, which carry microseconds.
+    def scheduled_time(job, timestamp)
+      at = job.scheduled_at
+      at.is_a?(Time) ? at : Time.at(Float(timestamp)).round(6)
     end
 
     # One job as OJS.enqueue_bulk takes it.

@@ -47,7 +47,7 @@ module OJS
       args_json = (Thread.current[JSON_STATE_KEY] ||= JSON::State.new).generate(
         JSONValue.plain?(args) ? args : JSONValue.checked(args, code: "INVALID_ARGS", field: "args")
       )
-      options_json = options.nil? ? nil : JSONValue.dump(options, code: "INVALID_OPTIONS", field: "options")
+      options_json = options.nil? ? nil : JSONValue.dump(JSONValue.time_options(options), code: "INVALID_OPTIONS", field: "options")
       meta_json = meta.nil? ? nil : JSONValue.dump(meta, code: "INVALID_META", field: "meta")
       params = stage_job(@stagers[connection.adapter_name] || stager_of(connection),
                          type, args_json, options_json, meta_json, Context.json)
@@ -366,8 +366,9 @@ module OJS
     }.freeze
     private_constant :FIELD_CODES
 
-    # One job as the core's JSON object. nil options/meta are left out (unset); any other
-    # key is passed on, and the core refuses it.
+    # One job as the core's JSON object. nil options/meta are left out (unset); Time values of
+    # options become RFC 3339 text (JSONValue.time_options); any other key is passed on, and the
+    # core refuses it.
     def job_object(job)
       unless job.is_a?(Hash)
         raise InvalidArgs.new("job: must be a Hash with :type and :args, got #{job.class}", field: "job")
@@ -377,6 +378,7 @@ module OJS
         name = key.to_s
         next if value.nil? && (name == "options" || name == "meta")
 
+        value = JSONValue.time_options(value) if name == "options"
         out[name] = JSONValue.checked(value, code: FIELD_CODES.fetch(name, "INVALID_ARGS"), field: name)
       end
     end

@@ -1,5 +1,6 @@
 # frozen_string_literal: true
 
+require "date"
 require "json"
 
 module OJS
@@ -76,6 +77,41 @@ module OJS
         refuse(code, field, path, "a #{value.class} is not a JSON value " \
                                   "(use nil, true, false, numbers, strings, arrays and hashes)")
       end
+    end
+
+    # Options whose values are points in time: a Time, DateTime or ActiveSupport::TimeWithZone
+    # value of an option (`delay_until: 5.minutes.from_now`) becomes RFC 3339 text in UTC, with
+    # the sub-second digits it has (none for a whole second, up to nanoseconds), which is how
+    # OJS writes a timestamp. Only the options' own values, not values nested in them; which
+    # options take a timestamp, and whether the text is one, is the core's to check. A Date
+    # (no time of day, no zone) is refused. Anything else is left for `checked`. Returns
+    # `options` itself when it holds no such value.
+    def time_options(options)
+      return options unless options.is_a?(Hash) && options.any? { |_key, value| value.is_a?(Date) || value.is_a?(Time) }
+
+      options.to_h do |key, value|
+        if value.instance_of?(Date)
+          refuse("INVALID_OPTIONS", "options.#{key}", "options.#{key}",
+                 "a Date has no time of day or zone; pass a Time (date.in_time_zone, date.beginning_of_day)")
+        end
+        [key, value.is_a?(Time) || value.is_a?(DateTime) ? timestamp(value) : value]
+      end
+    end
+
+    # RFC 3339 text in UTC for a Time, DateTime or ActiveSupport::TimeWithZone (which answers
+    # is_a?(Time)): "2026-03-01T09:00:00Z", "2026-03-01T09:00:00.25Z". The value is not changed.
+    # (A DateTime is read as it is, not through #to_time, whose zone handling ActiveSupport 7.2
+    # is changing.)
+    def timestamp(value)
+      if value.is_a?(DateTime)
+        utc = value.new_offset(0)
+        nsec = (utc.sec_fraction * 1_000_000_000).to_i
+      else
+        utc = value.getutc
+        nsec = utc.nsec
+      end
+      text = utc.strftime("%Y-%m-%dT%H:%M:%S")
+      nsec.zero? ? "#{text}Z" : "#{text}.#{format('%09d', nsec).sub(/0+\z/, '')}Z"
     end
 
     def refuse(code, field, path, why)
