@@ -6,7 +6,7 @@
 const { NativeAdapter, stageJob } = require('./native');
 const { callNative, awaitNative, errorFor, fromNative } = require('./errors');
 const hostKnex = require('./knex');
-const { runScoped, currentScope, contextJson } = require('./context');
+const { runScoped, currentScope } = require('./context');
 const { RelayHost } = require('./relay-host');
 
 /** camelCase keys to the core's snake_case, recursively; snake_case keys pass unchanged. */
@@ -37,12 +37,10 @@ function buildConfig(options) {
   return { adapter: { ...extra, ...adapter } };
 }
 
+/** The JSON text of the current request context, or null; refused like a job's meta. */
 function contextText(scope) {
-  try {
-    return contextJson(scope);
-  } catch (error) {
-    throw errorFor('INVALID_META', `context: cannot be converted to JSON: ${error.message}`, 'context', error);
-  }
+  const context = typeof scope.context === 'function' ? scope.context() : scope.context;
+  return context ? hostKnex.jsonOf(context, 'context') : null;
 }
 
 /**
