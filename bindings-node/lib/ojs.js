@@ -4,7 +4,7 @@
 // adapter interface of spec §5.1 on a knex connection.
 
 const { NativeAdapter, stageJob } = require('./native');
-const { callNative, awaitNative, errorFor, fromNative } = require('./errors');
+const { callNative, awaitNative, errorFor, fromNative, NoTransactionError } = require('./errors');
 const hostKnex = require('./knex');
 const { runScoped, currentScope } = require('./context');
 const { RelayHost } = require('./relay-host');
@@ -41,6 +41,24 @@ function buildConfig(options) {
 function contextText(scope) {
   const context = typeof scope.context === 'function' ? scope.context() : scope.context;
   return context ? hostKnex.jsonOf(context, 'context') : null;
+}
+
+/**
+ * The refusal of a type-first call (`enqueueAfterCommit(type, args)`, `enqueueBulk(jobs)`)
+ * made outside `ojs.transaction`. knex keeps no ambient record of the transaction a callback
+ * runs in, so such a call cannot see a `knex.transaction(async (trx) => ...)` around it:
+ * writing through the knex instance would commit the row on its own (sent even if that
+ * transaction rolls back) or, on a one-connection pool (SQLite), wait for the connection the
+ * transaction holds until knex's acquire timeout. It fails at once instead.
+ */
+function noTransaction(call) {
+  return new NoTransactionError(
+    `${call} without a transaction argument needs an enclosing ojs.transaction(), and there is none ` +
+      '(a plain knex.transaction() cannot be seen): pass your knex transaction first ' +
+      `(ojs.${call.replace('(', '(trx, ')}), or run the call inside ojs.transaction(async (trx) => ...); ` +
+      `to write the row at once in a transaction of its own, pass the knex instance (ojs.${call.replace('(', '(knex, ')})`,
+    { code: 'NO_TRANSACTION' },
+  );
 }
 
 /**
@@ -178,8 +196,9 @@ class Ojs {
   /**
    * Stages one job in the transaction `trx` (sent after the outermost commit), or, given the
    * knex instance, writes it at once and wakes the relay. Without a first knex argument
-   * (`enqueueAfterCommit(type, args, options)`), stages into the current `ojs.transaction`,
-   * or autocommits through this adapter's knex. Resolves with the job id.
+   * (`enqueueAfterCommit(type, args, options)`), stages into the current `ojs.transaction`;
+   * outside one it rejects with NoTransactionError (never autocommits: it cannot tell whether
+   * it runs inside a plain knex.transaction). Resolves with the job id.
    *
    * The per-call hot path: one synchronous core call (`stageJob`: validation, id and the row's
    * parameters; the INSERT text only with the first job of a dialect), one query on `trx`
@@ -201,7 +220,8 @@ class Ojs {
         options = fourth;
         meta = fifth;
       } else {
-        executor = scope.trx || this.knex;
+        executor = scope.trx;
+        if (executor === undefined) throw noTransaction('enqueueAfterCommit(type, args)');
         type = first;
         args = second;
         options = third;
@@ -270,7 +290,9 @@ class Ojs {
 
   _executorCall(call) {
     if (isExecutor(call[0])) return call;
-    return [currentScope().trx || this.knex, ...call];
+    const { trx } = currentScope();
+    if (trx === undefined) throw noTransaction('enqueueBulk(jobs)');
+    return [trx, ...call];
   }
 
   async _stage(executor, jobsText, scope) {
