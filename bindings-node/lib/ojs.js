@@ -104,7 +104,7 @@ class Ojs {
     this.native = callNative(() => new NativeAdapter(JSON.stringify(this.config)));
     // On SQLite the core's I/O must not share this process with better-sqlite3 (relay-host.js).
     const separate = options.relayProcess ?? this.dialect === 'sqlite';
-    this.host = separate ? new RelayHost(this.config) : null;
+    this.host = separate ? new RelayHost(this.config, this.native.hotQueueCapacity) : null;
     this.onError = options.onError || ((error) => console.error(`ojs-adapter-express: ${error.message}`));
     this._closed = false;
     this._signalHandlers = new Map();
@@ -333,9 +333,37 @@ class Ojs {
     return JSON.parse(await this._io('statusJson'));
   }
 
-  /** The relay's metrics, or null when no relay runs in this process. */
+  /**
+   * The relay's metrics (the core's), or null when no relay runs here (relay mode
+   * "external"). With a relay host process (SQLite) two counts of this process are added:
+   * `wakeup_pending`, the committed ids waiting to be sent to the host, and `wakeup_dropped`,
+   * the ids not sent because the host was not reading (the poller delivers their rows); both
+   * are 0 without a relay host, where a wake-up is a direct core call (`hot_dropped`).
+   */
   async metrics() {
-    return JSON.parse(await this._io('metricsJson'));
+    const metrics = JSON.parse(await this._io('metricsJson'));
+    if (metrics === null) return null;
+    const wakeups = this.wakeups;
+    metrics.wakeup_pending = wakeups === null ? 0 : wakeups.pending;
+    metrics.wakeup_dropped = wakeups === null ? 0 : wakeups.dropped;
+    return metrics;
+  }
+
+  /**
+   * The wake-up state of the relay host channel, read at once (also while the host does not
+   * answer): `{capacity, pending, sending, sent, dropped}`; null without a relay host.
+   * `sending`: one wake-up message is being written (the only one this process holds);
+   * `pending`: ids waiting for it (at most `capacity`); `sent`, `dropped`: ids so far.
+   */
+  get wakeups() {
+    if (!this.host) return null;
+    const { capacity, ids, sending, sent, dropped } = this.host.wakeups;
+    return { capacity, pending: ids.length, sending: sending !== null, sent, dropped };
+  }
+
+  /** The process id of the relay host process (SQLite), or null when there is none (yet). */
+  get relayHostPid() {
+    return this.host && this.host.child ? this.host.child.pid : null;
   }
 
   /** Committed rows of these jobs: {jobId: {status, attempts, error}}. */

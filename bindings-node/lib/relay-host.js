@@ -10,8 +10,13 @@
 // missing from reads, are sent twice, and the file can be corrupted. In a child process the
 // locks work as between any two processes. PostgreSQL needs none of this.
 //
-// The host process keeps the cheap calls (stage, DDL); the wake-up goes over the IPC channel,
-// in order and without waiting.
+// The application process keeps the cheap calls (stage, DDL); the wake-up goes over the IPC
+// channel without waiting, and bounded: `child.send` has no backpressure (a message the host
+// does not read waits in this process's memory, without limit), so at most one wake-up
+// message is being written at a time. Ids committed meanwhile are coalesced into the next
+// message, at most `capacity` of them (the core's `relay.hot_queue_capacity`, the size of the
+// hot queue they are headed for); ids beyond that are dropped and counted (`dropped`), as the
+// core counts `hot_dropped`. A wake-up is only a hint: the relay's poller finds every row.
 
 const { fork } = require('node:child_process');
 const path = require('node:path');
@@ -20,11 +25,17 @@ const { fromNative } = require('./errors');
 const BIN = path.join(__dirname, '..', 'bin', 'ojs-relay.js');
 
 class RelayHost {
-  constructor(config) {
+  /** `capacity`: the most wake-up ids held in this process while a message is being written. */
+  constructor(config, capacity) {
     this.config = config;
     this.child = null;
     this.pending = new Map();
     this.nextId = 1;
+    /**
+     * The wake-up state: `ids` waiting for the message being written (`sending`) to finish,
+     * at most `capacity`; `sent` ids handed to the channel, `dropped` ids given up.
+     */
+    this.wakeups = { capacity, ids: [], sending: null, sent: 0, dropped: 0 };
   }
 
   _spawn() {
@@ -43,6 +54,12 @@ class RelayHost {
     });
     child.on('exit', (code, signal) => {
       if (this.child === child) this.child = null;
+      const wakeups = this.wakeups;
+      if (wakeups.sending === child) {
+        wakeups.sending = null;
+        wakeups.dropped += wakeups.ids.length;
+        wakeups.ids = [];
+      }
       for (const call of this.pending.values()) call.reject(new Error(`the relay host process ended (${signal || code})`));
       this.pending.clear();
     });
@@ -72,9 +89,40 @@ class RelayHost {
     });
   }
 
-  /** The wake-up: sent in order, not awaited; without a host process there is no relay to wake. */
+  /**
+   * The wake-up, never waited for: sent at once when no wake-up message is being written,
+   * else coalesced into the next one (at most `capacity` ids wait; the rest are dropped and
+   * counted). Without a host process there is no relay to wake.
+   */
   notifyCommitted(jobIds) {
-    if (this.child && this.child.connected) this.child.send({ method: 'notifyCommitted', args: [jobIds] });
+    const child = this.child;
+    if (!child || !child.connected) return;
+    const wakeups = this.wakeups;
+    const waiting = wakeups.ids;
+    const room = (wakeups.sending === null ? wakeups.capacity : wakeups.capacity - waiting.length);
+    const taken = jobIds.length <= room ? jobIds.length : Math.max(room, 0);
+    wakeups.dropped += jobIds.length - taken;
+    if (wakeups.sending === null) {
+      if (taken > 0) this._sendWakeup(child, taken === jobIds.length ? jobIds : jobIds.slice(0, taken));
+      return;
+    }
+    for (let index = 0; index < taken; index += 1) waiting.push(jobIds[index]);
+  }
+
+  /** Writes one wake-up message; when it is written, the ids that waited meanwhile follow. */
+  _sendWakeup(child, jobIds) {
+    const wakeups = this.wakeups;
+    wakeups.sending = child;
+    wakeups.sent += jobIds.length;
+    child.send({ method: 'notifyCommitted', args: [jobIds] }, () => {
+      if (wakeups.sending !== child) return;
+      wakeups.sending = null;
+      if (wakeups.ids.length === 0) return;
+      const next = wakeups.ids;
+      wakeups.ids = [];
+      if (this.child === child && child.connected) this._sendWakeup(child, next);
+      else wakeups.dropped += next.length;
+    });
   }
 
   /** Stops the relay gracefully and ends the host process. */

@@ -116,6 +116,15 @@ impl NativeAdapter {
         self.sync(|adapter| Ok(adapter.relay_in_process()))
     }
 
+    /// The core's `relay.hot_queue_capacity`: the most wake-up ids the relay host channel
+    /// holds in the application process while a message is being written (`relay-host.js`).
+    #[napi(getter)]
+    pub fn hot_queue_capacity(&self) -> napi::Result<u32> {
+        self.sync(|adapter| {
+            Ok(u32::try_from(adapter.config().relay.hot_queue_capacity).unwrap_or(u32::MAX))
+        })
+    }
+
     #[napi]
     pub fn create_table_sql(&self, dialect: String) -> napi::Result<Vec<String>> {
         self.sync(|adapter| adapter.create_table_sql(&dialect))
