@@ -1,13 +1,14 @@
 'use strict';
 // ojs-adapter-express: transactional job enqueue for Express + knex over the OJS outbox core.
 
-const { Ojs, createOjs, createOutboxTable } = require('./lib/ojs');
+const { Ojs, createOjs, createOutboxTable, dropOutboxTable } = require('./lib/ojs');
 const { ojsMiddleware, RequestOjs } = require('./lib/express');
 const errors = require('./lib/errors');
 
 module.exports = {
   createOjs,
   createOutboxTable,
+  dropOutboxTable,
   ojsMiddleware,
   Ojs,
   RequestOjs,

@@ -366,7 +366,11 @@ class Ojs {
     return this.host && this.host.child ? this.host.child.pid : null;
   }
 
-  /** Committed rows of these jobs: {jobId: {status, attempts, error}}. */
+  /**
+   * Committed rows of these jobs, as `{[jobId]: {status, attempts, error}}`: `status` one of
+   * "pending", "failed", "sent", "dead"; `attempts` a number; `error` the last error text or
+   * null. An id with no committed row (rolled back, pruned, purged, unknown) is absent.
+   */
   async outboxRows(jobIds) {
     return JSON.parse(await this._io('rowsJson', jobIds));
   }
@@ -410,12 +414,23 @@ async function createOutboxTable(knex, { tableName } = {}) {
   await runDdl(knex, callNative(() => adapter.createTableSql(hostKnex.dialectOf(knex))));
 }
 
-async function runDdl(knex, statements) {
+/**
+ * Drops the outbox table (and its indexes) with the core's statement for this knex client:
+ * the `down` of a knex migration, `exports.down = (knex) => dropOutboxTable(knex)`. Every
+ * row still in it is lost, sent or not.
+ */
+async function dropOutboxTable(knex, { tableName } = {}) {
+  const config = { adapter: tableName === undefined ? {} : { outbox: { table_name: tableName } } };
+  const adapter = callNative(() => new NativeAdapter(JSON.stringify(config)));
+  await runDdl(knex, [callNative(() => adapter.dropTableSql(hostKnex.dialectOf(knex)))], 'dropping');
+}
+
+async function runDdl(knex, statements, what = 'creating') {
   try {
     for (const sql of statements) await knex.raw(sql);
   } catch (error) {
-    throw errorFor('DATABASE', `creating the outbox table failed: ${error.message}`, null, error);
+    throw errorFor('DATABASE', `${what} the outbox table failed: ${error.message}`, null, error);
   }
 }
 
-module.exports = { Ojs, createOjs, createOutboxTable, buildConfig };
+module.exports = { Ojs, createOjs, createOutboxTable, dropOutboxTable, buildConfig };

@@ -125,6 +125,12 @@ impl NativeAdapter {
         })
     }
 
+    /// The statement that drops the outbox table (a migration's `down`).
+    #[napi]
+    pub fn drop_table_sql(&self, dialect: String) -> napi::Result<String> {
+        self.sync(|adapter| adapter.drop_table_sql(&dialect))
+    }
+
     #[napi]
     pub fn create_table_sql(&self, dialect: String) -> napi::Result<Vec<String>> {
         self.sync(|adapter| adapter.create_table_sql(&dialect))
