@@ -82,10 +82,43 @@ export interface OutboxStatus {
   recent_lag_ms: number;
 }
 
+/** One committed outbox row as `outboxRows` returns it. */
 export interface RowState {
   status: 'pending' | 'failed' | 'sent' | 'dead';
+  /** Attempts the relay has used (0 until a send is attributed to the job). */
   attempts: number;
+  /** The last error text, or null. */
   error: string | null;
+}
+
+/** The relay's metrics: the core's, plus this process's wake-up counts (relay host, SQLite). */
+export interface RelayMetrics {
+  pending: number;
+  in_flight: number;
+  sent: number;
+  retried: number;
+  dead: number;
+  deduplicated: number;
+  /** Ids the core's hot queue dropped (the poller delivers their rows). */
+  hot_dropped: number;
+  oldest_pending_age_ms: number;
+  backend_healthy: boolean | null;
+  last_error: string | null;
+  /** Committed ids waiting in this process for the relay host (0 without one). */
+  wakeup_pending: number;
+  /** Committed ids this process did not send to the relay host because it was not reading (0 without one). */
+  wakeup_dropped: number;
+}
+
+/** The wake-up channel to the relay host process, read synchronously. */
+export interface WakeupState {
+  /** At most this many ids wait while a message is being written (relay.hot_queue_capacity). */
+  capacity: number;
+  pending: number;
+  /** A wake-up message is being written (the only one this process holds). */
+  sending: boolean;
+  sent: number;
+  dropped: number;
 }
 
 export declare class Ojs {
@@ -97,6 +130,10 @@ export declare class Ojs {
   readonly ready: Promise<void>;
   readonly tableName: string;
   readonly relayInProcess: boolean;
+  /** The wake-up channel to the relay host (SQLite), or null without a relay host. */
+  readonly wakeups: WakeupState | null;
+  /** The relay host process id, or null. */
+  readonly relayHostPid: number | null;
 
   start(): Promise<void>;
   stopRelay(): Promise<void>;
@@ -107,7 +144,7 @@ export declare class Ojs {
   enqueue(type: string, args: Json[], options?: JobOptions | null, meta?: Record<string, Json> | null): Promise<string>;
   /** Stages one job in `trx` (sent after the outermost commit) or autocommits through a knex instance. */
   enqueueAfterCommit(executor: KnexExecutor, type: string, args: Json[], options?: JobOptions | null, meta?: Record<string, Json> | null): Promise<string>;
-  /** The same in the current ojs.transaction, or autocommit outside one. */
+  /** The same in the current ojs.transaction; rejects with NoTransactionError outside one. */
   enqueueAfterCommit(type: string, args: Json[], options?: JobOptions | null, meta?: Record<string, Json> | null): Promise<string>;
   enqueueBulk(executor: KnexExecutor, jobs: BulkJob[]): Promise<string[]>;
   enqueueBulk(jobs: BulkJob[]): Promise<string[]>;
@@ -119,7 +156,7 @@ export declare class Ojs {
   /** Creates the outbox table with the core's DDL through the application's knex. */
   migrate(): Promise<void>;
   status(): Promise<OutboxStatus>;
-  metrics(): Promise<Record<string, Json> | null>;
+  metrics(): Promise<RelayMetrics | null>;
   outboxRows(jobIds: string[]): Promise<Record<string, RowState>>;
   deadList(options?: { tenantId?: string | null; limit?: number }): Promise<Array<Record<string, Json>>>;
   deadReplay(options?: { tenantId?: string | null }): Promise<number>;
@@ -142,6 +179,8 @@ export declare class RequestOjs {
 
 export declare function createOjs(options: CreateOjsOptions): Ojs;
 export declare function createOutboxTable(knex: Knex, options?: { tableName?: string }): Promise<void>;
+/** Drops the outbox table (a knex migration's `down`). */
+export declare function dropOutboxTable(knex: Knex, options?: { tableName?: string }): Promise<void>;
 export declare function ojsMiddleware(ojs: Ojs): RequestHandler;
 
 export type ErrorCode =

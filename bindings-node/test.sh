@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Builds the addon (release) and the npm package, installs THAT package into a fresh place
 # under target/node-pkg/, and runs the tests (node --test) against the installed package:
-# the conformance matrix on SQLite and PostgreSQL, bad input, staged rows, the Express
-# middleware, the event loop. Needs OJS_TEST_DATABASE_URL (postgres://...); scripts/test.sh sets it.
+# the conformance matrix on SQLite and PostgreSQL, bad input, values JSON cannot hold, the
+# type-first call without a transaction, bounded wake-ups, the knex migration, staged rows, the
+# Express middleware, the event loop, signals. Needs OJS_TEST_DATABASE_URL (postgres://...); scripts/test.sh sets it.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/.." && pwd)
