@@ -13,15 +13,20 @@ use crate::error::{Error, ErrorCode, Result};
 pub const MAX_WIRE_BYTES: usize = 1024 * 1024;
 const MAX_TYPE_BYTES: usize = 255;
 const MAX_QUEUE_BYTES: usize = 128;
-const OPTION_KEYS: [&str; 8] = [
+/// The keys of `options`: those of the job-options schema, `pending` (HTTP binding §9.1) and
+/// `scheduled_at`, which the reference servers read as `delay_until` (docs/ojs-compat.md).
+const OPTION_KEYS: [&str; 11] = [
     "queue",
     "priority",
     "timeout_ms",
     "delay_until",
+    "scheduled_at",
     "expires_at",
     "retry",
     "unique",
     "tags",
+    "visibility_timeout_ms",
+    "pending",
 ];
 const RETRY_KEYS: [&str; 7] = [
     "max_attempts",
@@ -32,7 +37,27 @@ const RETRY_KEYS: [&str; 7] = [
     "on_exhaustion",
     "non_retryable_errors",
 ];
-const UNIQUE_KEYS: [&str; 4] = ["keys", "period", "on_conflict", "states"];
+const UNIQUE_KEYS: [&str; 6] = [
+    "keys",
+    "args_keys",
+    "meta_keys",
+    "period",
+    "on_conflict",
+    "states",
+];
+const UNIQUE_DIMENSIONS: [&str; 4] = ["type", "queue", "args", "meta"];
+const JOB_STATES: [&str; 8] = [
+    "scheduled",
+    "available",
+    "pending",
+    "active",
+    "completed",
+    "retryable",
+    "cancelled",
+    "discarded",
+];
+/// `options.visibility_timeout_ms` minimum (job-options schema).
+const MIN_VISIBILITY_TIMEOUT_MS: i64 = 1000;
 
 /// A job as the application asks for it.
 #[derive(Debug, Clone, PartialEq)]
@@ -210,7 +235,7 @@ pub fn wire_json(
     out.push_str("{\"id\":\"");
     out.push_str(job_id);
     out.push_str("\",\"type\":\"");
-    out.push_str(job_type); // validated: [a-z0-9_.] only, nothing to escape
+    out.push_str(job_type); // validated: [a-z0-9_.-] only, nothing to escape
     out.push_str("\",\"args\":");
     out.push_str(args_json);
     out.push_str(",\"options\":");
@@ -378,7 +403,8 @@ fn finish(
     Ok(prepared)
 }
 
-/// `^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)*$`, at most 255 bytes.
+/// `^[a-z][a-z0-9_-]*(\.[a-z][a-z0-9_-]*)*$`, at most 255 bytes: the schema's segments plus the
+/// hyphen both reference servers accept (docs/ojs-compat.md).
 pub fn validate_type(job_type: &str) -> Result<()> {
     let fail = |why: &str| {
         Err(Error::field(
@@ -403,8 +429,8 @@ pub fn validate_type(job_type: &str) -> Result<()> {
                 );
             }
         }
-        if !bytes.all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_') {
-            return fail("may contain only lowercase letters, digits, '_' and '.'");
+        if !bytes.all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-') {
+            return fail("may contain only lowercase letters, digits, '_', '-' and '.'");
         }
     }
     Ok(())
@@ -433,14 +459,11 @@ pub fn validate_queue(queue: &str) -> Result<()> {
     Ok(())
 }
 
+fn invalid_option(field: &str, why: String) -> Error {
+    Error::field(ErrorCode::InvalidOptions, format!("options.{field}"), why)
+}
+
 fn validate_options(options: &Map<String, Value>) -> Result<()> {
-    let invalid = |field: &str, why: String| {
-        Err(Error::field(
-            ErrorCode::InvalidOptions,
-            format!("options.{field}"),
-            why,
-        ))
-    };
     for (key, value) in options {
         match key.as_str() {
             "queue" => match value {
@@ -456,64 +479,117 @@ fn validate_options(options: &Map<String, Value>) -> Result<()> {
             "priority" => match value.as_i64() {
                 Some(p) if (-100..=100).contains(&p) => {}
                 _ => {
-                    return invalid(
+                    return Err(invalid_option(
                         key,
                         format!("must be an integer from -100 to 100, got {value}"),
-                    );
+                    ));
                 }
             },
-            "timeout_ms" => match value.as_u64() {
-                Some(ms) if ms > 0 => {}
-                _ => return invalid(key, format!("must be a positive integer, got {value}")),
-            },
-            "delay_until" | "expires_at" => check_timestamp(key, value)?,
+            // 0 means no timeout (job-options schema).
+            "timeout_ms" => check_integer_at_least(key, value, 0)?,
+            "visibility_timeout_ms" => {
+                check_integer_at_least(key, value, MIN_VISIBILITY_TIMEOUT_MS)?
+            }
+            "delay_until" | "scheduled_at" | "expires_at" => check_timestamp(key, value)?,
+            "pending" if !value.is_boolean() => {
+                return Err(invalid_option(
+                    key,
+                    format!("must be true or false, got {value}"),
+                ));
+            }
+            "pending" => {}
             "retry" => check_retry(value)?,
             "unique" => check_unique(value)?,
-            "tags" => check_string_array(key, value)?,
+            "tags" => check_string_set(key, value, false)?,
             unknown => {
-                return invalid(
+                return Err(invalid_option(
                     unknown,
                     format!("unknown option; allowed: {}", OPTION_KEYS.join(", ")),
-                );
+                ));
             }
         }
     }
     Ok(())
 }
 
+/// An integer from `minimum` up to the largest 64-bit signed integer (the servers decode
+/// these into Go `int`).
+fn check_integer_at_least(field: &str, value: &Value, minimum: i64) -> Result<()> {
+    match value.as_i64() {
+        Some(n) if n >= minimum => Ok(()),
+        _ => Err(invalid_option(
+            field,
+            format!("must be an integer of at least {minimum}, got {value}"),
+        )),
+    }
+}
+
 fn check_timestamp(field: &str, value: &Value) -> Result<()> {
     let text = value.as_str().unwrap_or("");
     match time::OffsetDateTime::parse(text, &time::format_description::well_known::Rfc3339) {
         Ok(_) => Ok(()),
-        Err(_) => Err(Error::field(
-            ErrorCode::InvalidOptions,
-            format!("options.{field}"),
+        Err(_) => Err(invalid_option(
+            field,
             format!("must be an RFC 3339 timestamp such as \"2026-03-01T09:00:00Z\", got {value}"),
         )),
     }
 }
 
-fn check_duration(field: &str, value: &Value) -> Result<()> {
-    let text = value.as_str().ok_or_else(|| {
-        Error::field(
-            ErrorCode::InvalidOptions,
+fn duration_text<'a>(field: &str, value: &'a Value) -> Result<&'a str> {
+    value.as_str().ok_or_else(|| {
+        invalid_option(
             field,
             format!("must be an ISO-8601 duration string, got {value}"),
         )
-    })?;
-    duration::parse(text)
-        .map(|_| ())
-        .map_err(|why| Error::field(ErrorCode::InvalidOptions, field, why))
+    })
 }
 
-fn check_string_array(field: &str, value: &Value) -> Result<()> {
-    match value.as_array() {
-        Some(items) if items.iter().all(Value::is_string) => Ok(()),
-        _ => Err(Error::field(
-            ErrorCode::InvalidOptions,
-            format!("options.{field}"),
-            format!("must be an array of strings, got {value}"),
+/// An array of distinct strings; `allow_empty_strings: false` also refuses `""` entries.
+fn check_string_set(field: &str, value: &Value, allow_empty_strings: bool) -> Result<()> {
+    let what = if allow_empty_strings {
+        "an array of distinct strings"
+    } else {
+        "an array of distinct non-empty strings"
+    };
+    let items = match value.as_array() {
+        Some(items) if items.iter().all(Value::is_string) => items,
+        _ => {
+            return Err(invalid_option(
+                field,
+                format!("must be {what}, got {value}"),
+            ));
+        }
+    };
+    for (i, item) in items.iter().enumerate() {
+        if !allow_empty_strings && item.as_str() == Some("") {
+            return Err(invalid_option(
+                field,
+                format!("must be {what}; entry {i} is empty"),
+            ));
+        }
+        if items[..i].contains(item) {
+            return Err(invalid_option(
+                field,
+                format!("must be {what}; {item} appears twice"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// `check_string_set` whose entries must also be among `allowed`.
+fn check_enum_set(field: &str, value: &Value, allowed: &[&str]) -> Result<()> {
+    check_string_set(field, value, false)?;
+    let items = value.as_array().map(Vec::as_slice).unwrap_or_default();
+    match items
+        .iter()
+        .find(|item| !allowed.contains(&item.as_str().unwrap_or("")))
+    {
+        Some(bad) => Err(invalid_option(
+            field,
+            format!("{bad} is not one of {}", allowed.join(", ")),
         )),
+        None => Ok(()),
     }
 }
 
@@ -523,16 +599,14 @@ fn object_with_keys<'a>(
     allowed: &[&str],
 ) -> Result<&'a Map<String, Value>> {
     let map = value.as_object().ok_or_else(|| {
-        Error::field(
-            ErrorCode::InvalidOptions,
-            format!("options.{field}"),
+        invalid_option(
+            field,
             format!("must be an object, got {}", json_kind(value)),
         )
     })?;
     if let Some(unknown) = map.keys().find(|k| !allowed.contains(&k.as_str())) {
-        return Err(Error::field(
-            ErrorCode::InvalidOptions,
-            format!("options.{field}.{unknown}"),
+        return Err(invalid_option(
+            &format!("{field}.{unknown}"),
             format!("unknown key; allowed: {}", allowed.join(", ")),
         ));
     }
@@ -541,34 +615,33 @@ fn object_with_keys<'a>(
 
 fn check_retry(value: &Value) -> Result<()> {
     let retry = object_with_keys("retry", value, &RETRY_KEYS)?;
-    let invalid = |key: &str, why: String| {
-        Err(Error::field(
-            ErrorCode::InvalidOptions,
-            format!("options.retry.{key}"),
-            why,
-        ))
-    };
     for (key, value) in retry {
+        let field = format!("retry.{key}");
         match key.as_str() {
-            "max_attempts" if value.as_u64().is_none() => {
-                return invalid(key, format!("must be a non-negative integer, got {value}"));
-            }
+            "max_attempts" => check_integer_at_least(&field, value, 0)?,
             "initial_interval" | "max_interval" => {
-                check_duration(&format!("options.retry.{key}"), value)?
+                duration::parse_retry_interval(duration_text(&field, value)?)
+                    .map_err(|why| invalid_option(&field, why))?;
             }
             "backoff_coefficient" if !value.as_f64().is_some_and(|c| c >= 1.0) => {
-                return invalid(key, format!("must be a number >= 1, got {value}"));
+                return Err(invalid_option(
+                    &field,
+                    format!("must be a number >= 1, got {value}"),
+                ));
             }
             "jitter" if !value.is_boolean() => {
-                return invalid(key, format!("must be true or false, got {value}"));
+                return Err(invalid_option(
+                    &field,
+                    format!("must be true or false, got {value}"),
+                ));
             }
             "on_exhaustion" if !matches!(value.as_str(), Some("discard" | "dead_letter")) => {
-                return invalid(
-                    key,
+                return Err(invalid_option(
+                    &field,
                     format!("must be \"discard\" or \"dead_letter\", got {value}"),
-                );
+                ));
             }
-            "non_retryable_errors" => check_string_array("retry.non_retryable_errors", value)?,
+            "non_retryable_errors" => check_string_set(&field, value, false)?,
             _ => {}
         }
     }
@@ -578,18 +651,30 @@ fn check_retry(value: &Value) -> Result<()> {
 fn check_unique(value: &Value) -> Result<()> {
     let unique = object_with_keys("unique", value, &UNIQUE_KEYS)?;
     for (key, value) in unique {
+        let field = format!("unique.{key}");
         match key.as_str() {
-            "keys" | "states" => check_string_array(&format!("unique.{key}"), value)?,
-            "period" => check_duration("options.unique.period", value)?,
+            "keys" => check_enum_set(&field, value, &UNIQUE_DIMENSIONS)?,
+            "states" => check_enum_set(&field, value, &JOB_STATES)?,
+            "args_keys" => check_string_set(&field, value, true)?,
+            "meta_keys" => {
+                check_string_set(&field, value, true)?;
+                if value.as_array().is_some_and(Vec::is_empty) {
+                    return Err(invalid_option(
+                        &field,
+                        "must name at least one meta key".to_owned(),
+                    ));
+                }
+            }
+            "period" => duration::check_unique_period(duration_text(&field, value)?)
+                .map_err(|why| invalid_option(&field, why))?,
             "on_conflict"
                 if !matches!(
                     value.as_str(),
                     Some("reject" | "ignore" | "replace" | "replace_except_schedule")
                 ) =>
             {
-                return Err(Error::field(
-                    ErrorCode::InvalidOptions,
-                    "options.unique.on_conflict",
+                return Err(invalid_option(
+                    &field,
                     format!(
                         "must be reject, ignore, replace or replace_except_schedule, got {value}"
                     ),
@@ -597,6 +682,16 @@ fn check_unique(value: &Value) -> Result<()> {
             }
             _ => {}
         }
+    }
+    let keys_meta = unique
+        .get("keys")
+        .and_then(Value::as_array)
+        .is_some_and(|keys| keys.iter().any(|k| k == "meta"));
+    if keys_meta && !unique.contains_key("meta_keys") {
+        return Err(invalid_option(
+            "unique.meta_keys",
+            "is required when unique.keys contains \"meta\"".to_owned(),
+        ));
     }
     Ok(())
 }

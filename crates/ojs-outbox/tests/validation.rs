@@ -25,7 +25,7 @@ fn refuses_bad_jobs_with_the_right_code_and_field() {
             "type",
         ),
         (
-            NewJob::new("email-welcome", json!([])),
+            NewJob::new("-email", json!([])),
             ErrorCode::InvalidJobType,
             "type",
         ),
@@ -110,7 +110,7 @@ fn refuses_bad_jobs_with_the_right_code_and_field() {
             "options.priority",
         ),
         (
-            NewJob::new("a", json!([])).with_options(json!({"timeout_ms": 0})),
+            NewJob::new("a", json!([])).with_options(json!({"timeout_ms": -1})),
             ErrorCode::InvalidOptions,
             "options.timeout_ms",
         ),
@@ -195,6 +195,231 @@ fn refuses_bad_jobs_with_the_right_code_and_field() {
     }
 }
 
+/// Each rule changed to match the OJS schemas and the reference servers (docs/ojs-compat.md):
+/// one input the rule accepts, one it refuses, with the code and field of the refusal.
+#[test]
+fn each_rule_accepts_what_ojs_servers_accept_and_refuses_what_they_refuse() {
+    struct Rule {
+        name: &'static str,
+        accepted: NewJob,
+        refused: NewJob,
+        code: ErrorCode,
+        field: &'static str,
+    }
+    let with = |options: Value| NewJob::new("a", json!([])).with_options(options);
+    let rules = vec![
+        Rule {
+            name: "hyphens in type segments",
+            accepted: NewJob::new("batch-import_v2.run-now", json!([])),
+            refused: NewJob::new("batch.-import", json!([])),
+            code: ErrorCode::InvalidJobType,
+            field: "type",
+        },
+        Rule {
+            name: "timeout_ms 0 is no timeout",
+            accepted: with(json!({"timeout_ms": 0})),
+            refused: with(json!({"timeout_ms": -5})),
+            code: ErrorCode::InvalidOptions,
+            field: "options.timeout_ms",
+        },
+        Rule {
+            name: "visibility_timeout_ms, at least 1000",
+            accepted: with(json!({"visibility_timeout_ms": 1000})),
+            refused: with(json!({"visibility_timeout_ms": 999})),
+            code: ErrorCode::InvalidOptions,
+            field: "options.visibility_timeout_ms",
+        },
+        Rule {
+            name: "scheduled_at, an RFC 3339 timestamp",
+            accepted: with(json!({"scheduled_at": "2026-03-01T09:00:00Z"})),
+            refused: with(json!({"scheduled_at": "+PT5S"})),
+            code: ErrorCode::InvalidOptions,
+            field: "options.scheduled_at",
+        },
+        Rule {
+            name: "pending, a boolean",
+            accepted: with(json!({"pending": true})),
+            refused: with(json!({"pending": "yes"})),
+            code: ErrorCode::InvalidOptions,
+            field: "options.pending",
+        },
+        Rule {
+            name: "tags: no empty entry",
+            accepted: with(json!({"tags": ["onboarding", "email"]})),
+            refused: with(json!({"tags": ["onboarding", ""]})),
+            code: ErrorCode::InvalidOptions,
+            field: "options.tags",
+        },
+        Rule {
+            name: "tags: no repeated entry",
+            accepted: with(json!({"tags": []})),
+            refused: with(json!({"tags": ["email", "email"]})),
+            code: ErrorCode::InvalidOptions,
+            field: "options.tags",
+        },
+        Rule {
+            name: "non_retryable_errors: no empty entry",
+            accepted: with(json!({"retry": {"non_retryable_errors": ["ValidationError"]}})),
+            refused: with(json!({"retry": {"non_retryable_errors": [""]}})),
+            code: ErrorCode::InvalidOptions,
+            field: "options.retry.non_retryable_errors",
+        },
+        Rule {
+            name: "non_retryable_errors: no repeated entry",
+            accepted: with(json!({"retry": {"non_retryable_errors": ["A", "B"]}})),
+            refused: with(json!({"retry": {"non_retryable_errors": ["A", "A"]}})),
+            code: ErrorCode::InvalidOptions,
+            field: "options.retry.non_retryable_errors",
+        },
+        Rule {
+            name: "retry intervals: hours, minutes, seconds as the servers read them",
+            accepted: with(json!({"retry": {"initial_interval": "PT1H30M0.5S"}})),
+            refused: with(json!({"retry": {"initial_interval": "P1D"}})),
+            code: ErrorCode::InvalidOptions,
+            field: "options.retry.initial_interval",
+        },
+        Rule {
+            name: "retry intervals: not zero",
+            accepted: with(json!({"retry": {"max_interval": "PT0.001S"}})),
+            refused: with(json!({"retry": {"max_interval": "PT0S"}})),
+            code: ErrorCode::InvalidOptions,
+            field: "options.retry.max_interval",
+        },
+        Rule {
+            name: "retry intervals: a fraction only on seconds",
+            accepted: with(json!({"retry": {"initial_interval": "PT90S"}})),
+            refused: with(json!({"retry": {"initial_interval": "PT1.5M"}})),
+            code: ErrorCode::InvalidOptions,
+            field: "options.retry.initial_interval",
+        },
+        Rule {
+            name: "retry intervals: components in order",
+            accepted: with(json!({"retry": {"max_interval": "PT1M5S"}})),
+            refused: with(json!({"retry": {"max_interval": "PT5S1M"}})),
+            code: ErrorCode::InvalidOptions,
+            field: "options.retry.max_interval",
+        },
+        Rule {
+            name: "retry.max_attempts 0 means no retry",
+            accepted: with(json!({"retry": {"max_attempts": 0}})),
+            refused: with(json!({"retry": {"max_attempts": -1}})),
+            code: ErrorCode::InvalidOptions,
+            field: "options.retry.max_attempts",
+        },
+        Rule {
+            name: "unique.period: years and months",
+            accepted: with(json!({"unique": {"period": "P1Y2M"}})),
+            refused: with(json!({"unique": {"period": "P1M1Y"}})),
+            code: ErrorCode::InvalidOptions,
+            field: "options.unique.period",
+        },
+        Rule {
+            name: "unique.period: a fraction only on seconds",
+            accepted: with(json!({"unique": {"period": "P1WT0.5S"}})),
+            refused: with(json!({"unique": {"period": "PT1.5M"}})),
+            code: ErrorCode::InvalidOptions,
+            field: "options.unique.period",
+        },
+        Rule {
+            name: "unique.period: at least one component",
+            accepted: with(json!({"unique": {"period": "P1D"}})),
+            refused: with(json!({"unique": {"period": "PT"}})),
+            code: ErrorCode::InvalidOptions,
+            field: "options.unique.period",
+        },
+        Rule {
+            name: "unique.keys: type, queue, args, meta",
+            accepted: with(json!({"unique": {"keys": ["type", "queue", "args"]}})),
+            refused: with(json!({"unique": {"keys": ["type", "tenant"]}})),
+            code: ErrorCode::InvalidOptions,
+            field: "options.unique.keys",
+        },
+        Rule {
+            name: "unique.keys: no repeated entry",
+            accepted: with(json!({"unique": {"keys": []}})),
+            refused: with(json!({"unique": {"keys": ["type", "type"]}})),
+            code: ErrorCode::InvalidOptions,
+            field: "options.unique.keys",
+        },
+        Rule {
+            name: "unique.states: the job states",
+            accepted: with(json!({"unique": {"states": ["available", "completed", "pending"]}})),
+            refused: with(json!({"unique": {"states": ["available", "done"]}})),
+            code: ErrorCode::InvalidOptions,
+            field: "options.unique.states",
+        },
+        Rule {
+            name: "unique.args_keys",
+            accepted: with(json!({"unique": {"keys": ["type", "args"], "args_keys": ["user_id"]}})),
+            refused: with(json!({"unique": {"args_keys": ["user_id", "user_id"]}})),
+            code: ErrorCode::InvalidOptions,
+            field: "options.unique.args_keys",
+        },
+        Rule {
+            name: "unique.meta_keys, not empty",
+            accepted: with(
+                json!({"unique": {"keys": ["type", "meta"], "meta_keys": ["tenant_id"]}}),
+            ),
+            refused: with(json!({"unique": {"meta_keys": []}})),
+            code: ErrorCode::InvalidOptions,
+            field: "options.unique.meta_keys",
+        },
+        Rule {
+            name: "unique.meta_keys, required with keys meta",
+            accepted: with(json!({"unique": {"keys": ["meta"], "meta_keys": ["locale"]}})),
+            refused: with(json!({"unique": {"keys": ["type", "meta"]}})),
+            code: ErrorCode::InvalidOptions,
+            field: "options.unique.meta_keys",
+        },
+        Rule {
+            name: "server-only option aliases stay refused",
+            accepted: with(json!({"retry": {"max_attempts": 2}})),
+            refused: with(json!({"retry_policy": {"max_attempts": 2}})),
+            code: ErrorCode::InvalidOptions,
+            field: "options.retry_policy",
+        },
+    ];
+    for rule in rules {
+        if let Err(e) = prepare(rule.accepted.clone(), None) {
+            panic!(
+                "{}: {:?} must be accepted, got {e}",
+                rule.name, rule.accepted
+            );
+        }
+        let error = prepare(rule.refused.clone(), None).expect_err(&format!(
+            "{}: {:?} must be refused",
+            rule.name, rule.refused
+        ));
+        assert_eq!(error.code, rule.code, "{}: {}", rule.name, error.message);
+        assert_eq!(
+            error.field.as_deref(),
+            Some(rule.field),
+            "{}: {}",
+            rule.name,
+            error.message
+        );
+    }
+}
+
+/// The JSON-text entry point the bindings use applies the same rules.
+#[test]
+fn prepare_json_applies_the_same_rules() {
+    use ojs_outbox::job::prepare_json;
+    let ok = prepare_json(
+        "batch-import_v2",
+        "[1]",
+        Some(r#"{"timeout_ms": 0, "pending": false, "unique": {"period": "P1M"}}"#),
+        None,
+        None,
+    )
+    .expect("accepted");
+    assert_eq!(ok.job_type, "batch-import_v2");
+    assert!(ok.wire_json().contains(r#""type":"batch-import_v2""#));
+    let refused = prepare_json("a", "[]", Some(r#"{"tags": ["x", "x"]}"#), None, None)
+        .expect_err("repeated tag");
+    assert_eq!(refused.field.as_deref(), Some("options.tags"));
+}
+
 #[test]
 fn refuses_json_that_does_not_parse() {
     let bad_args = NewJob::from_json("a", "[1,", None, None).unwrap_err();
@@ -216,7 +441,8 @@ fn accepts_the_full_option_set_and_assigns_a_uuidv7() {
             "retry": {"max_attempts": 5, "initial_interval": "PT1S", "backoff_coefficient": 2.0,
                       "max_interval": "PT5M", "jitter": true, "on_exhaustion": "discard"},
             "unique": {"keys": ["type", "args"], "period": "PT1H", "on_conflict": "reject"},
-            "tags": ["onboarding"]
+            "tags": ["onboarding"], "visibility_timeout_ms": 60000, "pending": false,
+            "scheduled_at": "2026-03-01T09:00:00Z"
         }))
         .with_meta(json!({"source": "signup"}));
     let prepared = prepare(job, None).expect("valid");
