@@ -20,6 +20,14 @@ pub struct Backend {
 
 impl Backend {
     pub fn new(config: &Config) -> Result<Backend> {
+        if config.ojs_url.trim().is_empty() {
+            // Only a handle parsed for a host that needs no backend has no URL (`config::Host`).
+            return Err(Error::field(
+                ErrorCode::InvalidConfig,
+                crate::config::URL_FIELD,
+                "no OJS backend URL is set, and this handle was configured without one",
+            ));
+        }
         let client = reqwest::Client::builder()
             .timeout(config.relay.request_timeout)
             .connect_timeout(config.relay.request_timeout.min(Duration::from_secs(5)))

@@ -9,7 +9,7 @@ use serde::Deserialize;
 use serde_json::Value;
 use serde_json::value::RawValue;
 
-use crate::config::{Config, RelayMode};
+use crate::config::{Config, Host, RelayMode};
 use crate::error::{Error, ErrorCode, Result};
 use crate::job::{NewJob, PreparedJob, RequestContext, prepare, prepare_json};
 use crate::outbox::Outbox;
@@ -64,19 +64,36 @@ struct Running {
 /// One configured adapter per application (a Django settings module, an Express app, a Rails app).
 pub struct Adapter {
     config: Config,
+    notice: Option<String>,
     running: Mutex<Option<Arc<Running>>>,
     /// The single-row staging INSERT per (dialect, placeholder style), built on first use.
     insert_one: [OnceLock<Arc<str>>; 6],
 }
 
 impl Adapter {
-    /// Parses the spec §5.2 configuration; no I/O.
+    /// Parses the spec §5.2 configuration, not in development mode (a missing backend URL is
+    /// an error naming `adapter.ojs_url`); no I/O.
     pub fn new(config_json: &str) -> Result<Adapter> {
+        Adapter::for_host(config_json, &Host::PRODUCTION)
+    }
+
+    /// Parses the configuration as `host` runs: the binding says whether its framework is in
+    /// development mode, how its users spell the URL setting, and whether this handle talks to
+    /// the backend at all (see [`Host`]). No I/O.
+    pub fn for_host(config_json: &str, host: &Host) -> Result<Adapter> {
+        let loaded = Config::load_json(config_json, host)?;
         Ok(Adapter {
-            config: Config::from_json(config_json)?,
+            config: loaded.config,
+            notice: loaded.notice,
             running: Mutex::new(None),
             insert_one: Default::default(),
         })
+    }
+
+    /// The line the binding logs once, at warning level, through the framework's logger when
+    /// this adapter was built: set when the development default URL was taken.
+    pub fn notice(&self) -> Option<&str> {
+        self.notice.as_deref()
     }
 
     pub fn config(&self) -> &Config {
@@ -412,6 +429,23 @@ impl Adapter {
             })
         })
     }
+}
+
+/// The top-level keys of the adapter configuration as a framework's options offer them, each
+/// once: the backend URL as `url` (the spelling of the spec's framework examples). A binding
+/// whose options are these keys in its own case style (Express: camelCase) accepts exactly
+/// those, besides its own.
+pub fn option_keys() -> Vec<String> {
+    crate::config::OPTION_KEYS
+        .iter()
+        .map(|key| (*key).to_owned())
+        .collect()
+}
+
+/// The `INVALID_CONFIG` error for an option `key` that is none of `accepted` (the binding's
+/// spellings), naming the accepted spelling when `key` is a near miss of one.
+pub fn unknown_option_error(key: &str, accepted: &[String]) -> Error {
+    crate::config::unknown_option(key, accepted)
 }
 
 /// Called first thing by a framework's relay command: from now on SIGINT and SIGTERM stop

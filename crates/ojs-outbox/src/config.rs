@@ -63,10 +63,56 @@ pub struct RelayConfig {
 
 pub const MAX_BATCH_SIZE: usize = 1000;
 
+/// The OJS backend (where `ojs-devserver` listens by default) that a configuration without a
+/// URL gets only when its host framework runs in development mode ([`Host::development`]);
+/// anywhere else a missing URL is an `INVALID_CONFIG` error.
+pub const DEVELOPMENT_OJS_URL: &str = "http://localhost:8080";
+
+/// What the host framework tells the parser about itself: the rule for a missing backend URL
+/// depends on it, and the messages name the setting in the user's own spelling.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Host<'a> {
+    /// The framework runs in development mode (Django `DEBUG`, Rails' development
+    /// environment, `NODE_ENV=development`): a missing URL becomes [`DEVELOPMENT_OJS_URL`],
+    /// with a notice ([`Loaded::notice`]) for the binding to log.
+    pub development: bool,
+    /// How the user sets the backend URL in this framework, e.g. `OJS_CONFIG["ojs_url"]`.
+    pub url_setting: &'a str,
+    /// `false` for a handle that never talks to the backend (the DDL of a migration, the
+    /// relay's `migrate`/`status`/`dead`): a missing URL is then no error and
+    /// [`Config::ojs_url`] stays empty, which [`crate::backend::Backend::new`] refuses.
+    pub needs_backend: bool,
+}
+
+impl Host<'_> {
+    /// Not in development mode, the URL required, named as the config key `adapter.ojs_url`:
+    /// the rule of [`Config::from_json`] and [`Config::from_value`].
+    pub const PRODUCTION: Host<'static> = Host {
+        development: false,
+        url_setting: "adapter.ojs_url",
+        needs_backend: true,
+    };
+}
+
+/// A parsed configuration and what the binding must tell the user about it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Loaded {
+    pub config: Config,
+    /// Set when the development default URL was taken: one line for the framework's logger
+    /// (at warning level), naming the setting to set.
+    pub notice: Option<String>,
+}
+
+/// The field of the errors about the backend URL.
+pub const URL_FIELD: &str = "adapter.ojs_url";
+
+/// For tests and examples: every default, with [`DEVELOPMENT_OJS_URL`] as the backend. A
+/// user's configuration never starts from here without a URL: parsing requires one
+/// ([`Config::load`]).
 impl Default for Config {
     fn default() -> Self {
         Config {
-            ojs_url: "http://localhost:8080".into(),
+            ojs_url: DEVELOPMENT_OJS_URL.into(),
             backend_type: "external".into(),
             database_url: None,
             auth_token: None,
@@ -94,9 +140,21 @@ impl Default for Config {
 }
 
 impl Config {
-    /// Parses the spec §5.2 structure (`{"adapter": {...}}`, or the inner object alone), every
-    /// key optional. Unknown keys are errors: a typo must not silently fall back to a default.
+    /// Parses the spec §5.2 structure (`{"adapter": {...}}`, or the inner object alone). Every
+    /// key is optional except the backend URL (`ojs_url`, or `url`): without it this is an
+    /// `INVALID_CONFIG` error ([`Host::PRODUCTION`]; [`Config::load_json`] knows development
+    /// mode). Unknown keys are errors: a typo must not silently fall back to a default.
     pub fn from_json(text: &str) -> Result<Config> {
+        Config::load_json(text, &Host::PRODUCTION).map(|loaded| loaded.config)
+    }
+
+    /// [`Config::from_json`] of a parsed JSON value.
+    pub fn from_value(value: &Value) -> Result<Config> {
+        Config::load(value, &Host::PRODUCTION).map(|loaded| loaded.config)
+    }
+
+    /// [`Config::load`] of a JSON text.
+    pub fn load_json(text: &str, host: &Host) -> Result<Loaded> {
         let value: Value = serde_json::from_str(text).map_err(|e| {
             Error::field(
                 ErrorCode::InvalidConfig,
@@ -104,10 +162,35 @@ impl Config {
                 format!("not valid JSON: {e}"),
             )
         })?;
-        Config::from_value(&value)
+        Config::load(&value, host)
     }
 
-    pub fn from_value(value: &Value) -> Result<Config> {
+    /// Parses the configuration for this host. A missing (or `null`) backend URL is an
+    /// `INVALID_CONFIG` error naming `host.url_setting`, unless the host runs in development
+    /// mode (then [`DEVELOPMENT_OJS_URL`], and a notice to log) or needs no backend (then none).
+    pub fn load(value: &Value, host: &Host) -> Result<Loaded> {
+        let mut config = Config::parse(value)?;
+        let mut notice = None;
+        if config.ojs_url.is_empty() && host.needs_backend {
+            let setting = host.url_setting;
+            if !host.development {
+                return Err(invalid(
+                    URL_FIELD,
+                    &format!(
+                        "no OJS backend URL is set: set {setting} to the backend's http:// or https:// base URL (only a framework in development mode falls back to {DEVELOPMENT_OJS_URL})"
+                    ),
+                ));
+            }
+            config.ojs_url = DEVELOPMENT_OJS_URL.to_owned();
+            notice = Some(format!(
+                "ojs: no OJS backend URL is set ({setting}); in development mode jobs go to {DEVELOPMENT_OJS_URL}. Set {setting} to choose the backend."
+            ));
+        }
+        Ok(Loaded { config, notice })
+    }
+
+    /// Every key but the rule for a missing URL: an unset URL is left empty.
+    fn parse(value: &Value) -> Result<Config> {
         let mut root = as_object(value, "config")?;
         if let Some(adapter) = root.get("adapter") {
             if root.len() != 1 {
@@ -120,10 +203,15 @@ impl Config {
             }
             root = as_object(adapter, "adapter")?;
         }
-        let mut config = Config::default();
+        let mut config = Config {
+            ojs_url: String::new(),
+            ..Config::default()
+        };
         for (key, value) in root {
             match key.as_str() {
-                // `url` is the spelling of the spec's framework examples (§8.1, §8.2).
+                // `url` is the spelling of the spec's framework examples (§8.1, §8.2); `null`
+                // is unset (a binding's `nil` / `undefined`).
+                "ojs_url" | "url" if value.is_null() => {}
                 "ojs_url" | "url" => config.ojs_url = url(value, &format!("adapter.{key}"))?,
                 "backend_type" => {
                     let kind = string(value, "adapter.backend_type")?;
@@ -404,6 +492,75 @@ fn is_reserved_word(word: &str) -> bool {
         "with",
     ];
     RESERVED.contains(&word.to_ascii_lowercase().as_str())
+}
+
+/// The top-level keys of the adapter object, each once, as framework options offer them:
+/// `url` for the backend URL (`ojs_url` is the same key).
+pub const OPTION_KEYS: &[&str] = &[
+    "url",
+    "backend_type",
+    "database_url",
+    "auth_token",
+    "outbox",
+    "relay",
+];
+
+/// `INVALID_CONFIG` for an unknown option, with the closest of `accepted` when it is a near
+/// miss: the same letters in another case or separator style, a small edit away, or one of
+/// them inside it (`ojsUrl` → `url`).
+pub fn unknown_option<S: AsRef<str>>(key: &str, accepted: &[S]) -> Error {
+    let why = match near_miss(key, accepted) {
+        Some(spelling) => format!("unknown option; did you mean {spelling:?}?"),
+        None => {
+            let all: Vec<&str> = accepted.iter().map(AsRef::as_ref).collect();
+            format!("unknown option (accepted: {})", all.join(", "))
+        }
+    };
+    invalid(key, &why)
+}
+
+fn near_miss<'a, S: AsRef<str>>(key: &str, accepted: &'a [S]) -> Option<&'a str> {
+    fn letters(text: &str) -> Vec<char> {
+        text.chars()
+            .filter(|c| *c != '_' && *c != '-')
+            .flat_map(char::to_lowercase)
+            .collect()
+    }
+    fn distance(a: &[char], b: &[char]) -> usize {
+        let mut row: Vec<usize> = (0..=b.len()).collect();
+        for (i, ca) in a.iter().enumerate() {
+            let mut diagonal = row[0];
+            row[0] = i + 1;
+            for (j, cb) in b.iter().enumerate() {
+                let above = row[j + 1];
+                row[j + 1] = (diagonal + usize::from(ca != cb))
+                    .min(row[j] + 1)
+                    .min(above + 1);
+                diagonal = above;
+            }
+        }
+        row[b.len()]
+    }
+    let wanted = letters(key);
+    let scored = accepted.iter().map(|spelling| {
+        let candidate = letters(spelling.as_ref());
+        (distance(&wanted, &candidate), candidate, spelling.as_ref())
+    });
+    let best = scored
+        .clone()
+        .filter(|(d, candidate, _)| *d <= (candidate.len() / 3).max(1))
+        .min_by_key(|(d, _, _)| *d)
+        .or_else(|| {
+            scored
+                .filter(|(_, candidate, _)| {
+                    candidate.len() >= 3
+                        && wanted
+                            .windows(candidate.len())
+                            .any(|window| window == candidate.as_slice())
+                })
+                .max_by_key(|(_, candidate, _)| candidate.len())
+        });
+    best.map(|(_, _, spelling)| spelling)
 }
 
 fn invalid(field: &str, why: &str) -> Error {

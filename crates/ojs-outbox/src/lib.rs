@@ -20,7 +20,7 @@ pub mod sql;
 pub mod stop_signal;
 pub mod store;
 
-pub use config::{Config, RelayMode};
+pub use config::{Config, DEVELOPMENT_OJS_URL, Host, Loaded, RelayMode};
 pub use error::{Error, ErrorCode, Result};
 pub use job::{NewJob, PreparedJob, RequestContext, prepare};
 pub use outbox::{Outbox, OutboxTransaction};

@@ -29,7 +29,7 @@ fn postgres_url() -> Option<String> {
 
 async fn stage_claim_settle(url: &str, table: &str) {
     let config = Config::from_value(
-        &json!({"adapter": {"database_url": url, "outbox": {"table_name": table}}}),
+        &json!({"adapter": {"ojs_url": "http://127.0.0.1:9", "database_url": url, "outbox": {"table_name": table}}}),
     )
     .unwrap();
     let outbox = Outbox::connect(config).await.unwrap();
@@ -150,7 +150,7 @@ async fn a_missing_table_says_to_migrate_and_an_app_error_does_not() {
         assert_eq!(error.code, ErrorCode::OutboxTableMissing, "{url}: {error}");
         assert!(error.message.contains("ojs-relay migrate"));
         let config = Config::from_value(
-            &json!({"adapter": {"database_url": url, "outbox": {"table_name": "no_such_outbox"}}}),
+            &json!({"adapter": {"ojs_url": "http://127.0.0.1:9", "database_url": url, "outbox": {"table_name": "no_such_outbox"}}}),
         )
         .unwrap();
         let outbox = Outbox::connect(config).await.unwrap();
