@@ -8,7 +8,8 @@ use clap::{Args, Parser, Subcommand};
 ///
 /// Settings come from the JSON config file (`--config`, the spec §5.2 `{"adapter": {...}}`
 /// shape), then environment variables, then flags; whatever none of them sets keeps the
-/// library's default.
+/// library's default, except the backend URL, which `run` requires (--ojs-url, OJS_URL or
+/// adapter.ojs_url in the config file).
 #[derive(Debug, Parser)]
 #[command(name = "ojs-relay", version, propagate_version = true)]
 pub struct Cli {
@@ -55,7 +56,8 @@ pub enum Command {
 
 #[derive(Debug, Args)]
 pub struct RunArgs {
-    /// Base URL of the OJS backend (http:// or https://).
+    /// Base URL of the OJS backend (http:// or https://). Required: this, OJS_URL or
+    /// adapter.ojs_url in the --config file.
     #[arg(long, env = "OJS_URL", hide_env_values = true, value_name = "URL")]
     pub ojs_url: Option<String>,
 

@@ -1,11 +1,11 @@
 //! Builds the `ojs_outbox::Config` of one invocation: the config file (or the library's
-//! defaults), then the flags and environment variables over it. Every value a flag carries is
+//! defaults; the backend URL has none), then the flags and environment variables over it. Every value a flag carries is
 //! checked by the library's own parser, so the rules (URL schemes, batch size range, duration
 //! minimums) live in one place and the messages match the config file's.
 
 use std::path::Path;
 
-use ojs_outbox::{Config, Error, ErrorCode, Result};
+use ojs_outbox::{Config, Error, ErrorCode, Host, Result};
 use serde_json::{Value, json};
 
 use crate::cli::{Cli, RunArgs};
@@ -23,12 +23,58 @@ impl Settings {
     }
 }
 
-/// Builds the settings from the global options and, for `run`, its options.
+/// How `ojs-relay run` users set the backend URL, named when none is set.
+pub const URL_SETTING: &str = "--ojs-url URL or OJS_URL (or adapter.ojs_url in the --config file)";
+
+/// Builds the settings from the global options and, for `run`, its options. Only `run` needs
+/// the backend URL: without one from a flag, `OJS_URL` or the config file it fails; the CLI has
+/// no development mode, so there is no fallback.
 pub fn build(cli: &Cli, run: Option<&RunArgs>) -> Result<Settings> {
-    let mut config = match &cli.config {
-        Some(path) => read_config_file(path)?,
-        None => Config::default(),
+    // The flags first, each through the library's parser, so their errors name them.
+    let mut flag_url = None;
+    let mut batch_size = None;
+    let mut poll_interval = None;
+    if let Some(run) = run {
+        if let Some(url) = &run.ojs_url {
+            flag_url = Some(checked("--ojs-url", json!({ "ojs_url": url }))?.ojs_url);
+        }
+        if let Some(n) = run.batch_size {
+            batch_size = Some(
+                checked("--batch-size", json!({ "outbox": { "batch_size": n } }))?
+                    .outbox
+                    .batch_size,
+            );
+        }
+        if let Some(interval) = &run.poll_interval {
+            poll_interval = Some(
+                checked(
+                    "--poll-interval",
+                    json!({ "outbox": { "poll_interval": interval } }),
+                )?
+                .outbox
+                .poll_interval,
+            );
+        }
+    }
+    let host = Host {
+        development: false,
+        url_setting: URL_SETTING,
+        // `run` with --ojs-url (or OJS_URL) takes the URL from there, over the file's.
+        needs_backend: run.is_some() && flag_url.is_none(),
     };
+    let mut config = match &cli.config {
+        Some(path) => read_config_file(path, &host)?,
+        None => Config::load(&json!({}), &host)?.config,
+    };
+    if let Some(url) = flag_url {
+        config.ojs_url = url;
+    }
+    if let Some(n) = batch_size {
+        config.outbox.batch_size = n;
+    }
+    if let Some(interval) = poll_interval {
+        config.outbox.poll_interval = interval;
+    }
     if let Some(url) = &cli.database_url {
         config.database_url = Some(url.clone());
     }
@@ -36,25 +82,6 @@ pub fn build(cli: &Cli, run: Option<&RunArgs>) -> Result<Settings> {
         ojs_outbox::config::validate_table_name(table)
             .map_err(|why| Error::field(ErrorCode::InvalidConfig, "--table", why))?;
         config.outbox.table_name = table.clone();
-    }
-    if let Some(run) = run {
-        if let Some(url) = &run.ojs_url {
-            config.ojs_url = checked("--ojs-url", json!({ "ojs_url": url }))?.ojs_url;
-        }
-        if let Some(n) = run.batch_size {
-            config.outbox.batch_size =
-                checked("--batch-size", json!({ "outbox": { "batch_size": n } }))?
-                    .outbox
-                    .batch_size;
-        }
-        if let Some(interval) = &run.poll_interval {
-            config.outbox.poll_interval = checked(
-                "--poll-interval",
-                json!({ "outbox": { "poll_interval": interval } }),
-            )?
-            .outbox
-            .poll_interval;
-        }
     }
     let database_url = config.database_url.clone().filter(|url| !url.trim().is_empty()).ok_or_else(|| {
         Error::field(
@@ -69,7 +96,7 @@ pub fn build(cli: &Cli, run: Option<&RunArgs>) -> Result<Settings> {
     })
 }
 
-fn read_config_file(path: &Path) -> Result<Config> {
+fn read_config_file(path: &Path, host: &Host) -> Result<Config> {
     let text = std::fs::read_to_string(path).map_err(|e| {
         Error::field(
             ErrorCode::InvalidConfig,
@@ -77,24 +104,32 @@ fn read_config_file(path: &Path) -> Result<Config> {
             format!("cannot read {}: {e}", path.display()),
         )
     })?;
-    Config::from_json(&text)
+    Config::load_json(&text, host)
+        .map(|loaded| loaded.config)
         .map_err(|e| Error::new(e.code, format!("{}: {}", path.display(), e.message)))
 }
 
-/// Runs one flag's value through the library's config parser (as a one-key config) and
-/// returns the parsed config, from which the caller takes that one field.
+/// Runs one flag's value through the library's config parser (as a one-key config, which
+/// needs no backend URL) and returns the parsed config, from which the caller takes that one
+/// field.
 fn checked(flag: &str, fragment: Value) -> Result<Config> {
-    Config::from_value(&fragment).map_err(|e| {
-        let why = match &e.field {
-            Some(field) => e
-                .message
-                .strip_prefix(&format!("{field}: "))
-                .unwrap_or(&e.message)
-                .to_owned(),
-            None => e.message.clone(),
-        };
-        Error::field(e.code, flag, why)
-    })
+    let host = Host {
+        needs_backend: false,
+        ..Host::PRODUCTION
+    };
+    Config::load(&fragment, &host)
+        .map(|loaded| loaded.config)
+        .map_err(|e| {
+            let why = match &e.field {
+                Some(field) => e
+                    .message
+                    .strip_prefix(&format!("{field}: "))
+                    .unwrap_or(&e.message)
+                    .to_owned(),
+                None => e.message.clone(),
+            };
+            Error::field(e.code, flag, why)
+        })
 }
 
 /// The URL without its password, for messages and logs.

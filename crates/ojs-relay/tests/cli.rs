@@ -308,6 +308,68 @@ async fn configuration_errors_exit_2_and_name_the_setting() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_without_a_backend_url_fails_naming_the_setting() {
+    let dir = TempDir::new("no-ojs-url");
+    let db = format!("sqlite://{}", dir.file("x.db").display());
+    // No --ojs-url, no OJS_URL (the harness removes it), no config file: no silent default.
+    let line = assert_error(
+        &cli(&["--database-url", &db, "run"]).await,
+        "INVALID_CONFIG",
+        2,
+    );
+    assert!(
+        line.contains("adapter.ojs_url")
+            && line.contains("--ojs-url")
+            && line.contains("OJS_URL")
+            && line.contains("no OJS backend URL is set"),
+        "{line}"
+    );
+    // A config file without the key is no different.
+    let config = dir.file("ojs.json");
+    std::fs::write(
+        &config,
+        json!({"adapter": {"database_url": db}}).to_string(),
+    )
+    .unwrap();
+    let config = config.display().to_string();
+    let line = assert_error(
+        &cli(&["--config", &config, "run"]).await,
+        "INVALID_CONFIG",
+        2,
+    );
+    assert!(line.contains("--ojs-url"), "{line}");
+    // The commands that never talk to the backend need no URL.
+    assert_success(&cli(&["--config", &config, "migrate"]).await, "migrate");
+    assert_success(&cli(&["--config", &config, "status"]).await, "status");
+    assert_success(
+        &cli(&["--config", &config, "dead", "list"]).await,
+        "dead list",
+    );
+}
+
+/// `run` takes the backend URL from the config file's `adapter.ojs_url` too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_takes_the_backend_url_from_the_config_file() {
+    let Some(db) = Db::new(Kind::Sqlite, "url_from_file").await else {
+        return;
+    };
+    let server = DevServer::start(0).await.unwrap();
+    db.migrate().await;
+    let ids = db.stage(vec![NewJob::new("from.file", json!([1]))]).await;
+    let config = db.config_file(&json!({"adapter": {"ojs_url": server.url()}}).to_string());
+    let mut relay = db.spawn(&["--config", &config, "run", "--poll-interval", "PT0.1S"]);
+    db.wait_status(Duration::from_secs(20), "the job sent", Some(&relay), |s| {
+        count(s, "sent") == 1
+    })
+    .await;
+    let received = received(&server.url()).await;
+    assert_eq!(received_ids(&received), ids, "{received}");
+    assert!(relay.terminate(Duration::from_secs(20)).await.success());
+    server.shutdown().await;
+    db.drop_table().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn database_url_comes_from_the_environment_or_the_config_file() {
     let dir = TempDir::new("env-config");
     let url = format!("sqlite://{}", dir.file("env.db").display());

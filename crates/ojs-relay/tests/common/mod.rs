@@ -183,6 +183,14 @@ impl Db {
 
     /// Starts `ojs-relay run` against `ojs_url` with extra arguments; output goes to a log file.
     pub fn spawn_run(&self, ojs_url: &str, extra: &[&str]) -> RelayProcess {
+        let mut args = vec!["run", "--ojs-url", ojs_url];
+        args.extend_from_slice(extra);
+        self.spawn(&args)
+    }
+
+    /// Starts `ojs-relay --database-url URL --table T ARGS...` (a long-running command);
+    /// output goes to a log file.
+    pub fn spawn(&self, args: &[&str]) -> RelayProcess {
         static NEXT: AtomicU64 = AtomicU64::new(0);
         let log_path = self.dir.file(&format!(
             "relay-{}.log",
@@ -191,19 +199,11 @@ impl Db {
         let log = std::fs::File::create(&log_path).unwrap();
         let mut command = base_command();
         command
-            .args([
-                "--database-url",
-                &self.url,
-                "--table",
-                &self.table,
-                "run",
-                "--ojs-url",
-                ojs_url,
-            ])
-            .args(extra)
+            .args(["--database-url", &self.url, "--table", &self.table])
+            .args(args)
             .stdout(log.try_clone().unwrap())
             .stderr(log);
-        let child = command.spawn().expect("spawn ojs-relay run");
+        let child = command.spawn().expect("spawn ojs-relay");
         RelayProcess { child, log_path }
     }
 
