@@ -237,6 +237,20 @@ fn each_rule_accepts_what_ojs_servers_accept_and_refuses_what_they_refuse() {
             field: "options.scheduled_at",
         },
         Rule {
+            name: "timestamps: T between date and time",
+            accepted: with(json!({"delay_until": "2026-03-01t09:00:00.5z"})),
+            refused: with(json!({"delay_until": "2026-03-01 09:00:00Z"})),
+            code: ErrorCode::InvalidOptions,
+            field: "options.delay_until",
+        },
+        Rule {
+            name: "timestamps: no leap second",
+            accepted: with(json!({"expires_at": "2026-06-30T23:59:59+00:00"})),
+            refused: with(json!({"expires_at": "2026-06-30T23:59:60Z"})),
+            code: ErrorCode::InvalidOptions,
+            field: "options.expires_at",
+        },
+        Rule {
             name: "pending, a boolean",
             accepted: with(json!({"pending": true})),
             refused: with(json!({"pending": "yes"})),
