@@ -1,4 +1,6 @@
-//! Validation of one job object, by the rules of the OJS HTTP binding and its JSON schema.
+//! Validation of one job object, by the rules of the OJS HTTP binding, its JSON schemas and the
+//! reference servers (rule by rule in docs/ojs-compat.md): the same rules as the adapter's core
+//! (`ojs-outbox`, `job.rs`), written again here because the devserver does not depend on it.
 //!
 //! Pure functions, no state: the request body is parsed into borrowed raw JSON pieces, each
 //! piece is checked, and the checked pieces are kept as raw text (the store keeps them that
@@ -8,6 +10,7 @@ use std::borrow::Cow;
 
 use serde::Deserialize;
 use serde_json::value::RawValue;
+use serde_json::{Map, Value};
 
 /// Largest accepted request body, as the reference servers have it.
 pub(crate) const MAX_BODY_BYTES: usize = 1_048_576;
@@ -107,7 +110,7 @@ pub(crate) fn validate_job<'a>(job: &JobIn<'a>) -> Result<ValidJob<'a>, FieldErr
         return Err(field_error(
             "type",
             format!(
-                "must match ^[a-z][a-z0-9_]*(\\.[a-z][a-z0-9_]*)*$ and be at most {MAX_TYPE_BYTES} bytes"
+                "must match ^[a-z][a-z0-9_-]*(\\.[a-z][a-z0-9_-]*)*$ and be at most {MAX_TYPE_BYTES} bytes"
             ),
         ));
     }
@@ -153,7 +156,7 @@ pub(crate) fn validate_job<'a>(job: &JobIn<'a>) -> Result<ValidJob<'a>, FieldErr
     })
 }
 
-/// Checks `options.queue` and `options.priority`; returns the queue if one was given.
+/// Checks `options`; returns the queue if one was given.
 fn check_options<'a>(raw: &'a RawValue) -> Result<Option<Cow<'a, str>>, FieldError> {
     let options: OptionsIn<'a> = serde_json::from_str(raw.get())
         .map_err(|e| field_error("options", format!("is not a valid options object: {e}")))?;
@@ -184,7 +187,384 @@ fn check_options<'a>(raw: &'a RawValue) -> Result<Option<Cow<'a, str>>, FieldErr
             }
         }
     }
+    if raw.get() != "{}" {
+        let value: Value = serde_json::from_str(raw.get())
+            .map_err(|e| field_error("options", format!("is not a valid options object: {e}")))?;
+        if let Value::Object(map) = &value {
+            check_option_values(map)?;
+        }
+    }
     Ok(queue)
+}
+
+/// The keys of `options`: the job-options schema's, `pending` (HTTP binding) and `scheduled_at`
+/// (read by the reference servers as `delay_until`).
+const OPTION_KEYS: [&str; 11] = [
+    "queue",
+    "priority",
+    "timeout_ms",
+    "delay_until",
+    "scheduled_at",
+    "expires_at",
+    "retry",
+    "unique",
+    "tags",
+    "visibility_timeout_ms",
+    "pending",
+];
+const RETRY_KEYS: [&str; 7] = [
+    "max_attempts",
+    "initial_interval",
+    "backoff_coefficient",
+    "max_interval",
+    "jitter",
+    "on_exhaustion",
+    "non_retryable_errors",
+];
+const UNIQUE_KEYS: [&str; 6] = [
+    "keys",
+    "args_keys",
+    "meta_keys",
+    "period",
+    "on_conflict",
+    "states",
+];
+const UNIQUE_DIMENSIONS: [&str; 4] = ["type", "queue", "args", "meta"];
+const JOB_STATES: [&str; 8] = [
+    "scheduled",
+    "available",
+    "pending",
+    "active",
+    "completed",
+    "retryable",
+    "cancelled",
+    "discarded",
+];
+
+/// Every option but `queue` and `priority` (checked first, by `check_options`).
+fn check_option_values(options: &Map<String, Value>) -> Result<(), FieldError> {
+    for (key, value) in options {
+        match key.as_str() {
+            "queue" | "priority" => {}
+            "timeout_ms" => check_integer(value, 0, "options.timeout_ms")?,
+            "visibility_timeout_ms" => check_integer(value, 1000, "options.visibility_timeout_ms")?,
+            "delay_until" => check_timestamp(value, "options.delay_until")?,
+            "scheduled_at" => check_timestamp(value, "options.scheduled_at")?,
+            "expires_at" => check_timestamp(value, "options.expires_at")?,
+            "pending" if !value.is_boolean() => {
+                return Err(field_error("options.pending", "must be true or false"));
+            }
+            "pending" => {}
+            "tags" => check_string_set(value, false, "options.tags")?,
+            "retry" => check_retry(value)?,
+            "unique" => check_unique(value)?,
+            unknown => {
+                return Err(field_error(
+                    "options",
+                    format!(
+                        "has an unknown option {unknown:?}; allowed: {}",
+                        OPTION_KEYS.join(", ")
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+fn check_integer(value: &Value, minimum: i64, field: &'static str) -> Result<(), FieldError> {
+    match value.as_i64() {
+        Some(n) if n >= minimum => Ok(()),
+        _ => Err(field_error(
+            field,
+            format!("must be an integer of at least {minimum}"),
+        )),
+    }
+}
+
+fn check_timestamp(value: &Value, field: &'static str) -> Result<(), FieldError> {
+    if value.as_str().is_some_and(is_rfc3339) {
+        Ok(())
+    } else {
+        Err(field_error(
+            field,
+            "must be an RFC 3339 timestamp such as \"2026-03-01T09:00:00Z\"",
+        ))
+    }
+}
+
+/// An array of distinct strings, optionally without empty ones.
+fn check_string_set(
+    value: &Value,
+    allow_empty: bool,
+    field: &'static str,
+) -> Result<(), FieldError> {
+    let fail = || {
+        field_error(
+            field,
+            if allow_empty {
+                "must be an array of distinct strings"
+            } else {
+                "must be an array of distinct non-empty strings"
+            },
+        )
+    };
+    let items = value.as_array().ok_or_else(fail)?;
+    for (i, item) in items.iter().enumerate() {
+        match item.as_str() {
+            Some("") if !allow_empty => return Err(fail()),
+            Some(_) if !items[..i].contains(item) => {}
+            _ => return Err(fail()),
+        }
+    }
+    Ok(())
+}
+
+fn check_enum_set(value: &Value, allowed: &[&str], field: &'static str) -> Result<(), FieldError> {
+    check_string_set(value, false, field)?;
+    let items = value.as_array().map(Vec::as_slice).unwrap_or_default();
+    if items
+        .iter()
+        .all(|item| allowed.contains(&item.as_str().unwrap_or("")))
+    {
+        Ok(())
+    } else {
+        Err(field_error(
+            field,
+            format!("may hold only {}", allowed.join(", ")),
+        ))
+    }
+}
+
+fn object_with_keys<'v>(
+    value: &'v Value,
+    allowed: &[&str],
+    field: &'static str,
+) -> Result<&'v Map<String, Value>, FieldError> {
+    let map = value
+        .as_object()
+        .ok_or_else(|| field_error(field, "must be an object"))?;
+    match map.keys().find(|k| !allowed.contains(&k.as_str())) {
+        Some(unknown) => Err(field_error(
+            field,
+            format!(
+                "has an unknown key {unknown:?}; allowed: {}",
+                allowed.join(", ")
+            ),
+        )),
+        None => Ok(map),
+    }
+}
+
+fn check_retry(value: &Value) -> Result<(), FieldError> {
+    for (key, value) in object_with_keys(value, &RETRY_KEYS, "options.retry")? {
+        match key.as_str() {
+            "max_attempts" => check_integer(value, 0, "options.retry.max_attempts")?,
+            "initial_interval" => check_retry_interval(value, "options.retry.initial_interval")?,
+            "max_interval" => check_retry_interval(value, "options.retry.max_interval")?,
+            "backoff_coefficient" if !value.as_f64().is_some_and(|c| c >= 1.0) => {
+                return Err(field_error(
+                    "options.retry.backoff_coefficient",
+                    "must be a number >= 1",
+                ));
+            }
+            "jitter" if !value.is_boolean() => {
+                return Err(field_error("options.retry.jitter", "must be true or false"));
+            }
+            "on_exhaustion" if !matches!(value.as_str(), Some("discard" | "dead_letter")) => {
+                return Err(field_error(
+                    "options.retry.on_exhaustion",
+                    "must be \"discard\" or \"dead_letter\"",
+                ));
+            }
+            "non_retryable_errors" => {
+                check_string_set(value, false, "options.retry.non_retryable_errors")?
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+fn check_retry_interval(value: &Value, field: &'static str) -> Result<(), FieldError> {
+    if value.as_str().is_some_and(is_retry_interval) {
+        Ok(())
+    } else {
+        Err(field_error(
+            field,
+            "must be a non-zero ISO-8601 duration of hours, minutes and seconds (^PT(\\d+H)?(\\d+M)?(\\d+(\\.\\d+)?S)?$)",
+        ))
+    }
+}
+
+fn check_unique(value: &Value) -> Result<(), FieldError> {
+    let unique = object_with_keys(value, &UNIQUE_KEYS, "options.unique")?;
+    for (key, value) in unique {
+        match key.as_str() {
+            "keys" => check_enum_set(value, &UNIQUE_DIMENSIONS, "options.unique.keys")?,
+            "states" => check_enum_set(value, &JOB_STATES, "options.unique.states")?,
+            "args_keys" => check_string_set(value, true, "options.unique.args_keys")?,
+            "meta_keys" => {
+                check_string_set(value, true, "options.unique.meta_keys")?;
+                if value.as_array().is_some_and(Vec::is_empty) {
+                    return Err(field_error(
+                        "options.unique.meta_keys",
+                        "must name at least one meta key",
+                    ));
+                }
+            }
+            "period" if !value.as_str().is_some_and(is_unique_period) => {
+                return Err(field_error(
+                    "options.unique.period",
+                    "must be an ISO-8601 duration (P[nY][nM][nW][nD][T[nH][nM][n[.n]S]])",
+                ));
+            }
+            "on_conflict"
+                if !matches!(
+                    value.as_str(),
+                    Some("reject" | "ignore" | "replace" | "replace_except_schedule")
+                ) =>
+            {
+                return Err(field_error(
+                    "options.unique.on_conflict",
+                    "must be reject, ignore, replace or replace_except_schedule",
+                ));
+            }
+            _ => {}
+        }
+    }
+    let keys_meta = unique
+        .get("keys")
+        .and_then(Value::as_array)
+        .is_some_and(|keys| keys.iter().any(|k| k == "meta"));
+    if keys_meta && !unique.contains_key("meta_keys") {
+        return Err(field_error(
+            "options.unique.meta_keys",
+            "is required when options.unique.keys contains \"meta\"",
+        ));
+    }
+    Ok(())
+}
+
+/// The designators of a duration after `P`, in order: `(designator, in the time part, number)`.
+/// `None` unless each designator appears at most once, in ISO order, after a number of ASCII
+/// digits with an optional `.digits` fraction, with at least one component and no empty `T`.
+fn duration_parts(text: &str) -> Option<Vec<(u8, bool, &str)>> {
+    let rest = text.strip_prefix('P')?;
+    let (date, time) = match rest.split_once('T') {
+        Some((_, "")) => return None,
+        Some((date, time)) => (date, Some(time)),
+        None => (rest, None),
+    };
+    let mut parts = Vec::new();
+    for (part, units, in_time) in [
+        (date, &b"YMWD"[..], false),
+        (time.unwrap_or(""), &b"HMS"[..], true),
+    ] {
+        let mut allowed = units;
+        let mut rest = part.as_bytes();
+        while !rest.is_empty() {
+            let end = rest
+                .iter()
+                .position(|b| !(b.is_ascii_digit() || *b == b'.'))?;
+            let (number, after) = rest.split_at(end);
+            let number = std::str::from_utf8(number).ok()?;
+            let (whole, fraction) = number.split_once('.').unwrap_or((number, "0"));
+            let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+            if !digits(whole) || !digits(fraction) {
+                return None;
+            }
+            let at = allowed.iter().position(|u| *u == after[0])?;
+            allowed = &allowed[at + 1..];
+            parts.push((after[0], in_time, number));
+            rest = &after[1..];
+        }
+    }
+    (!parts.is_empty()).then_some(parts)
+}
+
+/// `options.unique.period`, by the unique-policy schema: a fraction only on seconds.
+pub(crate) fn is_unique_period(text: &str) -> bool {
+    duration_parts(text).is_some_and(|parts| {
+        parts
+            .iter()
+            .all(|(unit, in_time, number)| !number.contains('.') || (*in_time && *unit == b'S'))
+    })
+}
+
+/// `options.retry.initial_interval` / `.max_interval`, as the reference servers read them:
+/// `^PT(\d+H)?(\d+M)?(\d+(\.\d+)?S)?$` and not zero.
+pub(crate) fn is_retry_interval(text: &str) -> bool {
+    duration_parts(text).is_some_and(|parts| {
+        parts
+            .iter()
+            .all(|(unit, in_time, number)| *in_time && (!number.contains('.') || *unit == b'S'))
+            && parts
+                .iter()
+                .any(|(_, _, number)| number.bytes().any(|b| (b'1'..=b'9').contains(&b)))
+    })
+}
+
+/// RFC 3339 `date-time`: `YYYY-MM-DDTHH:MM:SS[.frac](Z|+HH:MM|-HH:MM)`, `T`/`Z` in either case,
+/// with real calendar dates.
+pub(crate) fn is_rfc3339(text: &str) -> bool {
+    let b = text.as_bytes();
+    let num = |from: usize, len: usize| -> Option<u32> {
+        let s = b.get(from..from + len)?;
+        s.iter()
+            .all(u8::is_ascii_digit)
+            .then(|| s.iter().fold(0, |n, d| n * 10 + u32::from(d - b'0')))
+    };
+    let (Some(year), Some(month), Some(day), Some(hour), Some(minute), Some(second)) = (
+        num(0, 4),
+        num(5, 2),
+        num(8, 2),
+        num(11, 2),
+        num(14, 2),
+        num(17, 2),
+    ) else {
+        return false;
+    };
+    if b[4] != b'-'
+        || b[7] != b'-'
+        || !matches!(b[10], b'T' | b't')
+        || b[13] != b':'
+        || b[16] != b':'
+    {
+        return false;
+    }
+    let leap = year % 4 == 0 && (year % 100 != 0 || year % 400 == 0);
+    let days = match month {
+        1 | 3 | 5 | 7 | 8 | 10 | 12 => 31,
+        4 | 6 | 9 | 11 => 30,
+        2 if leap => 29,
+        2 => 28,
+        _ => return false,
+    };
+    if day == 0 || day > days || hour > 23 || minute > 59 || second > 59 {
+        return false;
+    }
+    let mut at = 19;
+    if b.get(at) == Some(&b'.') {
+        let digits = b[at + 1..]
+            .iter()
+            .take_while(|c| c.is_ascii_digit())
+            .count();
+        if digits == 0 {
+            return false;
+        }
+        at += 1 + digits;
+    }
+    match &b[at..] {
+        [b'Z' | b'z'] => true,
+        [b'+' | b'-', ..] => {
+            b.len() == at + 6
+                && b[at + 3] == b':'
+                && num(at + 1, 2).is_some_and(|h| h <= 23)
+                && num(at + 4, 2).is_some_and(|m| m <= 59)
+        }
+        _ => false,
+    }
 }
 
 /// The queue named by a stored (already validated) options object.
@@ -193,7 +573,8 @@ pub(crate) fn queue_of(options: &str) -> Option<String> {
     options.queue.and_then(raw_str).map(Cow::into_owned)
 }
 
-/// `^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)*$`, at most 255 bytes.
+/// `^[a-z][a-z0-9_-]*(\.[a-z][a-z0-9_-]*)*$`, at most 255 bytes: the schema's segments plus the
+/// hyphen the reference servers accept.
 pub(crate) fn is_valid_type(job_type: &str) -> bool {
     !job_type.is_empty()
         && job_type.len() <= MAX_TYPE_BYTES
@@ -201,9 +582,9 @@ pub(crate) fn is_valid_type(job_type: &str) -> bool {
             let bytes = segment.as_bytes();
             !bytes.is_empty()
                 && bytes[0].is_ascii_lowercase()
-                && bytes[1..]
-                    .iter()
-                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'_')
+                && bytes[1..].iter().all(|b| {
+                    b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'_' || *b == b'-'
+                })
         })
 }
 
@@ -271,18 +652,18 @@ mod tests {
 
     #[test]
     fn types_follow_the_schema_pattern() {
-        for ok in ["email", "email.welcome", "a1_b.c_2", "x"] {
+        for ok in [
+            "email",
+            "email.welcome",
+            "a1_b.c_2",
+            "x",
+            "email-welcome",
+            "batch-import_v2.run-",
+        ] {
             assert!(is_valid_type(ok), "{ok}");
         }
         for bad in [
-            "",
-            "Email",
-            "email-welcome",
-            "1abc",
-            "a..b",
-            "a.",
-            ".a",
-            "a.B",
+            "", "Email", "-email", "a.-b", "1abc", "a..b", "a.", ".a", "a.B",
         ] {
             assert!(!is_valid_type(bad), "{bad}");
         }
@@ -316,6 +697,53 @@ mod tests {
             "0194fb3e-1c2d-7a4b-8c9d-0123456789a",
         ] {
             assert!(parse_job_id(bad).is_none(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn durations_follow_the_servers_for_retry_and_the_schema_for_unique() {
+        for ok in ["PT1S", "PT0.5S", "PT1H30M45S", "PT120M", "PT0.001S"] {
+            assert!(is_retry_interval(ok), "{ok}");
+        }
+        for bad in [
+            "P1D", "P1W", "P1Y", "P1M", "PT0S", "PT0H0M0S", "PT1.5M", "PT5S1M", "PT", "P", "pt1s",
+            "PT1S ", "PT.5S", "PT-5S",
+        ] {
+            assert!(!is_retry_interval(bad), "{bad}");
+        }
+        for ok in ["P1Y", "P1M", "P1Y2M3W4DT5H6M7.5S", "P1D", "PT0S"] {
+            assert!(is_unique_period(ok), "{ok}");
+        }
+        for bad in [
+            "P", "PT", "P1DT", "PT1.5M", "P1.5D", "P1D1Y", "PT5S1M", "P1H",
+        ] {
+            assert!(!is_unique_period(bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn timestamps_are_rfc3339() {
+        for ok in [
+            "2026-03-01T09:00:00Z",
+            "2026-03-01t09:00:00.123456z",
+            "2024-02-29T23:59:59+01:00",
+            "2026-03-01T09:00:00-05:30",
+        ] {
+            assert!(is_rfc3339(ok), "{ok}");
+        }
+        for bad in [
+            "tomorrow",
+            "+PT5S",
+            "2026-03-01",
+            "2026-03-01T09:00:00",
+            "2025-02-29T09:00:00Z",
+            "2026-13-01T09:00:00Z",
+            "2026-03-01T24:00:00Z",
+            "2026-03-01T09:00:00.Z",
+            "2026-03-01T09:00:00+0100",
+            "2026-03-01 09:00:00Z",
+        ] {
+            assert!(!is_rfc3339(bad), "{bad}");
         }
     }
 

@@ -61,7 +61,7 @@ async fn batch_with_one_invalid_job_stores_nothing() {
     let jobs = vec![
         job(1, "a"),
         job(2, "a"),
-        json!({"id": job_id(3), "type": "bad-type", "args": []}),
+        json!({"id": job_id(3), "type": "Bad.Type", "args": []}),
         job(4, "a"),
     ];
     let answer = client.enqueue_batch(&jobs).await;

@@ -109,7 +109,8 @@ async fn validation_errors_name_the_field_and_store_nothing() {
     let (server, client) = start().await;
     let long_queue = "q".repeat(129);
     let cases: Vec<(Value, &str)> = vec![
-        (json!({"type": "email-welcome", "args": []}), "type"),
+        (json!({"type": "-email", "args": []}), "type"),
+        (json!({"type": "email.-welcome", "args": []}), "type"),
         (json!({"type": "Email", "args": []}), "type"),
         (json!({"type": "a".repeat(256), "args": []}), "type"),
         (json!({"args": []}), "type"),
@@ -154,16 +155,147 @@ async fn validation_errors_name_the_field_and_store_nothing() {
         ),
     ];
     for (body, field) in &cases {
-        let answer = client.enqueue(body).await;
-        assert_eq!(answer.status, 400, "{body}");
-        assert_eq!(answer.error_code(), "validation_error", "{body}");
-        assert_eq!(answer.body["error"]["retryable"], false, "{body}");
-        assert_eq!(answer.body["error"]["details"]["field"], *field, "{body}");
-        assert_eq!(answer.header("content-type"), Some(OJS_JSON));
+        assert_refused(&client, body, field).await;
     }
     let received = server.snapshot();
     assert!(received.jobs.is_empty());
     assert_eq!(received.requests.single, cases.len() as u64);
+}
+
+async fn assert_refused(client: &common::Client, body: &Value, field: &str) {
+    let answer = client.enqueue(body).await;
+    assert_eq!(answer.status, 400, "{body}");
+    assert_eq!(answer.error_code(), "validation_error", "{body}");
+    assert_eq!(answer.body["error"]["retryable"], false, "{body}");
+    assert_eq!(answer.body["error"]["details"]["field"], field, "{body}");
+    assert_eq!(answer.header("content-type"), Some(OJS_JSON));
+}
+
+/// The option rules the core shares with the devserver (docs/ojs-compat.md): per rule, an
+/// options object the devserver stores and one it refuses, naming the field.
+#[tokio::test]
+async fn option_rules_match_the_core() {
+    let (server, client) = start().await;
+    let rules: Vec<(Value, Value, &str)> = vec![
+        (
+            json!({"timeout_ms": 0}),
+            json!({"timeout_ms": -1}),
+            "options.timeout_ms",
+        ),
+        (
+            json!({"visibility_timeout_ms": 1000}),
+            json!({"visibility_timeout_ms": 999}),
+            "options.visibility_timeout_ms",
+        ),
+        (
+            json!({"scheduled_at": "2026-03-01T09:00:00+01:00"}),
+            json!({"scheduled_at": "+PT5S"}),
+            "options.scheduled_at",
+        ),
+        (
+            json!({"delay_until": "2026-03-01t09:00:00.25z"}),
+            json!({"delay_until": "2026-03-01 09:00:00Z"}),
+            "options.delay_until",
+        ),
+        (
+            json!({"expires_at": "2024-02-29T09:00:00Z"}),
+            json!({"expires_at": "2025-02-29T09:00:00Z"}),
+            "options.expires_at",
+        ),
+        (
+            json!({"pending": true}),
+            json!({"pending": 1}),
+            "options.pending",
+        ),
+        (
+            json!({"tags": ["a", "b"]}),
+            json!({"tags": ["a", ""]}),
+            "options.tags",
+        ),
+        (
+            json!({"tags": []}),
+            json!({"tags": ["a", "a"]}),
+            "options.tags",
+        ),
+        (
+            json!({"retry": {"non_retryable_errors": ["A"]}}),
+            json!({"retry": {"non_retryable_errors": ["A", "A"]}}),
+            "options.retry.non_retryable_errors",
+        ),
+        (
+            json!({"retry": {"initial_interval": "PT1H30M0.5S"}}),
+            json!({"retry": {"initial_interval": "P1D"}}),
+            "options.retry.initial_interval",
+        ),
+        (
+            json!({"retry": {"max_interval": "PT0.001S"}}),
+            json!({"retry": {"max_interval": "PT0S"}}),
+            "options.retry.max_interval",
+        ),
+        (
+            json!({"retry": {"max_interval": "PT90S"}}),
+            json!({"retry": {"max_interval": "PT1.5M"}}),
+            "options.retry.max_interval",
+        ),
+        (
+            json!({"retry": {"initial_interval": "PT1M5S"}}),
+            json!({"retry": {"initial_interval": "PT5S1M"}}),
+            "options.retry.initial_interval",
+        ),
+        (
+            json!({"retry": {"max_attempts": 0, "backoff_coefficient": 1}}),
+            json!({"retry": {"backoff_coefficient": 0.5}}),
+            "options.retry.backoff_coefficient",
+        ),
+        (
+            json!({"unique": {"period": "P1Y2M"}}),
+            json!({"unique": {"period": "P1M1Y"}}),
+            "options.unique.period",
+        ),
+        (
+            json!({"unique": {"period": "P1WT0.5S"}}),
+            json!({"unique": {"period": "PT"}}),
+            "options.unique.period",
+        ),
+        (
+            json!({"unique": {"keys": ["type", "queue", "args"]}}),
+            json!({"unique": {"keys": ["type", "tenant"]}}),
+            "options.unique.keys",
+        ),
+        (
+            json!({"unique": {"states": ["available", "pending"]}}),
+            json!({"unique": {"states": ["done"]}}),
+            "options.unique.states",
+        ),
+        (
+            json!({"unique": {"args_keys": ["user_id"]}}),
+            json!({"unique": {"args_keys": ["x", "x"]}}),
+            "options.unique.args_keys",
+        ),
+        (
+            json!({"unique": {"keys": ["meta"], "meta_keys": ["tenant_id"]}}),
+            json!({"unique": {"keys": ["type", "meta"]}}),
+            "options.unique.meta_keys",
+        ),
+        (
+            json!({"retry": {"max_attempts": 2}}),
+            json!({"retry_policy": {"max_attempts": 2}}),
+            "options",
+        ),
+    ];
+    for (accepted, refused, field) in &rules {
+        let answer = client
+            .enqueue(&json!({"type": "a", "args": [], "options": accepted}))
+            .await;
+        assert_eq!(answer.status, 201, "{accepted}: {}", answer.body);
+        assert_refused(
+            &client,
+            &json!({"type": "a", "args": [], "options": refused}),
+            field,
+        )
+        .await;
+    }
+    assert_eq!(server.snapshot().jobs.len(), rules.len());
 }
 
 #[tokio::test]
@@ -175,6 +307,8 @@ async fn boundary_values_are_accepted() {
         json!({"type": "a", "args": [], "options": {"priority": -100, "queue": "q".repeat(128)}}),
         json!({"type": "a", "args": [], "options": {"queue": "0-high.v2"}, "meta": {}}),
         json!({"type": "a", "args": [], "unknown_field": true}),
+        json!({"type": "batch-import_v2", "args": []}),
+        json!({"type": "email-welcome.send-now", "args": []}),
     ];
     for body in &accepted {
         let answer = client.enqueue(body).await;
