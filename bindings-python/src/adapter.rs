@@ -16,12 +16,31 @@ pub struct Adapter {
 
 #[pymethods]
 impl Adapter {
-    /// Parses the spec §5.2 configuration (JSON text); no I/O.
+    /// Parses the spec §5.2 configuration (JSON text) as the host runs (`config::Host`):
+    /// `development` (Django's `DEBUG`), `url_setting` (named when the backend URL is
+    /// missing), `needs_backend` (false for a DDL-only handle). No I/O.
     #[new]
-    fn new(config_json: &str) -> PyResult<Self> {
+    #[pyo3(signature = (config_json, development=false, url_setting="OJS_CONFIG[\"ojs_url\"]", needs_backend=true))]
+    fn new(
+        config_json: &str,
+        development: bool,
+        url_setting: &str,
+        needs_backend: bool,
+    ) -> PyResult<Self> {
+        let host = ojs_outbox::Host {
+            development,
+            url_setting,
+            needs_backend,
+        };
         Ok(Adapter {
-            inner: bridge::Adapter::new(config_json).map_err(to_py)?,
+            inner: bridge::Adapter::for_host(config_json, &host).map_err(to_py)?,
         })
+    }
+
+    /// The line to log once at WARNING when the development default URL was taken, else None.
+    #[getter]
+    fn notice(&self) -> Option<String> {
+        self.inner.notice().map(str::to_owned)
     }
 
     #[getter]

@@ -24,12 +24,12 @@ WAIT = 30.0
 class Devserver:
     """A real ojs-devserver process on a free port; the oracle of what the backend received."""
 
-    def __init__(self) -> None:
+    def __init__(self, port: int = 0) -> None:
         binary = os.environ.get("OJS_DEVSERVER_BIN") or str(REPO / "target/debug/ojs-devserver")
         if not os.path.exists(binary):
             raise RuntimeError(f"{binary} is missing: run `cargo build -p ojs-devserver`")
         self.process = subprocess.Popen(
-            [binary, "--port", "0"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
+            [binary, "--port", str(port)], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
         )
         line = self.process.stdout.readline().strip()
         prefix = "ojs-devserver listening on "

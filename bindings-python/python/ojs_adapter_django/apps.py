@@ -37,10 +37,12 @@ def check_config(app_configs: object = None, **kwargs: object) -> list:
     from . import _native
     from .conf import config_json
 
+    from .client import URL_SETTING
+
     try:
         text = config_json(getattr(settings, "OJS_CONFIG", None),
                            connections[DEFAULT_DB_ALIAS].settings_dict, DEFAULT_DB_ALIAS)
-        _native.Adapter(text)
+        _native.Adapter(text, bool(getattr(settings, "DEBUG", False)), URL_SETTING)
     except ImproperlyConfigured as exc:
         return [checks.Error(str(exc), id="ojs_adapter_django.E001")]
     except _native.NativeError as native:

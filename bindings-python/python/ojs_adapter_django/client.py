@@ -38,6 +38,11 @@ PLACEHOLDER = "percent"
 
 _SETTINGS = object()
 
+#: How users of the settings-backed ``ojs`` set the backend URL (named by the core's messages).
+URL_SETTING = 'OJS_CONFIG["ojs_url"]'
+#: The same for an adapter built with an explicit configuration.
+EXPLICIT_URL_SETTING = 'the "ojs_url" key of OJS(config)'
+
 
 #: One encoder for every call (building one per call costs more than encoding a small job).
 _ENCODER = DjangoJSONEncoder(separators=(",", ":"), allow_nan=False)
@@ -183,13 +188,24 @@ class OJS:
         with self._lock:
             adapter = self._adapters.get(alias)
             if adapter is None:
-                text = config_json(self._raw_config(), connections[alias].settings_dict, alias)
-                try:
-                    adapter = _native.Adapter(text)
-                except _native.NativeError as native:
-                    raise from_native(native) from None
+                adapter = self._build(alias)
+                if adapter.notice:
+                    logger.warning("%s", adapter.notice)
                 self._adapters[alias] = adapter
             return adapter
+
+    def _build(self, alias: str, *, needs_backend: bool = True) -> _native.Adapter:
+        """A core adapter of an alias, parsed as this project runs: development mode is
+        ``settings.DEBUG`` (the core's rule then gives a missing URL its development default)."""
+        from django.conf import settings
+
+        text = config_json(self._raw_config(), connections[alias].settings_dict, alias)
+        setting = URL_SETTING if self._config is _SETTINGS else EXPLICIT_URL_SETTING
+        try:
+            return _native.Adapter(text, bool(getattr(settings, "DEBUG", False)), setting,
+                                   needs_backend)
+        except _native.NativeError as native:
+            raise from_native(native) from None
 
     def check(self, using: Optional[str] = None) -> None:
         """Raises ConfigurationError (an ImproperlyConfigured) when the configuration is bad."""
@@ -353,12 +369,20 @@ class OJS:
         except _native.NativeError as native:
             raise from_native(native) from None
 
+    def _ddl(self, alias: str, method: str, vendor: str) -> Any:
+        """The core's DDL for an alias: a migration needs no backend, so no backend URL."""
+        adapter = self._adapters.get(alias) or self._build(alias, needs_backend=False)
+        try:
+            return getattr(adapter, method)(vendor)
+        except _native.NativeError as native:
+            raise from_native(native) from None
+
     def create_outbox_table(self, using: Optional[str] = None, *, connection: Any = None) -> None:
         """Creates the outbox table with the core's DDL through Django's connection of ``using``
         (what the migration runs)."""
         alias = using or DEFAULT_DB_ALIAS
         connection = connection or connections[alias]
-        statements = self._call(alias, "create_table_sql", connection.vendor)
+        statements = self._ddl(alias, "create_table_sql", connection.vendor)
         with connection.cursor() as cursor:
             for sql in statements:
                 cursor.execute(sql)
@@ -367,7 +391,7 @@ class OJS:
         """Drops the outbox table through Django's connection (the migration's reverse step)."""
         alias = using or DEFAULT_DB_ALIAS
         connection = connection or connections[alias]
-        sql = self._call(alias, "drop_table_sql", connection.vendor)
+        sql = self._ddl(alias, "drop_table_sql", connection.vendor)
         with connection.cursor() as cursor:
             cursor.execute(sql)
 

@@ -1,0 +1,73 @@
+"""The backend URL has no silent default (issue 11): without ``OJS_CONFIG["ojs_url"]`` the
+adapter refuses to start, naming the setting, unless ``settings.DEBUG`` is on; then the core's
+development URL is used and said once, at WARNING, on the ``ojs_adapter_django`` logger."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+from django.core.management import call_command
+from django.core.management.base import SystemCheckError
+
+from ojs_adapter_django import OJS
+from ojs_adapter_django.errors import ConfigurationError
+from support import Devserver
+
+SETTING = 'OJS_CONFIG["ojs_url"]'
+DEVELOPMENT_URL = "http://localhost:8080"
+
+
+@pytest.mark.parametrize("config", [None, {"outbox": {"table_name": "py_outbox"}},
+                                    {"ojs_url": None}])
+def test_a_missing_url_fails_at_start_up_naming_the_setting(settings, config):
+    settings.DEBUG = False
+    settings.OJS_CONFIG = config
+    with pytest.raises(ConfigurationError) as raised:
+        OJS().check()
+    assert raised.value.code == "INVALID_CONFIG"
+    assert raised.value.field == "adapter.ojs_url"
+    assert SETTING in str(raised.value)
+    # The system check (runserver, migrate, check) says the same.
+    with pytest.raises(SystemCheckError, match=r'OJS_CONFIG\["ojs_url"\]'):
+        call_command("check")
+
+
+def test_an_explicit_configuration_without_url_names_its_key(settings):
+    settings.DEBUG = False
+    with pytest.raises(ConfigurationError, match=r'"ojs_url" key of OJS\(config\)'):
+        OJS({"outbox": {"table_name": "py_outbox"}}).check()
+
+
+def test_the_migration_ddl_needs_no_backend_url(settings):
+    settings.DEBUG = False
+    settings.OJS_CONFIG = {"outbox": {"table_name": "py_ddl_no_url"}}
+    from django.db import connections
+
+    statements = OJS()._ddl("default", "create_table_sql", connections["default"].vendor)
+    assert any("py_ddl_no_url" in sql for sql in statements)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_development_mode_uses_the_default_url_and_logs_it_once(settings, caplog):
+    settings.DEBUG = True
+    settings.OJS_CONFIG = {"outbox": {"table_name": "py_outbox"}}
+    call_command("check")  # no error in development
+    # A backend where the development default points: the job must land there.
+    backend = Devserver(port=8080)
+    try:
+        assert backend.url.endswith(":8080"), backend.url
+        adapter = OJS(autostart_relay=False)
+        with caplog.at_level(logging.WARNING, logger="ojs_adapter_django"):
+            adapter.check()
+            job_id = adapter.enqueue("dev.default", [1])
+            adapter.check()
+        assert backend.job(job_id)["type"] == "dev.default"
+        lines = [r for r in caplog.records if r.name == "ojs_adapter_django"]
+        assert len(lines) == 1, [r.getMessage() for r in lines]
+        assert lines[0].levelno == logging.WARNING
+        assert DEVELOPMENT_URL in lines[0].getMessage()
+        assert SETTING in lines[0].getMessage()
+        adapter.reset()
+    finally:
+        backend.stop()
