@@ -37,7 +37,7 @@ def _circular() -> list:
 BAD_CALLS = [
     ("type-with-capitals", lambda o, a: o.enqueue_after_commit("Email.Welcome", [1], using=a),
      "INVALID_JOB_TYPE", "type", InvalidJobError),
-    ("type-with-hyphen", lambda o, a: o.enqueue_after_commit("email-welcome", [1], using=a),
+    ("type-segment-starting-with-hyphen", lambda o, a: o.enqueue_after_commit("email.-welcome", [1], using=a),
      "INVALID_JOB_TYPE", "type", InvalidJobError),
     ("type-empty", lambda o, a: o.enqueue_after_commit("", [1], using=a),
      "INVALID_JOB_TYPE", "type", InvalidJobError),
