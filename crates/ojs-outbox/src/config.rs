@@ -212,7 +212,8 @@ impl Config {
                 // `url` is the spelling of the spec's framework examples (§8.1, §8.2); `null`
                 // is unset (a binding's `nil` / `undefined`).
                 "ojs_url" | "url" if value.is_null() => {}
-                "ojs_url" | "url" => config.ojs_url = url(value, &format!("adapter.{key}"))?,
+                // Either spelling is the one key `adapter.ojs_url`, and errors name it so.
+                "ojs_url" | "url" => config.ojs_url = url(value, URL_FIELD)?,
                 "backend_type" => {
                     let kind = string(value, "adapter.backend_type")?;
                     if kind != "external" {

@@ -57,6 +57,9 @@ fn development_mode_takes_the_development_url_and_says_so() {
     assert!(adapter.notice().unwrap().contains(DJANGO));
 
     // A URL that is set is taken as it is, in development mode too, without a word.
+    // `url` is the same key as `ojs_url`, and its errors name `adapter.ojs_url`.
+    let error = Config::from_value(&json!({"url": "ftp://ojs"})).unwrap_err();
+    assert_eq!(error.field.as_deref(), Some("adapter.ojs_url"));
     let loaded = Config::load(&json!({"url": "http://ojs:9000"}), &host).unwrap();
     assert_eq!(loaded.config.ojs_url, "http://ojs:9000");
     assert_eq!(loaded.notice, None);
