@@ -47,8 +47,15 @@ export interface RequestContext {
 export type KnexExecutor = Knex | Knex.Transaction;
 
 export interface CreateOjsOptions {
-  /** Base URL of the OJS backend (adapter.ojs_url). */
-  url?: string;
+  /**
+   * Base URL of the OJS backend (adapter.ojs_url). Required: unset (or null) throws INVALID_CONFIG
+   * naming `createOjs({ url })`, except with NODE_ENV=development, where the core's development
+   * URL is used and one console.warn line says so. Any option not declared here is refused with
+   * INVALID_CONFIG (e.g. `ojsUrl`: did you mean "url"?).
+   */
+  url?: string | null;
+  /** adapter.backend_type: "external", the only type (the core's default). */
+  backendType?: 'external';
   /** The application's knex instance (pg or better-sqlite3). */
   knex: Knex;
   /** The relay's database URL; derived from the knex connection settings when absent. */

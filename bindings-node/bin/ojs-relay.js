@@ -2,7 +2,8 @@
 'use strict';
 // ojs-relay (npm bin of ojs-adapter-express): the outbox commands of the core, with the same
 // flags as the Rust `ojs-relay` process. Settings: the JSON config file (--config, spec §5.2
-// shape), then OJS_DATABASE_URL / OJS_URL, then flags; anything unset keeps the core default.
+// shape), then OJS_DATABASE_URL / OJS_URL, then flags; anything unset keeps the core default,
+// except the backend URL, which `run` requires.
 //
 // Signals: in a Node process SIGINT and SIGTERM belong to Node (libuv), so they are taken here,
 // first thing, before the addon loads or anything connects. From then on a signal never kills
@@ -67,6 +68,9 @@ function usageError(message) {
   error.usage = true;
   return error;
 }
+
+/** How `run` users set the backend URL, named by the core when it is missing. */
+const URL_SETTING = '--ojs-url URL or OJS_URL (or adapter.ojs_url in the --config file)';
 
 function buildConfig(flags, command) {
   let config = { adapter: {} };
@@ -155,7 +159,9 @@ async function main(argv) {
     // A short command: a stop signal ends it as the signal's default action would (128 + n).
     stopRequested.then((signal) => process.exit(128 + os.constants.signals[signal]));
   }
-  const adapter = callNative(() => new NativeAdapter(JSON.stringify(buildConfig(flags, command))));
+  // Only `run` talks to the backend; it has no development default (as the Rust ojs-relay).
+  const host = { urlSetting: URL_SETTING, needsBackend: command === 'run' };
+  const adapter = callNative(() => new NativeAdapter(JSON.stringify(buildConfig(flags, command)), host));
   const tenant = flags.tenant || null;
   if (command === 'migrate') {
     await awaitNative(adapter.migrate());

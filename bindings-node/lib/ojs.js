@@ -3,7 +3,7 @@
 // the options, runs the in-process relay (unless the mode is "external"), and offers the
 // adapter interface of spec §5.1 on a knex connection.
 
-const { NativeAdapter, stageJob } = require('./native');
+const { NativeAdapter, stageJob, optionKeys, rejectOption } = require('./native');
 const { callNative, awaitNative, errorFor, fromNative, NoTransactionError } = require('./errors');
 const hostKnex = require('./knex');
 const { runScoped, currentScope } = require('./context');
@@ -20,21 +20,36 @@ function snakeKeys(value) {
   return out;
 }
 
+/** createOjs options that are Express's own; every other option is a core configuration key. */
+const EXPRESS_OPTIONS = ['knex', 'config', 'relayProcess', 'onError', 'autoStart', 'handleSignals'];
+/** How an application sets the backend URL, named by the core when it is missing. */
+const URL_SETTING = 'createOjs({ url })';
+
+const camelKey = (key) => key.replace(/_([a-z])/g, (_, c) => c.toUpperCase());
+const snakeKey = (key) => key.replace(/[A-Z]/g, (c) => `_${c.toLowerCase()}`);
+
 /**
  * The core configuration for these options: only what the caller gave, so every default stays
- * the core's. `relay` is a mode string ("in_process", "external") or the relay section.
+ * the core's. The accepted core options are the core's own keys in camelCase (`optionKeys`);
+ * anything else is refused by the core's rule, with the accepted spelling when it is near.
+ * `relay` is a mode string ("in_process", "external") or the relay section.
  */
 function buildConfig(options) {
+  const accepted = [...optionKeys().map(camelKey), ...EXPRESS_OPTIONS];
   const adapter = {};
-  if (options.url !== undefined) adapter.ojs_url = options.url;
-  if (options.authToken !== undefined) adapter.auth_token = options.authToken;
-  if (options.databaseUrl !== undefined) adapter.database_url = options.databaseUrl;
-  else if (options.knex) adapter.database_url = hostKnex.databaseUrlOf(options.knex);
-  if (options.outbox !== undefined) adapter.outbox = snakeKeys(options.outbox);
-  if (typeof options.relay === 'string') adapter.relay = { mode: options.relay };
-  else if (options.relay !== undefined) adapter.relay = snakeKeys(options.relay);
+  for (const [key, value] of Object.entries(options)) {
+    if (!accepted.includes(key)) callNative(() => rejectOption(key, accepted));
+    if (value === undefined || EXPRESS_OPTIONS.includes(key)) continue;
+    adapter[snakeKey(key)] = key === 'relay' && typeof value === 'string' ? { mode: value } : snakeKeys(value);
+  }
+  if (adapter.database_url === undefined && options.knex) adapter.database_url = hostKnex.databaseUrlOf(options.knex);
   const extra = snakeKeys(options.config || {});
   return { adapter: { ...extra, ...adapter } };
+}
+
+/** What the core is told about this process: development mode is NODE_ENV=development only. */
+function hostOptions() {
+  return { development: process.env.NODE_ENV === 'development', urlSetting: URL_SETTING };
 }
 
 /** The JSON text of the current request context, or null; refused like a job's meta. */
@@ -93,18 +108,22 @@ const SIGNALS = ['SIGINT', 'SIGTERM'];
 
 class Ojs {
   constructor(options = {}) {
+    // The options' names first: a misspelled `knex` is named as such, not as a missing one.
+    this.config = buildConfig(options);
     if (!options.knex) {
       throw errorFor('INVALID_CONFIG', 'knex: createOjs needs the application\'s knex instance', 'knex');
     }
     this.knex = options.knex;
     this.dialect = hostKnex.dialectOf(options.knex);
-    this.config = buildConfig(options);
     /** Per dialect: the core's staging handle and its single-job INSERT text (`_stager`). */
     this._stagers = { postgresql: undefined, sqlite: undefined };
-    this.native = callNative(() => new NativeAdapter(JSON.stringify(this.config)));
+    const host = hostOptions();
+    this.native = callNative(() => new NativeAdapter(JSON.stringify(this.config), host));
+    const notice = this.native.notice;
+    if (notice) console.warn(`ojs-adapter-express: ${notice}`);
     // On SQLite the core's I/O must not share this process with better-sqlite3 (relay-host.js).
     const separate = options.relayProcess ?? this.dialect === 'sqlite';
-    this.host = separate ? new RelayHost(this.config, this.native.hotQueueCapacity) : null;
+    this.host = separate ? new RelayHost(this.config, this.native.hotQueueCapacity, host) : null;
     this.onError = options.onError || ((error) => console.error(`ojs-adapter-express: ${error.message}`));
     this._closed = false;
     this._signalHandlers = new Map();
@@ -410,7 +429,7 @@ function createOjs(options) {
  */
 async function createOutboxTable(knex, { tableName } = {}) {
   const config = { adapter: tableName === undefined ? {} : { outbox: { table_name: tableName } } };
-  const adapter = callNative(() => new NativeAdapter(JSON.stringify(config)));
+  const adapter = callNative(() => new NativeAdapter(JSON.stringify(config), { needsBackend: false }));
   await runDdl(knex, callNative(() => adapter.createTableSql(hostKnex.dialectOf(knex))));
 }
 
@@ -421,7 +440,7 @@ async function createOutboxTable(knex, { tableName } = {}) {
  */
 async function dropOutboxTable(knex, { tableName } = {}) {
   const config = { adapter: tableName === undefined ? {} : { outbox: { table_name: tableName } } };
-  const adapter = callNative(() => new NativeAdapter(JSON.stringify(config)));
+  const adapter = callNative(() => new NativeAdapter(JSON.stringify(config), { needsBackend: false }));
   await runDdl(knex, [callNative(() => adapter.dropTableSql(hostKnex.dialectOf(knex)))], 'dropping');
 }
 

@@ -26,8 +26,9 @@ const BIN = path.join(__dirname, '..', 'bin', 'ojs-relay.js');
 
 class RelayHost {
   /** `capacity`: the most wake-up ids held in this process while a message is being written. */
-  constructor(config, capacity) {
+  constructor(config, capacity, host) {
     this.config = config;
+    this.hostOptions = host;
     this.child = null;
     this.pending = new Map();
     this.nextId = 1;
@@ -41,7 +42,11 @@ class RelayHost {
   _spawn() {
     if (this.child) return this.child;
     const child = fork(BIN, ['_host'], {
-      env: { ...process.env, OJS_HOST_CONFIG: JSON.stringify(this.config) },
+      env: {
+        ...process.env,
+        OJS_HOST_CONFIG: JSON.stringify(this.config),
+        OJS_HOST_OPTIONS: JSON.stringify(this.hostOptions || {}),
+      },
       stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
     });
     child.on('message', (message) => {
@@ -147,7 +152,7 @@ class RelayHost {
  * else): the host then flushes the relay and exits 0.
  */
 function serveHost(NativeAdapter, stopRequested) {
-  const adapter = new NativeAdapter(process.env.OJS_HOST_CONFIG);
+  const adapter = new NativeAdapter(process.env.OJS_HOST_CONFIG, JSON.parse(process.env.OJS_HOST_OPTIONS || '{}'));
   let closing = null;
   const close = () => {
     closing ||= adapter.close().catch(() => {});

@@ -94,16 +94,59 @@ impl NativeAdapter {
     }
 }
 
+/// What the application tells the core about itself (`ojs_outbox::Host`).
+#[napi(object)]
+#[derive(Default)]
+pub struct NativeHost {
+    /// `NODE_ENV === "development"`: a missing URL takes the core's development default.
+    pub development: Option<bool>,
+    /// The user's spelling of the URL setting, named in the messages (`createOjs({ url })`).
+    pub url_setting: Option<String>,
+    /// `false` for a handle that never talks to the backend (a migration's DDL).
+    pub needs_backend: Option<bool>,
+}
+
+/// The core's top-level configuration keys as options offer them (`bridge::option_keys`).
+#[napi]
+pub fn option_keys() -> Vec<String> {
+    ojs_outbox::bridge::option_keys()
+}
+
+/// Throws the core's `INVALID_CONFIG` for an unknown option `key`, naming the closest of
+/// `accepted` when it is a near miss.
+#[napi]
+pub fn reject_option(key: String, accepted: Vec<String>) -> napi::Result<()> {
+    Err(to_js(ojs_outbox::bridge::unknown_option_error(
+        &key, &accepted,
+    )))
+}
+
 #[napi]
 impl NativeAdapter {
-    /// Parses the spec §5.2 configuration (JSON text); no I/O.
+    /// Parses the spec §5.2 configuration (JSON text) as the host runs (`config::Host`); no
+    /// I/O. Without `host`: not in development mode, the URL named `adapter.ojs_url`.
     #[napi(constructor)]
-    pub fn new(config_json: String) -> napi::Result<Self> {
-        Adapter::new(&config_json)
+    pub fn new(config_json: String, host: Option<NativeHost>) -> napi::Result<Self> {
+        let host = host.unwrap_or_default();
+        let host = ojs_outbox::Host {
+            development: host.development.unwrap_or(false),
+            url_setting: host
+                .url_setting
+                .as_deref()
+                .unwrap_or(ojs_outbox::Host::PRODUCTION.url_setting),
+            needs_backend: host.needs_backend.unwrap_or(true),
+        };
+        Adapter::for_host(&config_json, &host)
             .map(|adapter| NativeAdapter {
                 inner: Arc::new(Mutex::new(Some(Arc::new(adapter)))),
             })
             .map_err(to_js)
+    }
+
+    /// The line to log once (warning) when the development default URL was taken, else null.
+    #[napi(getter)]
+    pub fn notice(&self) -> napi::Result<Option<String>> {
+        self.sync(|adapter| Ok(adapter.notice().map(str::to_owned)))
     }
 
     #[napi(getter)]
