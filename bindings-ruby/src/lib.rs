@@ -106,10 +106,22 @@ impl Drop for NativeAdapter {
 
 #[uniffi::export]
 impl NativeAdapter {
-    /// Parses the spec §5.2 configuration (JSON text); no I/O.
+    /// Parses the spec §5.2 configuration (JSON text) as the host runs (`config::Host`):
+    /// `development` (Rails' development environment), `url_setting` (named when the backend
+    /// URL is missing), `needs_backend` (false for a DDL-only handle). No I/O.
     #[uniffi::constructor]
-    pub fn new(config_json: String) -> NativeResult<Arc<Self>> {
-        let inner = Arc::new(Adapter::new(&config_json)?);
+    pub fn new(
+        config_json: String,
+        development: bool,
+        url_setting: String,
+        needs_backend: bool,
+    ) -> NativeResult<Arc<Self>> {
+        let host = ojs_outbox::Host {
+            development,
+            url_setting: &url_setting,
+            needs_backend,
+        };
+        let inner = Arc::new(Adapter::for_host(&config_json, &host)?);
         Ok(Arc::new(NativeAdapter {
             registry_id: hot::register_adapter(&inner),
             inner,
@@ -119,6 +131,11 @@ impl NativeAdapter {
 
     pub fn table_name(&self) -> String {
         self.inner.table_name().to_owned()
+    }
+
+    /// The line to log once (warn) when the development default URL was taken, else nil.
+    pub fn notice(&self) -> Option<String> {
+        self.inner.notice().map(str::to_owned)
     }
 
     pub fn relay_in_process(&self) -> bool {

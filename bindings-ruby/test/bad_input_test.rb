@@ -12,7 +12,7 @@ class BadInputTest < Minitest::Test
   # [description, code, class, call]
   CASES = [
     ["type with capitals", "INVALID_JOB_TYPE", OJS::InvalidJobType, -> { OJS.enqueue_after_commit("Email.Welcome", [1]) }],
-    ["type with a hyphen", "INVALID_JOB_TYPE", OJS::InvalidJobType, -> { OJS.enqueue_after_commit("email-welcome", [1]) }],
+    ["type segment starting with a hyphen", "INVALID_JOB_TYPE", OJS::InvalidJobType, -> { OJS.enqueue_after_commit("email.-welcome", [1]) }],
     ["empty type", "INVALID_JOB_TYPE", OJS::InvalidJobType, -> { OJS.enqueue_after_commit("", [1]) }],
     ["type not a string", "INVALID_JOB_TYPE", OJS::InvalidJobType, -> { OJS.enqueue_after_commit(42, [1]) }],
     ["args a Hash", "INVALID_ARGS", OJS::InvalidArgs, -> { OJS.enqueue_after_commit("email.welcome", { user: 1 }) }],
@@ -116,7 +116,7 @@ class BadInputTest < Minitest::Test
       -> { OJS.configure { |c| c.outbox_table = "drop table;" } } => %w[INVALID_CONFIG adapter.outbox.table_name],
       -> { OJS.configure { |c| c.relay_options = "fast" } } => %w[INVALID_CONFIG relay_options],
       -> { OJS.configure { |c| c.adapter = :redis } } => %w[INVALID_CONFIG adapter],
-      -> { OJS.configure { |c| c.database_url = "mysql://x/y" } } => %w[INVALID_DATABASE_URL database_url]
+      -> { OJS.configure { |c| c.url = "http://127.0.0.1:9"; c.database_url = "mysql://x/y" } } => %w[INVALID_DATABASE_URL database_url]
     }.each do |call, (code, field)|
       error = assert_raises(OJS::ConfigurationError) do
         call.call
@@ -134,6 +134,9 @@ class BadInputTest < Minitest::Test
     error = assert_raises(OJS::InvalidDatabaseUrl) { OJS.configure { |c| c.url = TestSupport.devserver.url } }
     assert_equal "database_url", error.field
     # An external relay has its own database URL: no error then.
-    OJS.configure { |c| c.relay = :external }
+    OJS.configure do |c|
+      c.url = TestSupport.devserver.url
+      c.relay = :external
+    end
   end
 end

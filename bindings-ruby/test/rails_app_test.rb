@@ -89,6 +89,26 @@ class RailsAppTest < Minitest::Test
     TestSupport.devserver.call(:delete, "/_dev/faults")
   end
 
+  # The generated initializer with OJS_URL unset (issue 11, item 3): in development the app
+  # boots with the core's development URL and Rails.logger (stderr here) says so once; in any
+  # other environment booting fails with OJS::InvalidConfig naming the setting.
+  def test_generated_initializer_without_ojs_url
+    rails("generate", "ojs:install")
+    @env = @env.merge("OJS_URL" => nil)
+    output, = rails("runner", "puts OJS.adapter.table_name")
+    warnings = output.lines.grep(/no OJS backend URL is set/)
+    assert_equal 1, warnings.size, output
+    assert_includes warnings[0], "http://localhost:8080"
+    assert_includes warnings[0], "config.ojs_url"
+    assert_equal "ojs_outbox", output.lines.last.strip
+
+    @env = @env.merge("RAILS_ENV" => "test")
+    output, status = rails("runner", "puts :booted", expect_success: false)
+    refute status.success?, output
+    refute_includes output, "booted"
+    assert_match(/adapter\.ojs_url: no OJS backend URL is set: set config\.ojs_url/, output)
+  end
+
   # --- ojs:relay and SIGTERM, whenever it arrives ---------------------------------------------
 
   # The app with the outbox migrated and the relay external, as an operator runs ojs:relay.

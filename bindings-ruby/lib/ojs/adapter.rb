@@ -10,7 +10,12 @@ module OJS
 
     def initialize(configuration)
       @configuration = configuration
-      @native = OJS.native_call { Native::NativeAdapter.new(configuration.to_core_json) }
+      @native = OJS.native_call do
+        Native::NativeAdapter.new(configuration.to_core_json, configuration.development?,
+                                  Configuration::URL_SETTING, true)
+      end
+      notice = @native.notice
+      OJS.logger.warn(notice) if notice
       @relay_lock = Mutex.new
       @relay_pid = nil
       @registry_id = @native.registry_id

@@ -19,7 +19,11 @@ module OJS
   #     config.relay_options = { max_attempts: 10 }                          # adapter.relay.*
   #   end
   class Configuration
-    # adapter.ojs_url: the OJS backend.
+    # How an application sets the backend URL, named by the core when it is missing.
+    URL_SETTING = "config.ojs_url (config.url) in OJS.configure"
+
+    # adapter.ojs_url: the OJS backend. Required: nil fails OJS.configure (OJS::InvalidConfig),
+    # except in development (see #development?), where the core's development URL is used.
     attr_accessor :url
     # Must be :active_record (the spec's §8.1 key): jobs are staged on ActiveRecord's connection.
     attr_accessor :adapter
@@ -51,6 +55,17 @@ module OJS
 
     alias ojs_url url
     alias ojs_url= url=
+
+    # Whether the application runs in development mode, as the core is told (a missing URL
+    # then takes the core's development default, with a warning): Rails.env.development?, or
+    # outside Rails RAILS_ENV / RACK_ENV == "development".
+    def development?
+      if defined?(::Rails) && ::Rails.respond_to?(:env) && ::Rails.env
+        ::Rails.env.development?
+      else
+        (ENV["RAILS_ENV"] || ENV["RACK_ENV"]) == "development"
+      end
+    end
 
     def connection_class
       @connection_class || ::ActiveRecord::Base

@@ -3,7 +3,9 @@
 # ojs-adapter-rails: jobs staged with OJS.enqueue_after_commit are written to the outbox in
 # your transaction and relayed to the OJS backend after the outermost commit.
 OJS.configure do |config|
-  config.url = ENV["OJS_URL"] # nil: the core's default
+  # Required: without it booting fails (OJS::InvalidConfig), except in development, where jobs
+  # go to the core's development URL and a warning says so.
+  config.url = ENV["OJS_URL"]
   config.adapter = :active_record
   config.outbox_table = "ojs_outbox"
   # config.relay = :external           # relay with `rake ojs:relay` instead of in each process

@@ -1,0 +1,66 @@
+# frozen_string_literal: true
+
+# The backend URL has no silent default (issue 11): OJS.configure without config.ojs_url
+# raises OJS::InvalidConfig naming the setting, unless the application runs in development
+# (RAILS_ENV / RACK_ENV == "development" outside Rails); then the core's development URL is used
+# and OJS.logger gets one warning naming the setting.
+
+require_relative "test_helper"
+require "stringio"
+
+class ConfigTest < Minitest::Test
+  SETTING = "config.ojs_url"
+
+  def setup
+    @env = ENV.to_h.slice("RAILS_ENV", "RACK_ENV")
+    ENV.delete("RAILS_ENV")
+    ENV.delete("RACK_ENV")
+    @logger = OJS.logger
+    @log = StringIO.new
+    OJS.logger = Logger.new(@log)
+    TestSupport.connect(:sqlite, "rb_config", table: "rb_config")
+  end
+
+  def teardown
+    ENV.delete("RAILS_ENV")
+    ENV.delete("RACK_ENV")
+    @env.each { |key, value| ENV[key] = value }
+    OJS.logger = @logger
+    OJS.configure { |c| c.url = TestSupport.devserver.url }
+  end
+
+  def test_a_missing_url_fails_at_configure_naming_the_setting
+    [nil, "production", "test"].each do |env|
+      env ? ENV["RAILS_ENV"] = env : ENV.delete("RAILS_ENV")
+      [-> { OJS.configure { |c| c.relay = :external } }, -> { OJS.configure { |c| c.url = nil } }].each do |call|
+        error = assert_raises(OJS::InvalidConfig) { call.call }
+        assert_equal %w[INVALID_CONFIG adapter.ojs_url], [error.code, error.field], error.message
+        assert_includes error.message, SETTING
+      end
+    end
+    assert_empty @log.string
+  end
+
+  def test_development_uses_the_development_url_and_warns_once
+    %w[RAILS_ENV RACK_ENV].each do |variable|
+      ENV.delete("RAILS_ENV")
+      ENV.delete("RACK_ENV")
+      ENV[variable] = "development"
+      @log.truncate(0)
+      @log.rewind
+      OJS.configure { |c| c.relay = :external }
+      OJS.adapter # the configured adapter: no second warning
+      warnings = @log.string.lines.grep(/no OJS backend URL is set/)
+      assert_equal 1, warnings.size, @log.string
+      assert_match(/WARN/, warnings[0])
+      assert_includes warnings[0], "http://localhost:8080"
+      assert_includes warnings[0], SETTING
+    end
+  end
+
+  def test_a_url_that_is_set_is_used_without_a_word_in_development
+    ENV["RAILS_ENV"] = "development"
+    OJS.configure { |c| c.url = TestSupport.devserver.url }
+    assert_empty @log.string
+  end
+end
