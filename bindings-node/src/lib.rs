@@ -9,5 +9,5 @@
 mod adapter;
 mod error;
 
-pub use adapter::{NativeAdapter, Stager, stage_job};
+pub use adapter::{NativeAdapter, NativeHost, Stager, option_keys, reject_option, stage_job};
 pub use error::{NativeErrorCode, database_error_code, error_codes};
