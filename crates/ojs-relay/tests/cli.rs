@@ -121,7 +121,9 @@ async fn missing_table_fails_with_outbox_table_missing_postgres() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_url_scheme_is_invalid_database_url_exit_2() {
-    for command in [&["status"][..], &["migrate"], &["run"], &["dead", "list"]] {
+    // `run` needs a backend URL before it gets to the database.
+    let run = ["run", "--ojs-url", "http://127.0.0.1:9"];
+    for command in [&["status"][..], &["migrate"], &run, &["dead", "list"]] {
         let mut args = vec!["--database-url", "mysql://root@127.0.0.1:3306/app"];
         args.extend_from_slice(command);
         let out = cli(&args).await;
