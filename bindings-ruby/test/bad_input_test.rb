@@ -73,7 +73,7 @@ class BadInputTest < Minitest::Test
         error = assert_raises(OJS::Error, description) { call.call }
         assert_equal code, error.code, description
       end
-      %w[Bad email-welcome].each do |type|
+      %w[Bad email.-welcome].each do |type|
         assert_equal "INVALID_JOB_TYPE", assert_raises(OJS::InvalidJobType) { OJS.enqueue(type, [1]) }.code
       end
       assert_equal 0, TestSupport.outbox_count(TABLE)
