@@ -1,7 +1,14 @@
-"""The Django app: a system check of OJS_CONFIG, and a reset of the adapters when tests change
-the settings. No relay starts here: each process starts its own on first enqueue."""
+"""The Django app: a system check of OJS_CONFIG, a reset of the adapters when tests change the
+settings, and the in-process relay started when a serving process is ready (so the first request
+does not pay for it). Other processes (``migrate``, ``shell``, tests, the ``ojs_*`` commands)
+start none here; any process still starts its own on first enqueue."""
 
 from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Mapping, Sequence
 
 from django.apps import AppConfig
 from django.core import checks
@@ -19,6 +26,31 @@ class OJSAdapterConfig(AppConfig):
 
         checks.register(check_config, checks.Tags.compatibility)
         setting_changed.connect(_settings_changed)
+        if serving():
+            from .client import ojs
+
+            ojs.start_at_boot()
+
+
+#: The programs that serve a Django project (WSGI/ASGI servers), by name.
+SERVERS = frozenset({"gunicorn", "uwsgi", "daphne", "uvicorn", "hypercorn", "granian",
+                     "waitress-serve", "mod_wsgi"})
+
+
+def serving(argv: Sequence[str] = sys.argv, environ: Mapping[str, str] = os.environ) -> bool:
+    """Whether this process serves requests: a known server program, or ``manage.py runserver``
+    in the process that serves (the autoreloader's child, or ``--noreload``). Everything else,
+    every other management command included, is not; an unknown server still gets its relay,
+    on first enqueue."""
+    if not argv:
+        return False
+    program = Path(argv[0])
+    names = {program.stem, program.name, program.parent.name}
+    if names & {"manage", "manage.py", "django-admin", "django"}:
+        if len(argv) < 2 or argv[1] != "runserver":
+            return False
+        return environ.get("RUN_MAIN") == "true" or "--noreload" in argv
+    return bool(names & SERVERS)
 
 
 def _settings_changed(setting: str, **kwargs: object) -> None:

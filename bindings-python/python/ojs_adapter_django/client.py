@@ -8,7 +8,9 @@ savepoint drops its rows (the database) and its wake-ups (Django), a released on
 nothing until the outermost commit, and in autocommit the wake-up runs at once.
 
 One core adapter exists per database alias, because the relay reads the outbox of that
-database through its own connection. Relays start lazily, in each process, on first use.
+database through its own connection. A serving process starts the default alias's relay when
+Django is ready (``apps.py``, ``OJS.start_at_boot``); any other relay starts in its process on
+first use.
 """
 
 from __future__ import annotations
@@ -169,6 +171,7 @@ class OJS:
         self._adapters: dict[str, _native.Adapter] = {}
         self._relay_pid: dict[str, int] = {}
         self._atexit_registered = False
+        self._fork_hook_registered = False
 
     # -- configuration -------------------------------------------------------------------
 
@@ -238,6 +241,25 @@ class OJS:
                 atexit.register(self.stop_relay)
         # Recorded in external mode too: enqueueing then skips this method altogether.
         self._relay_pid[alias] = pid
+
+    def start_at_boot(self) -> None:
+        """Starts the default alias's in-process relay now, and again in every child process
+        forked from this one (pre-fork servers: gunicorn ``--preload``, uWSGI), so no request
+        pays for the start. What ``AppConfig.ready`` calls in a serving process. A bad
+        configuration raises (the server fails to start); a relay that cannot start is logged
+        and retried on the next enqueue. Nothing happens with ``autostart_relay=False``."""
+        if not self._autostart_relay:
+            return
+        self._start_relay_lazily(DEFAULT_DB_ALIAS)
+        if not self._fork_hook_registered:
+            self._fork_hook_registered = True
+            os.register_at_fork(after_in_child=self._start_after_fork)
+
+    def _start_after_fork(self) -> None:
+        try:
+            self._start_relay_lazily(DEFAULT_DB_ALIAS)
+        except Exception as exc:  # a fork hook must not raise
+            logger.error("ojs: the in-process relay did not start after fork: %s", exc)
 
     def _start_relay_lazily(self, alias: str) -> None:
         try:
