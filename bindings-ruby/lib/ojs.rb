@@ -139,8 +139,7 @@ module OJS
       return if @fork_hook_installed
 
       @fork_hook_installed = true
-      return unless defined?(::ActiveSupport::ForkTracker)
-
+      require "active_support/fork_tracker" # not loaded by `active_support` itself on 6.1
       ::ActiveSupport::ForkTracker.after_fork { OJS.adapter.ensure_relay if OJS.configured? }
     end
 
