@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Mapping, Optional, Sequence
 
 from django.apps import AppConfig
 from django.core import checks
@@ -37,11 +37,14 @@ SERVERS = frozenset({"gunicorn", "uwsgi", "daphne", "uvicorn", "hypercorn", "gra
                      "waitress-serve", "mod_wsgi"})
 
 
-def serving(argv: Sequence[str] = sys.argv, environ: Mapping[str, str] = os.environ) -> bool:
+def serving(argv: Optional[Sequence[str]] = None,
+            environ: Optional[Mapping[str, str]] = None) -> bool:
     """Whether this process serves requests: a known server program, or ``manage.py runserver``
     in the process that serves (the autoreloader's child, or ``--noreload``). Everything else,
     every other management command included, is not; an unknown server still gets its relay,
     on first enqueue."""
+    argv = sys.argv if argv is None else argv
+    environ = os.environ if environ is None else environ
     if not argv:
         return False
     program = Path(argv[0])
