@@ -139,7 +139,8 @@ module OJS
       return if @fork_hook_installed
 
       @fork_hook_installed = true
-      require "active_support/fork_tracker" # not loaded by `active_support` itself on 6.1
+      return unless defined?(::ActiveSupport::ForkTracker)
+
       ::ActiveSupport::ForkTracker.after_fork { OJS.adapter.ensure_relay if OJS.configured? }
     end
 

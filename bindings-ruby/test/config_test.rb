@@ -7,7 +7,6 @@
 
 require_relative "test_helper"
 require "stringio"
-require "open3"
 
 class ConfigTest < Minitest::Test
   SETTING = "config.ojs_url"
@@ -63,45 +62,5 @@ class ConfigTest < Minitest::Test
     ENV["RAILS_ENV"] = "development"
     OJS.configure { |c| c.url = TestSupport.devserver.url }
     assert_empty @log.string
-  end
-end
-
-# Issue 11, item 8: OJS.start_at_boot (what the Railtie runs after initialization in a serving
-# process) starts the relay now and again in every process forked later, before any enqueue. In
-# a Ruby process of its own, so the fork hook stays out of this one.
-class StartAtBootTest < Minitest::Test
-  SCRIPT = <<~'RUBY'
-    require "active_record"
-    require "ojs-adapter-rails"
-    ActiveRecord::Base.establish_connection(adapter: "sqlite3", database: ARGV[0])
-    OJS.configure do |c|
-      c.url = ARGV[1]
-      c.outbox_table = "rb_boot_fork"
-    end
-    OJS::Migration.create_outbox_table
-    before = OJS.metrics.nil? ? "none" : "running"
-    OJS.start_at_boot
-    parent = OJS.metrics.nil? ? "none" : "running"
-    reader, writer = IO.pipe
-    pid = fork do
-      reader.close
-      writer.write(OJS.metrics.nil? ? "none" : "running") # no enqueue in the child
-      writer.close
-      OJS.stop_relay
-      exit!(0)
-    end
-    writer.close
-    child = reader.read
-    Process.wait(pid)
-    OJS.stop_relay
-    puts "REPORT #{before} #{parent} #{child}"
-  RUBY
-
-  def test_the_relay_starts_now_and_in_each_forked_process
-    database = File.join(TestSupport::TMP, "rb_boot_fork.db")
-    FileUtils.rm_f(database)
-    output, status = Open3.capture2e(RbConfig.ruby, "-e", SCRIPT, database, TestSupport.devserver.url)
-    assert status.success?, output
-    assert_includes output, "REPORT none running running"
   end
 end
