@@ -120,30 +120,6 @@ module OJS
       logger.warn("ojs: stopping the relay failed: #{e.message}")
     end
 
-    # Whether this process serves requests: `rails server`, or a Rack server that loaded the
-    # application itself (Puma, Unicorn, Passenger, Falcon). Rake tasks, `rails runner`,
-    # `rails console` and tests are not.
-    def serving?
-      !!(defined?(::Rails::Server) || defined?(::Puma::Launcher) || defined?(::Unicorn::HttpServer) ||
-         defined?(::PhusionPassenger) || defined?(::Falcon::Server))
-    end
-
-    # Starts the in-process relay now (unless start_relay_on_first_use is false, or the relay
-    # is external), and again in every process forked from this one (Puma cluster and Unicorn
-    # workers), so no request pays for the start. The Railtie calls it after initialization in
-    # a serving process. A relay that cannot start is logged and tried again on first use.
-    def start_at_boot
-      return unless configured?
-
-      adapter.ensure_relay
-      return if @fork_hook_installed
-
-      @fork_hook_installed = true
-      return unless defined?(::ActiveSupport::ForkTracker)
-
-      ::ActiveSupport::ForkTracker.after_fork { OJS.adapter.ensure_relay if OJS.configured? }
-    end
-
     def install_exit_hook
       return if @exit_hook_installed
 

@@ -9,7 +9,6 @@
 
 require_relative "test_helper"
 require "open3"
-require "socket"
 require "sqlite3"
 require "timeout"
 
@@ -108,41 +107,6 @@ class RailsAppTest < Minitest::Test
     refute status.success?, output
     refute_includes output, "booted"
     assert_match(/adapter\.ojs_url: no OJS backend URL is set: set config\.ojs_url/, output)
-  end
-
-  # Issue 11, item 8: `rails server` starts the in-process relay once the application is
-  # initialized, before any request; `rails runner` (not a server) starts none.
-  def test_rails_server_starts_the_relay_before_any_request
-    rails("generate", "ojs:install")
-    rails("db:migrate")
-    output, = rails("runner", <<~RUBY)
-      OJS.configuration.start_relay_on_first_use = false
-      id = ActiveRecord::Base.transaction { OJS.enqueue_after_commit("boot.waiting", [1]) }
-      puts "METRICS \#{OJS.metrics.inspect}"
-      puts "PENDING \#{OJS.status.fetch('pending')}"
-    RUBY
-    assert_includes output, "METRICS nil", "a runner is not a server: no relay at boot"
-    assert_includes output, "PENDING 1"
-    assert_empty TestSupport.devserver.jobs
-
-    port = TCPServer.open("127.0.0.1", 0) { |server| server.addr[1] }
-    server_output = +""
-    Open3.popen2e(@env, RbConfig.ruby, "bin/rails", "server", "-b", "127.0.0.1", "-p", port.to_s,
-                  chdir: @app) do |stdin, out, thread|
-      stdin.close
-      reader = Thread.new { out.each_line { |line| server_output << line } }
-      begin
-        # No request is made: only a relay started at boot sends the row.
-        delivered = TestSupport.devserver.wait_for_type("boot.waiting")
-        assert_equal [1], delivered["args"]
-      ensure
-        Process.kill("TERM", thread.pid)
-        thread.value
-        reader.join
-      end
-    end
-    status = JSON.parse(rails("ojs:status").first[/\{.*\}/m])
-    assert_equal 1, status["sent"], server_output
   end
 
   # --- ojs:relay and SIGTERM, whenever it arrives ---------------------------------------------

@@ -39,9 +39,8 @@ module OJS
     attr_accessor :outbox_options, :relay_options
     # The ActiveRecord class whose connection stages the rows (ActiveRecord::Base by default).
     attr_writer :connection_class
-    # Start the in-process relay automatically (true): at boot in a serving process and its
-    # forked workers (OJS.start_at_boot), else on first request or enqueue; or only when
-    # OJS.start_relay is called (false).
+    # Start the in-process relay in each process on its first enqueue (true), or only when
+    # OJS.start_relay is called (false). The Railtie keeps true.
     attr_accessor :start_relay_on_first_use
     # A callable `->(env) { id }` giving the current user's id for the request context; the
     # middleware falls back to `env["warden"].user.id` (Devise) when this is nil.

@@ -6,10 +6,9 @@ module OJS
   # Rails glue (FA-R003): the request-context middleware, the relay's lifecycle, rake tasks
   # and the `ojs:install` generator.
   #
-  # A serving process (`rails server`, Puma, Unicorn, ...) starts the in-process relay once the
-  # application is initialized, and each process forked from it (pre-fork workers) starts its
-  # own at once (OJS.start_at_boot); any other process starts one on first request or first
-  # enqueue. At exit it is flushed and stopped. `config.relay = :external` in OJS.configure leaves relaying to
+  # The in-process relay starts lazily in each process (first request or first enqueue), so a
+  # pre-fork server (Puma cluster, Unicorn) starts one per worker, not in the master; at exit
+  # it is flushed and stopped. `config.relay = :external` in OJS.configure leaves relaying to
   # `rake ojs:relay` (or `ojs-relay run`).
   class Railtie < ::Rails::Railtie
     initializer "ojs.middleware" do |app|
@@ -22,7 +21,6 @@ module OJS
 
     config.after_initialize do
       OJS.install_exit_hook
-      OJS.start_at_boot if OJS.serving?
     end
 
     rake_tasks do
