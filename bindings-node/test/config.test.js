@@ -99,3 +99,17 @@ test('misspelled top-level options are refused with the accepted spelling', asyn
     await knex.destroy();
   }
 });
+
+test('the bin migrates and reports without a backend URL (only `run` needs one)', () => {
+  const bin = path.join(PACKAGE_DIR, '..', '.bin', 'ojs-relay');
+  const db = `sqlite://${path.join(scratchDir('config-bin-no-url'), 'app.db')}`;
+  const env = { ...process.env };
+  delete env.OJS_URL;
+  for (const args of [['migrate'], ['status', '--json'], ['dead', 'list']]) {
+    const child = spawnSync(bin, ['--database-url', db, ...args], { env, encoding: 'utf8', timeout: 60_000 });
+    assert.equal(child.status, 0, `ojs-relay ${args.join(' ')}: ${child.stderr}`);
+  }
+  const run = spawnSync(bin, ['--database-url', db, 'run'], { env, encoding: 'utf8', timeout: 60_000 });
+  assert.equal(run.status, 2, run.stderr);
+  assert.match(run.stderr, /INVALID_CONFIG.*--ojs-url/);
+});

@@ -19,15 +19,9 @@ pub struct Backend {
 }
 
 impl Backend {
+    /// Only a handle parsed for a host that needs no backend (`config::Host`) has no URL: it
+    /// connects (migrate, status, dead letters) and every request it would make fails instead.
     pub fn new(config: &Config) -> Result<Backend> {
-        if config.ojs_url.trim().is_empty() {
-            // Only a handle parsed for a host that needs no backend has no URL (`config::Host`).
-            return Err(Error::field(
-                ErrorCode::InvalidConfig,
-                crate::config::URL_FIELD,
-                "no OJS backend URL is set, and this handle was configured without one",
-            ));
-        }
         let client = reqwest::Client::builder()
             .timeout(config.relay.request_timeout)
             .connect_timeout(config.relay.request_timeout.min(Duration::from_secs(5)))
@@ -47,6 +41,14 @@ impl Backend {
         &self.base_url
     }
 
+    /// The answer to any request of a handle configured without a URL.
+    fn no_url(&self) -> Option<String> {
+        self.base_url.is_empty().then(|| {
+            "no OJS backend URL is set: this handle was configured for commands that do not send"
+                .to_owned()
+        })
+    }
+
     fn request(&self, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
         let mut builder = self
             .client
@@ -60,6 +62,9 @@ impl Backend {
 
     /// The outcome, and the answer's text (empty when there was none).
     async fn post(&self, path: &str, body: String) -> (Outcome, String) {
+        if let Some(reason) = self.no_url() {
+            return (Outcome::Misconfigured { reason }, String::new());
+        }
         let request = self
             .request(reqwest::Method::POST, path)
             .header(CONTENT_TYPE, OJS_JSON)
@@ -100,6 +105,9 @@ impl Backend {
     /// Whether the backend holds a job with this id (after a 409, to tell our own earlier
     /// delivery from a unique-key conflict). Err = could not tell.
     pub async fn job_exists(&self, job_id: &str) -> std::result::Result<bool, String> {
+        if let Some(reason) = self.no_url() {
+            return Err(reason);
+        }
         let response = self
             .request(reqwest::Method::GET, &format!("/ojs/v1/jobs/{job_id}"))
             .send()
@@ -114,6 +122,9 @@ impl Backend {
 
     /// Whether the manifest offers `POST /ojs/v1/jobs/batch`. Err = could not tell.
     pub async fn batch_supported(&self) -> std::result::Result<bool, String> {
+        if let Some(reason) = self.no_url() {
+            return Err(reason);
+        }
         let response = self
             .request(reqwest::Method::GET, "/ojs/manifest")
             .send()
@@ -134,6 +145,13 @@ impl Backend {
 
     /// `GET /ojs/v1/health`: Ok when the backend answers 200.
     pub async fn health(&self) -> Result<()> {
+        if let Some(reason) = self.no_url() {
+            return Err(Error::field(
+                ErrorCode::InvalidConfig,
+                crate::config::URL_FIELD,
+                reason,
+            ));
+        }
         let unavailable = |why: String| {
             Error::new(
                 ErrorCode::BackendUnavailable,

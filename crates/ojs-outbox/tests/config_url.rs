@@ -74,12 +74,32 @@ fn a_handle_that_needs_no_backend_has_no_url_and_cannot_send() {
     let loaded = Config::load(&json!({"outbox": {"table_name": "jobs"}}), &host).unwrap();
     assert_eq!(loaded.config.ojs_url, "");
     assert_eq!(loaded.notice, None);
-    let error = Backend::new(&loaded.config).err().unwrap();
-    assert_eq!(error.code, ErrorCode::InvalidConfig);
-    assert_eq!(error.field.as_deref(), Some("adapter.ojs_url"));
     // The DDL needs no backend.
     let adapter = Adapter::for_host("{}", &host).unwrap();
     assert!(!adapter.create_table_sql("sqlite").unwrap().is_empty());
+    // Nor do the relay's commands that only touch the database (ojs-relay migrate, status).
+    let dir = std::env::temp_dir().join(format!("ojs-no-url-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let database = format!("sqlite://{}", dir.join("app.db").display());
+    let adapter = Adapter::for_host(&json!({"database_url": database}).to_string(), &host).unwrap();
+    adapter.migrate().unwrap();
+    assert!(adapter.status_json().unwrap().contains("\"pending\":0"));
+    // Every request it would make fails, naming the missing URL.
+    let backend = Backend::new(&loaded.config).unwrap();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let error = runtime.block_on(backend.health()).unwrap_err();
+    assert_eq!(error.code, ErrorCode::InvalidConfig);
+    assert_eq!(error.field.as_deref(), Some("adapter.ojs_url"));
+    let outcome = runtime.block_on(backend.send_one("{}".into()));
+    assert!(
+        matches!(&outcome, ojs_outbox::classify::Outcome::Misconfigured { reason } if reason.contains("no OJS backend URL")),
+        "{outcome:?}"
+    );
+    adapter.close();
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
