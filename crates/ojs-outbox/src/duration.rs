@@ -179,15 +179,7 @@ pub fn parse_retry_interval(text: &str) -> Result<Duration, String> {
             unit_name(c.unit)
         ));
     }
-    if let Some(c) = components
-        .iter()
-        .find(|c| c.fraction.is_some() && c.unit != 's')
-    {
-        return Err(format!(
-            "{text:?}: only seconds may have a fraction, not {}",
-            unit_name(c.unit)
-        ));
-    }
+    fraction_only_on_seconds(text, &components)?;
     let duration = total(text, &components)?;
     if duration.is_zero() {
         return Err(format!("{text:?}: OJS servers refuse a zero interval"));
@@ -199,16 +191,21 @@ pub fn parse_retry_interval(text: &str) -> Result<Duration, String> {
 /// days, hours, minutes, seconds, a fraction only on seconds.
 pub fn check_unique_period(text: &str) -> Result<(), String> {
     let components = components(text)?;
-    if let Some(c) = components
+    fraction_only_on_seconds(text, &components)?;
+    Ok(())
+}
+
+fn fraction_only_on_seconds(text: &str, components: &[Component]) -> Result<(), String> {
+    match components
         .iter()
         .find(|c| c.fraction.is_some() && c.unit != 's')
     {
-        return Err(format!(
+        Some(c) => Err(format!(
             "{text:?}: only seconds may have a fraction, not {}",
             unit_name(c.unit)
-        ));
+        )),
+        None => Ok(()),
     }
-    Ok(())
 }
 
 /// Formats a duration as ISO-8601 seconds (`PT1.5S`), the inverse of `parse` for display.
