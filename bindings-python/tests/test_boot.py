@@ -17,7 +17,7 @@ import pytest
 
 from ojs_adapter_django import OJS
 from ojs_adapter_django.apps import serving
-from support import WAIT, drop_table
+from support import WAIT, drop_table, wait_until
 
 HERE = Path(__file__).parent
 MANAGE = str(HERE / "manage.py")
@@ -63,17 +63,24 @@ def test_which_processes_serve():
 @DB
 def test_runserver_starts_the_relay_before_any_request(backend):
     adapter, ids = staged_without_relay(backend, "py_boot_serve")
+
+    def sent():
+        return {row["status"] for row in adapter.rows(ids).values()} == {"sent"}
+
     server = subprocess.Popen(
         [sys.executable, MANAGE, "runserver", "--noreload", f"127.0.0.1:{free_port()}"],
         env=env_for(backend, "py_boot_serve"), stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
-        # No request is ever made: only a relay started at boot sends these rows.
+        # No request is ever made: only a relay started at boot sends these rows. The rows are
+        # settled just after the backend answers: wait for that too, before the signal (a
+        # SIGTERM ends runserver at once, which may leave a sent row pending, to go again).
         backend.wait_for(ids)
+        wait_until(sent, what="the rows settled as sent")
     finally:
         server.send_signal(signal.SIGTERM)
         output, _ = server.communicate(timeout=WAIT)
-    assert {row["status"] for row in adapter.rows(ids).values()} == {"sent"}, output
+    assert sent(), output
 
 
 @DB
