@@ -138,7 +138,8 @@ impl NativeAdapter {
         };
         Adapter::for_host(&config_json, &host)
             .map(|adapter| NativeAdapter {
-                inner: Arc::new(Mutex::new(Some(Arc::new(adapter)))),
+                // JavaScript callers may spell job options in camelCase with milliseconds.
+                inner: Arc::new(Mutex::new(Some(Arc::new(adapter.accept_js_options())))),
             })
             .map_err(to_js)
     }

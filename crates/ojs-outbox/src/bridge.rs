@@ -6,12 +6,13 @@
 use std::sync::{Arc, Mutex, OnceLock};
 
 use serde::Deserialize;
-use serde_json::Value;
 use serde_json::value::RawValue;
+use serde_json::{Map, Value};
 
 use crate::config::{Config, Host, RelayMode};
 use crate::error::{Error, ErrorCode, Result};
 use crate::job::{NewJob, PreparedJob, RequestContext, prepare, prepare_json};
+use crate::js_options::{self, Renames};
 use crate::outbox::Outbox;
 use crate::sql::{Dialect, OutboxSql, Placeholder, Statement};
 
@@ -68,6 +69,8 @@ pub struct Adapter {
     running: Mutex<Option<Arc<Running>>>,
     /// The single-row staging INSERT per (dialect, placeholder style), built on first use.
     insert_one: [OnceLock<Arc<str>>; 6],
+    /// Job options may also come in the JavaScript spelling (`js_options.rs`).
+    js_options: bool,
 }
 
 impl Adapter {
@@ -87,7 +90,16 @@ impl Adapter {
             notice: loaded.notice,
             running: Mutex::new(None),
             insert_one: Default::default(),
+            js_options: false,
         })
+    }
+
+    /// Job options may also be spelled the JavaScript way: camelCase keys and durations in
+    /// milliseconds (`js_options.rs`). They are respelled into the spec's form before
+    /// validation, so the job on the wire is the same; errors name the caller's spelling.
+    pub fn accept_js_options(mut self) -> Adapter {
+        self.js_options = true;
+        self
     }
 
     /// The line the binding logs once, at warning level, through the framework's logger when
@@ -143,7 +155,7 @@ impl Adapter {
         let many = inputs.len() > 1;
         let mut prepared = Vec::with_capacity(inputs.len());
         for (index, input) in inputs.into_iter().enumerate() {
-            let job = prepare_input(input, context.as_ref());
+            let job = prepare_input(input, context.as_ref(), self.js_options);
             match job {
                 Ok(job) => prepared.push(job),
                 Err(error) if many => {
@@ -179,13 +191,15 @@ impl Adapter {
         let dialect = parse_dialect(dialect)?;
         let placeholder = parse_placeholder(placeholder)?;
         let context = parse_context(context_json)?;
-        let job = prepare_json(
-            job_type,
-            args_json,
-            options_json,
-            meta_json,
-            context.as_ref(),
-        )?;
+        let job = with_options_text(self.js_options, options_json, |options_json| {
+            prepare_json(
+                job_type,
+                args_json,
+                options_json,
+                meta_json,
+                context.as_ref(),
+            )
+        })?;
         let slot = &self.insert_one[dialect as usize * 3 + placeholder as usize];
         let sql = slot
             .get_or_init(|| {
@@ -328,13 +342,20 @@ impl Adapter {
                 format!("not a JSON job: {e}"),
             )
         })?;
-        let job = job_from_input(input)?;
+        let mut job = job_from_input(input)?;
         let context = parse_context(context_json)?;
+        let mut renames = Renames::default();
+        if let (true, Some(Value::Object(options))) = (self.js_options, job.options.take()) {
+            let (options, respelled) = js_options::to_spec(options)?;
+            job.options = Some(Value::Object(options));
+            renames = respelled;
+        }
         self.with_running(|running| {
             running
                 .runtime
                 .block_on(running.outbox.enqueue_now(job, context.as_ref()))
         })
+        .map_err(|error| renames.caller_error(error))
     }
 
     /// The relay's metrics as JSON (`null` when no relay runs in this process).
@@ -484,7 +505,11 @@ fn parse_context(context_json: Option<&str>) -> Result<Option<RequestContext>> {
 
 /// One element of `stage`'s array, prepared from its texts (`prepare_json`) without building
 /// JSON values for its args: the same rules and messages as `job_from_input` then `prepare`.
-fn prepare_input(input: &RawValue, context: Option<&RequestContext>) -> Result<PreparedJob> {
+fn prepare_input(
+    input: &RawValue,
+    context: Option<&RequestContext>,
+    js_options: bool,
+) -> Result<PreparedJob> {
     #[derive(Deserialize)]
     #[serde(deny_unknown_fields)]
     struct JobTexts<'a> {
@@ -502,11 +527,8 @@ fn prepare_input(input: &RawValue, context: Option<&RequestContext>) -> Result<P
             .and_then(|job| prepare(job, context));
     }
     let texts: JobTexts = serde_json::from_str(input.get()).map_err(|e| {
-        Error::field(
-            ErrorCode::InvalidArgs,
-            "job",
-            format!("expected {{\"type\", \"args\", \"options\", \"meta\"}}: {e}"),
-        )
+        let keys: Map<String, Value> = serde_json::from_str(input.get()).unwrap_or_default();
+        malformed_job(keys.keys(), e)
     })?;
     let job_type: String = serde_json::from_str(texts.job_type.get()).map_err(|_| {
         Error::field(
@@ -515,14 +537,62 @@ fn prepare_input(input: &RawValue, context: Option<&RequestContext>) -> Result<P
             format!("must be a string, got {}", texts.job_type.get()),
         )
     })?;
-    crate::job::prepare_texts(
-        &job_type,
-        texts.args.map_or("null", RawValue::get),
-        texts.options.map(RawValue::get),
-        texts.meta.map(RawValue::get),
-        context,
-        true,
-    )
+    with_options_text(js_options, texts.options.map(RawValue::get), |options| {
+        crate::job::prepare_texts(
+            &job_type,
+            texts.args.map_or("null", RawValue::get),
+            options,
+            texts.meta.map(RawValue::get),
+            context,
+            true,
+        )
+    })
+}
+
+/// `prepare` on an options text respelled from the JavaScript form when `js_options` (errors
+/// then name the caller's spelling); anything but an object is left for `prepare` to refuse.
+fn with_options_text<T>(
+    js_options: bool,
+    options_json: Option<&str>,
+    prepare: impl FnOnce(Option<&str>) -> Result<T>,
+) -> Result<T> {
+    let parsed = match options_json {
+        Some(text) if js_options => serde_json::from_str::<Value>(text).ok(),
+        _ => None,
+    };
+    let Some(Value::Object(options)) = parsed else {
+        return prepare(options_json);
+    };
+    let (options, renames) = js_options::to_spec(options)?;
+    let text = Value::Object(options).to_string();
+    prepare(Some(&text)).map_err(|error| renames.caller_error(error))
+}
+
+/// A job object that does not fit `{"type", "args", "options", "meta"}`: the field is the first
+/// unknown key when there is one (a bulk job with `queue` beside `type`), else `job`.
+fn malformed_job<'k>(
+    keys: impl Iterator<Item = &'k String>,
+    error: impl std::fmt::Display,
+) -> Error {
+    const KEYS: [&str; 4] = ["type", "args", "options", "meta"];
+    let mut keys = keys;
+    match keys.find(|key| !KEYS.contains(&key.as_str())) {
+        Some(key) if crate::job::OPTION_KEYS.contains(&key.as_str()) => Error::field(
+            ErrorCode::InvalidArgs,
+            key.as_str(),
+            "unknown key of a job (type, args, options, meta): put it in \"options\"",
+        ),
+        Some(key) => Error::field(
+            ErrorCode::InvalidArgs,
+            key.as_str(),
+            "unknown key of a job (type, args, options, meta)",
+        ),
+        None => Error::field(
+            ErrorCode::InvalidArgs,
+            "job",
+            format!("expected {{\"type\", \"args\", \"options\", \"meta\"}}: {error}"),
+        ),
+    }
 }
 
 fn job_from_input(input: Value) -> Result<NewJob> {
@@ -534,13 +604,13 @@ fn job_from_input(input: Value) -> Result<NewJob> {
             format!("must be an object {{\"type\", \"args\", ...}}, got {input}"),
         ));
     }
-    let input: JobInput = serde_json::from_value(input).map_err(|e| {
-        Error::field(
-            ErrorCode::InvalidArgs,
-            "job",
-            format!("expected {{\"type\", \"args\", \"options\", \"meta\"}}: {e}"),
-        )
-    })?;
+    let keys: Vec<String> = input
+        .as_object()
+        .into_iter()
+        .flat_map(|o| o.keys().cloned())
+        .collect();
+    let input: JobInput =
+        serde_json::from_value(input).map_err(|e| malformed_job(keys.iter(), e))?;
     let job_type = match input.job_type {
         Value::String(job_type) => job_type,
         other => {

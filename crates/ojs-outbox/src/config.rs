@@ -207,6 +207,7 @@ impl Config {
             ojs_url: String::new(),
             ..Config::default()
         };
+        one_spelling(root, "ojs_url", "url", "adapter")?;
         for (key, value) in root {
             match key.as_str() {
                 // `url` is the spelling of the spec's framework examples (§8.1, §8.2); `null`
@@ -240,7 +241,9 @@ impl Config {
 }
 
 fn apply_outbox(outbox: &mut OutboxConfig, value: &Value) -> Result<()> {
-    for (key, value) in as_object(value, "adapter.outbox")? {
+    let section = as_object(value, "adapter.outbox")?;
+    one_spelling(section, "table_name", "table", "adapter.outbox")?;
+    for (key, value) in section {
         let field = format!("adapter.outbox.{key}");
         match key.as_str() {
             "enabled" => {
@@ -505,6 +508,21 @@ pub const OPTION_KEYS: &[&str] = &[
     "outbox",
     "relay",
 ];
+
+/// A key with two spellings (the §5.2 name and the §8 examples' alias) given both ways: the
+/// same value is harmless, different values are an error naming both.
+fn one_spelling(section: &Map<String, Value>, key: &str, alias: &str, parent: &str) -> Result<()> {
+    let given = |k: &str| section.get(k).filter(|v| !v.is_null());
+    match (given(key), given(alias)) {
+        (Some(a), Some(b)) if a != b => Err(invalid(
+            &format!("{parent}.{key}"),
+            &format!(
+                "given twice with different values: as {parent}.{key} ({a}) and as {parent}.{alias} ({b}); keep one"
+            ),
+        )),
+        _ => Ok(()),
+    }
+}
 
 /// `INVALID_CONFIG` for an unknown option, with the closest of `accepted` when it is a near
 /// miss: the same letters in another case or separator style, a small edit away, or one of

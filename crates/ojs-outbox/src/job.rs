@@ -15,7 +15,8 @@ const MAX_TYPE_BYTES: usize = 255;
 const MAX_QUEUE_BYTES: usize = 128;
 /// The keys of `options`: those of the job-options schema, `pending` (HTTP binding §9.1) and
 /// `scheduled_at`, which the reference servers read as `delay_until` (docs/ojs-compat.md).
-const OPTION_KEYS: [&str; 11] = [
+/// The keys of `options` (spec spelling).
+pub const OPTION_KEYS: [&str; 11] = [
     "queue",
     "priority",
     "timeout_ms",

@@ -14,6 +14,7 @@ pub mod duration;
 pub mod error;
 pub mod id;
 pub mod job;
+pub mod js_options;
 pub mod outbox;
 pub mod relay;
 pub mod sql;

@@ -281,3 +281,94 @@ fn stage_job_builds_the_row_stage_builds() {
         error.message
     );
 }
+
+/// A bulk job with a key beside type/args/options/meta names that key (and says where an
+/// option belongs), with the job's index in the message.
+#[test]
+fn an_unknown_key_of_a_bulk_job_is_named() {
+    let adapter = Adapter::new(&staging_only(json!({}))).unwrap();
+    let bulk = r#"[{"type": "a", "args": []}, {"type": "a", "args": [], "queue": "email"}]"#;
+    let error = adapter.stage("sqlite", "question", bulk, None).unwrap_err();
+    assert_eq!(error.code, ErrorCode::InvalidArgs);
+    assert_eq!(error.field.as_deref(), Some("queue"));
+    assert!(
+        error.message.starts_with("jobs[1]: queue: "),
+        "{}",
+        error.message
+    );
+    assert!(error.message.contains("\"options\""), "{}", error.message);
+    let error = adapter
+        .stage(
+            "sqlite",
+            "question",
+            r#"[{"type": "a", "args": [], "extra": 1}]"#,
+            None,
+        )
+        .unwrap_err();
+    assert_eq!(error.field.as_deref(), Some("extra"));
+}
+
+/// An adapter for JavaScript takes camelCase options with millisecond durations and stages
+/// exactly the row the spec's spelling stages; errors name the caller's spelling. Other
+/// adapters refuse the camelCase keys.
+#[test]
+fn js_options_stage_the_same_row_as_the_spec_spelling() {
+    let config = staging_only(json!({}));
+    let js = Adapter::new(&config).unwrap().accept_js_options();
+    let spec = r#"{"queue":"email","delay_until":"2030-01-01T00:00:00Z","timeout_ms":5000,"retry":{"max_attempts":3,"initial_interval":"PT1.5S","max_interval":"PT1M"},"unique":{"keys":["args"],"args_keys":["id"],"period":"PT1H","on_conflict":"ignore"}}"#;
+    let camel = r#"{"queue":"email","delayUntil":"2030-01-01T00:00:00Z","timeoutMs":5000,"retry":{"maxAttempts":3,"initialInterval":1500,"maxInterval":60000},"unique":{"keys":["args"],"argsKeys":["id"],"period":3600000,"onConflict":"ignore"}}"#;
+    let stage = |adapter: &Adapter, options: &str| {
+        adapter.stage_job("sqlite", "question", "a", "[1]", Some(options), None, None)
+    };
+    let from_spec = stage(&js, spec).unwrap();
+    let from_camel = stage(&js, camel).unwrap();
+    let options = |p: &Option<String>| {
+        serde_json::from_str::<serde_json::Value>(p.as_deref().unwrap()).unwrap()
+    };
+    assert_eq!(
+        options(&from_camel.params[3]),
+        options(&from_spec.params[3])
+    );
+    // The bulk and the single call agree.
+    let bulk = js
+        .stage(
+            "sqlite",
+            "question",
+            &format!(r#"[{{"type":"a","args":[1],"options":{camel}}}]"#),
+            None,
+        )
+        .unwrap();
+    assert_eq!(
+        options(&bulk.statements[0].params[3]),
+        options(&from_spec.params[3])
+    );
+
+    let error = stage(&js, r#"{"timeoutMs": -1}"#).unwrap_err();
+    assert_eq!(error.field.as_deref(), Some("options.timeoutMs"));
+    assert!(
+        error.message.starts_with("options.timeoutMs: "),
+        "{}",
+        error.message
+    );
+    let error = stage(&js, r#"{"retry": {"initialInterval": 0}}"#).unwrap_err();
+    assert_eq!(
+        error.field.as_deref(),
+        Some("options.retry.initialInterval")
+    );
+    let error = stage(
+        &js,
+        r#"{"delayUntil": "2030-01-01T00:00:00Z", "delay_until": "2030-01-01T00:00:00Z"}"#,
+    )
+    .unwrap_err();
+    assert_eq!(error.code, ErrorCode::InvalidOptions);
+    assert_eq!(error.field.as_deref(), Some("options.delayUntil"));
+
+    let plain = Adapter::new(&config).unwrap();
+    let error = stage(&plain, camel).unwrap_err();
+    assert_eq!(error.code, ErrorCode::InvalidOptions);
+    let error = stage(&plain, r#"{"retry": {"initial_interval": 1500}}"#).unwrap_err();
+    assert_eq!(
+        error.field.as_deref(),
+        Some("options.retry.initial_interval")
+    );
+}

@@ -135,3 +135,34 @@ fn unknown_options_name_the_accepted_spelling_when_near() {
         error.message
     );
 }
+
+#[test]
+fn a_key_given_in_both_spellings_must_agree() {
+    // The §5.2 names and the §8 examples' aliases are one key each.
+    let error = Config::from_value(&json!({"ojs_url": "http://a:8080", "url": "http://b:8080"}))
+        .unwrap_err();
+    assert_eq!(error.code, ErrorCode::InvalidConfig);
+    assert_eq!(error.field.as_deref(), Some("adapter.ojs_url"));
+    assert!(error.message.contains("adapter.url"), "{}", error.message);
+    let error = Config::from_value(&json!({
+        "url": "http://a:8080",
+        "outbox": {"table_name": "one_outbox", "table": "two_outbox"}
+    }))
+    .unwrap_err();
+    assert_eq!(error.field.as_deref(), Some("adapter.outbox.table_name"));
+    assert!(
+        error.message.contains("adapter.outbox.table"),
+        "{}",
+        error.message
+    );
+    // The same value twice, or one of them null (a binding's unset setting), is one key.
+    let same = Config::from_value(&json!({
+        "ojs_url": "http://a:8080", "url": "http://a:8080",
+        "outbox": {"table_name": "one_outbox", "table": "one_outbox"}
+    }))
+    .unwrap();
+    assert_eq!(same.ojs_url, "http://a:8080");
+    assert_eq!(same.outbox.table_name, "one_outbox");
+    let unset = Config::from_value(&json!({"ojs_url": null, "url": "http://b:8080"})).unwrap();
+    assert_eq!(unset.ojs_url, "http://b:8080");
+}
