@@ -1,14 +1,16 @@
 'use strict';
-// Express integration: `ojsMiddleware(ojs)` puts the request's context (traceparent,
+// Express integration: `ojsMiddleware(ojs)` (or `ojsMiddleware(options)`) puts the request's context (traceparent,
 // tracestate, X-Request-ID, req.user?.id, X-OJS-Tenant, the first Accept-Language tag) in
 // AsyncLocalStorage for everything the request runs, and exposes `req.ojs`.
 
 const { runScoped, contextFromRequest } = require('./context');
+const { createOjs } = require('./ojs');
 
 /**
  * `req.ojs`: the adapter's calls bound to one request's context. The first argument of
  * enqueueAfterCommit / enqueueBulk may be a knex transactor (or the knex instance); without it
- * the job goes into the current `ojs.transaction` / `req.ojs.transaction`, or autocommits.
+ * the job goes into the current `ojs.transaction` / `req.ojs.transaction`, and outside one the
+ * call rejects with NoTransactionError.
  */
 class RequestOjs {
   constructor(ojs, req) {
@@ -42,15 +44,26 @@ class RequestOjs {
   }
 }
 
-/** Express middleware: request context for every job the request stages, and `req.ojs`. */
-function ojsMiddleware(ojs) {
-  if (!ojs || typeof ojs.enqueueAfterCommit !== 'function') {
-    throw new TypeError('ojsMiddleware(ojs): pass the adapter returned by createOjs');
+/**
+ * Express middleware: request context for every job the request stages, and `req.ojs`. Takes
+ * the adapter of `createOjs`, or `createOjs`'s options (the spec's §8.3 form,
+ * `ojsMiddleware({ url, knex })`), in which case it builds the adapter, which is then
+ * `middleware.ojs` (to migrate, close it, or enqueue outside requests).
+ */
+function ojsMiddleware(ojsOrOptions) {
+  let ojs = ojsOrOptions;
+  if (typeof ojs?.enqueueAfterCommit !== 'function') {
+    if (ojs === null || typeof ojs !== 'object' || Array.isArray(ojs)) {
+      throw new TypeError('ojsMiddleware(ojs | options): pass the adapter returned by createOjs, or its options ({ url, knex, ... })');
+    }
+    ojs = createOjs(ojsOrOptions);
   }
-  return function ojsRequestContext(req, res, next) {
+  const middleware = function ojsRequestContext(req, res, next) {
     req.ojs = new RequestOjs(ojs, req);
     runScoped({ context: () => contextFromRequest(req) }, next);
   };
+  middleware.ojs = ojs;
+  return middleware;
 }
 
 module.exports = { ojsMiddleware, RequestOjs };

@@ -145,3 +145,40 @@ for (const database of ['sqlite', 'postgres']) {
     }
   });
 }
+
+// The spec's §8.3 form: the middleware built from the adapter's options (`url`, as the spec
+// spells it), its adapter on `middleware.ojs`; a bad option is refused when the app is built.
+test('ojsMiddleware({ url, knex }) builds the adapter, and refuses options createOjs refuses', async () => {
+  await backend.reset();
+  const knex = sqliteKnex(path.join(scratchDir('express-options'), 'app.db'));
+  const table = 'node_express_options';
+  await knex.schema.dropTableIfExists(table);
+  const middleware = ojsMiddleware({ url: backend.url, knex, outbox: { tableName: table }, handleSignals: false });
+  const { ojs } = middleware;
+  const app = express();
+  app.use(middleware);
+  app.post('/signup', async (req, res) => {
+    const jobId = await req.ojs.transaction(() => req.ojs.enqueueAfterCommit('email.welcome', [7]));
+    res.status(201).json({ jobId });
+  });
+  const server = await new Promise((resolve) => {
+    const s = app.listen(0, '127.0.0.1', () => resolve(s));
+  });
+  try {
+    await ojs.migrate();
+    const created = await request(server.address().port, '/signup', { 'x-request-id': 'req-spec-form' });
+    assert.equal(created.status, 201);
+    const received = await waitFor(async () => {
+      const r = await backend.received();
+      return r.jobs.some((job) => job.id === created.body.jobId) && r;
+    }, WAIT_MS, 'the job at the backend');
+    const job = received.jobs.find((j) => j.id === created.body.jobId);
+    assert.equal(job.meta['ojs.context.request_id'], 'req-spec-form');
+  } finally {
+    await new Promise((resolve) => server.close(resolve));
+    await ojs.close();
+    await knex.destroy();
+  }
+  assert.throws(() => ojsMiddleware({ ojsUrl: backend.url }), (error) => error.code === 'INVALID_CONFIG' && /did you mean "url"/.test(error.message));
+  assert.throws(() => ojsMiddleware(), TypeError);
+});
