@@ -2,7 +2,8 @@
 //!
 //! The domain (no I/O): [`job`] (validation, wire form), [`id`] (job ids), [`config`], [`duration`],
 //! [`backoff`], [`classify`], [`sql`] (every statement, per dialect).
-//! The I/O: [`store`] (sqlx), [`backend`] (OJS HTTP), [`relay`] (the engine, tokio),
+//! The I/O: [`store`] (sqlx), [`backend`] (OJS HTTP), [`relay`] (the engine, tokio; its log
+//! lines for the bindings go through [`log_feed`]),
 //! [`outbox`] (the Rust-native adapter). See docs/architecture.md.
 
 pub mod backend;
@@ -14,6 +15,7 @@ pub mod duration;
 pub mod error;
 pub mod id;
 pub mod job;
+pub mod log_feed;
 pub mod js_options;
 pub mod outbox;
 pub mod relay;

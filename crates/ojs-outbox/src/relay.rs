@@ -21,6 +21,7 @@ use crate::backoff;
 use crate::classify::Outcome;
 use crate::config::Config;
 use crate::job::{MAX_WIRE_BYTES, wire_json};
+use crate::log_feed::{self, Level};
 use crate::store::{ClaimedRow, RowStatus, Settlement, Store};
 
 const PRUNE_CHUNK: usize = 10_000;
@@ -104,6 +105,9 @@ impl Relay {
             send_deadline: None,
             shutdown_deadline: None,
             consecutive_pauses: 0,
+            announced: None,
+            paused_since: None,
+            database_failing: false,
             probe: false,
             hot_rx,
             stop_rx,
@@ -199,6 +203,13 @@ struct Engine {
     /// Set while a graceful stop flushes.
     shutdown_deadline: Option<Instant>,
     consecutive_pauses: u32,
+    /// The kind of backend trouble last logged, until an answered send resumes the relay: each
+    /// pause is logged when it starts (or turns into another kind), not at every probe.
+    announced: Option<Trouble>,
+    /// When the backend pause now logged began.
+    paused_since: Option<Instant>,
+    /// A database operation failed and none has succeeded since (logged once, with its end).
+    database_failing: bool,
     /// After an outage pause the next request carries one row: a cheap test of whether the
     /// backend is back before a whole batch goes out again.
     probe: bool,
@@ -297,7 +308,12 @@ impl Engine {
             .claim_ids(&token, self.config.relay.lease, &ids)
             .await
         {
-            Ok(rows) => self.deliver(&token, rows).await,
+            Ok(rows) => {
+                if rows.is_empty() {
+                    self.database_ok();
+                }
+                self.deliver(&token, rows).await
+            }
             Err(e) => self.database_trouble(e).await,
         }
     }
@@ -318,6 +334,9 @@ impl Engine {
             .await;
         match claimed {
             Ok(rows) => {
+                if rows.is_empty() {
+                    self.database_ok();
+                }
                 let full = rows.len() == batch_size;
                 self.deliver(&token, rows).await;
                 full && self.pause_until.is_none() && !self.stopping()
@@ -330,9 +349,39 @@ impl Engine {
     }
 
     async fn database_trouble(&mut self, error: crate::Error) {
-        tracing::warn!(%error, "outbox relay: database operation failed; leased rows are retried after their lease");
+        let delay = DATABASE_PAUSE.min(self.config.relay.max_backoff);
+        if self.database_failing {
+            tracing::debug!(%error, "outbox relay: the database still fails");
+        } else {
+            self.database_failing = true;
+            self.log(
+                Level::Warning,
+                None,
+                format!(
+                    "outbox relay: a database operation failed ({error}); pausing, trying again every {}; leased rows are sent again once their lease expires",
+                    seconds(delay)
+                ),
+            );
+        }
         self.record_error(error.to_string(), false);
-        self.pause(DATABASE_PAUSE.min(self.config.relay.max_backoff));
+        self.pause(delay);
+    }
+
+    /// A database operation succeeded: ends a database pause (logged once).
+    fn database_ok(&mut self) {
+        if self.database_failing {
+            self.database_failing = false;
+            self.log(
+                Level::Info,
+                None,
+                "outbox relay: the database answers again; resuming".to_owned(),
+            );
+        }
+    }
+
+    /// One relay message, once: a `tracing` event and a record of the bindings' log feed.
+    fn log(&self, level: Level, job_id: Option<&str>, message: String) {
+        log_feed::emit(level, &self.config.outbox.table_name, job_id, message);
     }
 
     /// Sends claimed rows and settles them all in one statement.
@@ -378,8 +427,13 @@ impl Engine {
             }
         }
         match self.store.settle(token, &settlements).await {
-            // Counted once the table says so; rows whose lease was lost count nowhere.
-            Ok(_) => self.count_settled(&settlements),
+            // Counted once the table says so; rows whose lease was lost count nowhere. Dead
+            // letters are logged at the same moment.
+            Ok(_) => {
+                self.database_ok();
+                self.count_settled(&settlements);
+                self.log_dead_letters(&rows, &settlements);
+            }
             Err(error) => self.database_trouble(error).await,
         }
         self.counters.in_flight.store(0, Ordering::Relaxed);
@@ -403,6 +457,27 @@ impl Engine {
             s.status == Some(RowStatus::Failed) || (s.status.is_none() && s.retry_in.is_some())
         });
         counters.retried.fetch_add(retried, Ordering::Relaxed);
+    }
+
+    /// One error record per row this claim made `dead`, with its job id, type and reason.
+    fn log_dead_letters(&self, rows: &[ClaimedRow], settlements: &[Settlement]) {
+        for settlement in settlements {
+            if settlement.status != Some(RowStatus::Dead) {
+                continue;
+            }
+            let Some(row) = rows.iter().find(|row| row.id == settlement.id) else {
+                continue;
+            };
+            let reason = settlement.error.as_deref().unwrap_or("no reason given");
+            self.log(
+                Level::Error,
+                Some(&row.job_id),
+                format!(
+                    "outbox relay: job {} ({}) is dead and will not be sent again: {reason}; it stays in table {} until replayed or purged (dead replay / dead purge)",
+                    row.job_id, row.job_type, self.config.outbox.table_name
+                ),
+            );
+        }
     }
 
     async fn batch_supported(&mut self) -> Result<bool, String> {
@@ -562,8 +637,19 @@ impl Engine {
     }
 
     fn backend_ok(&mut self) {
-        if self.consecutive_pauses > 0 {
-            tracing::info!("outbox relay: the OJS backend accepts jobs again; resuming");
+        if self.announced.take().is_some() {
+            let paused = self
+                .paused_since
+                .take()
+                .map_or(Duration::ZERO, |since| since.elapsed());
+            self.log(
+                Level::Info,
+                None,
+                format!(
+                    "outbox relay: the OJS backend accepts jobs again; resuming after {} paused",
+                    seconds(paused)
+                ),
+            );
         }
         self.consecutive_pauses = 0;
         self.probe = false;
@@ -595,33 +681,47 @@ impl Engine {
             relay.initial_backoff.min(OUTAGE_PROBE_MAX),
             relay.max_backoff.min(OUTAGE_PROBE_MAX),
         );
-        let (delay, reason) = match outcome {
+        let (delay, reason, trouble) = match outcome {
             Outcome::Unavailable {
                 reason,
                 retry_after,
             } => {
                 self.probe = true;
-                (retry_after.unwrap_or(probe_every), reason)
+                (retry_after.unwrap_or(probe_every), reason, Trouble::Outage)
             }
             Outcome::Backpressure {
                 reason,
                 retry_after,
             } => {
                 self.probe = true;
-                (*retry_after, reason)
+                (*retry_after, reason, Trouble::Outage)
             }
             // A refusal (credentials, URL) needs a person: back off fully, loudly.
-            Outcome::Misconfigured { reason } => {
-                tracing::error!(%reason, "outbox relay: the OJS backend refuses this relay (check ojs_url and auth_token); rows stay pending");
-                (backoff, reason)
-            }
-            _ => (backoff, &String::new()),
+            Outcome::Misconfigured { reason } => (backoff, reason, Trouble::Refused),
+            _ => (backoff, &String::new(), Trouble::Outage),
         };
-        // Once per outage: the probes that follow are not news until one succeeds.
-        if self.consecutive_pauses == 1 {
-            tracing::warn!(%reason, delay_ms = delay.as_millis() as u64, "outbox relay: pausing");
-        } else {
+        // Once per pause: the probes that follow are not news until one is answered (or the
+        // trouble changes kind: an outage that turns into a refusal needs a person).
+        if self.announced == Some(trouble) {
             tracing::debug!(%reason, delay_ms = delay.as_millis() as u64, "outbox relay: still paused");
+        } else {
+            self.announced = Some(trouble);
+            self.paused_since.get_or_insert_with(Instant::now);
+            let message = match trouble {
+                Trouble::Outage => format!(
+                    "outbox relay: pausing: the OJS backend cannot take jobs now ({reason}); rows stay pending and are sent once it answers (next try in {})",
+                    seconds(delay)
+                ),
+                Trouble::Refused => format!(
+                    "outbox relay: the OJS backend refuses this relay ({reason}); check ojs_url and auth_token; pausing, rows stay pending (next try in {})",
+                    seconds(delay)
+                ),
+            };
+            let level = match trouble {
+                Trouble::Outage => Level::Warning,
+                Trouble::Refused => Level::Error,
+            };
+            self.log(level, None, message);
         }
         self.record_error(reason.clone(), true);
         self.pause(delay);
@@ -642,7 +742,14 @@ impl Engine {
                 Ok(deleted) if deleted as usize == PRUNE_CHUNK => continue,
                 Ok(_) => return,
                 Err(error) => {
-                    tracing::warn!(%error, "outbox relay: prune failed");
+                    self.log(
+                        Level::Warning,
+                        None,
+                        format!(
+                            "outbox relay: pruning sent rows failed ({error}); tried again in {}",
+                            seconds(self.config.relay.prune_interval)
+                        ),
+                    );
                     return;
                 }
             }
@@ -675,6 +782,23 @@ impl Engine {
             // are released, so no lease outlives the relay.
             self.deliver_hot(chunk.to_vec()).await;
         }
+    }
+}
+
+/// What paused the relay, as logged: an outage (no answer, 502..504, backpressure) or a
+/// refusal of the relay itself (401/403/404/405).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Trouble {
+    Outage,
+    Refused,
+}
+
+/// A duration for a log line: `40 ms`, `1.5 s`, `60.0 s`.
+fn seconds(duration: Duration) -> String {
+    if duration < Duration::from_secs(1) {
+        format!("{} ms", duration.as_millis())
+    } else {
+        format!("{:.1} s", duration.as_secs_f64())
     }
 }
 
