@@ -6,6 +6,7 @@
 //! lines for the bindings go through [`log_feed`]),
 //! [`outbox`] (the Rust-native adapter). See docs/architecture.md.
 
+pub mod admin;
 pub mod backend;
 pub mod backoff;
 pub mod bridge;

@@ -68,7 +68,7 @@ fn fail(error: &Error) -> ExitCode {
     eprintln!(
         "error [{}]: {}",
         error.code,
-        commands::one_line(&error.message, 2000)
+        ojs_outbox::admin::one_line(&error.message, 2000)
     );
     ExitCode::from(exit_code(error.code))
 }
