@@ -136,10 +136,77 @@ pub struct RequestContext {
     pub locale: Option<String>,
 }
 
+/// The HTTP request headers a request context is read from, lowercase; a middleware passes
+/// these (and only these) to [`RequestContext::from_headers`].
+pub const CONTEXT_HEADERS: [&str; 5] = [
+    "traceparent",
+    "tracestate",
+    "x-request-id",
+    "x-ojs-tenant",
+    "accept-language",
+];
+
 impl RequestContext {
+    /// The context as JSON: the keys of this struct, and optionally `"headers"`, an object of
+    /// HTTP request headers (any case) read by [`RequestContext::from_headers`]; a key given
+    /// explicitly wins over what the headers give.
     pub fn from_json(text: &str) -> Result<Self> {
-        serde_json::from_str(text)
-            .map_err(|e| Error::field(ErrorCode::InvalidMeta, "context", e.to_string()))
+        #[derive(serde::Deserialize)]
+        #[serde(deny_unknown_fields)]
+        struct WithHeaders {
+            #[serde(flatten)]
+            explicit: RequestContext,
+            #[serde(default)]
+            headers: Option<std::collections::BTreeMap<String, String>>,
+        }
+        let invalid =
+            |e: serde_json::Error| Error::field(ErrorCode::InvalidMeta, "context", e.to_string());
+        if !text.contains("\"headers\"") {
+            return serde_json::from_str(text).map_err(invalid);
+        }
+        let parsed: WithHeaders = serde_json::from_str(text).map_err(invalid)?;
+        let headers: Vec<(&str, &str)> = parsed
+            .headers
+            .iter()
+            .flatten()
+            .map(|(name, value)| (name.as_str(), value.as_str()))
+            .collect();
+        let read = RequestContext::from_headers(&headers);
+        let explicit = parsed.explicit;
+        let present = |value: Option<String>| value.filter(|v| !v.is_empty());
+        Ok(RequestContext {
+            request_id: present(explicit.request_id).or(read.request_id),
+            traceparent: present(explicit.traceparent).or(read.traceparent),
+            tracestate: present(explicit.tracestate).or(read.tracestate),
+            user_id: present(explicit.user_id).or(read.user_id),
+            tenant_id: present(explicit.tenant_id).or(read.tenant_id),
+            locale: present(explicit.locale).or(read.locale),
+        })
+    }
+
+    /// The context an HTTP request carries ([`CONTEXT_HEADERS`]; names in any case, values
+    /// trimmed, empty ones absent): `traceparent`, `tracestate`, `X-Request-Id` as the request
+    /// id, `X-OJS-Tenant` as the tenant, and the first language tag of `Accept-Language` (not
+    /// `*`) as the locale. The user is the framework's to add.
+    pub fn from_headers(headers: &[(&str, &str)]) -> RequestContext {
+        let get = |name: &str| {
+            headers
+                .iter()
+                .find(|(n, v)| n.eq_ignore_ascii_case(name) && !v.trim().is_empty())
+                .map(|(_, v)| v.trim().to_owned())
+        };
+        let locale = get("accept-language").and_then(|header| {
+            let tag = header.split(',').next()?.split(';').next()?.trim();
+            (!tag.is_empty() && tag != "*").then(|| tag.to_owned())
+        });
+        RequestContext {
+            request_id: get("x-request-id"),
+            traceparent: get("traceparent"),
+            tracestate: get("tracestate"),
+            user_id: None,
+            tenant_id: get("x-ojs-tenant"),
+            locale,
+        }
     }
 
     pub fn is_empty(&self) -> bool {
