@@ -12,6 +12,7 @@ pub mod backoff;
 pub mod bridge;
 pub mod classify;
 pub mod config;
+pub mod db_url;
 pub mod duration;
 pub mod error;
 pub mod id;
