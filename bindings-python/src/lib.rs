@@ -18,6 +18,25 @@ fn arm_stop_signals() -> PyResult<()> {
     ojs_outbox::bridge::arm_stop_signals().map_err(error::to_py)
 }
 
+/// Turns the relay's log feed on for this process (`bridge::enable_log_feed`): from now on the
+/// relay queues its pause, resume, dead-letter, refusal and failure records for
+/// `drain_log_feed`. Idempotent.
+#[pyfunction]
+fn enable_log_feed() {
+    ojs_outbox::bridge::enable_log_feed();
+}
+
+/// The relay log records queued since the last call, oldest first, as
+/// `(level, message, job_id or None, table)` tuples (`level`: "info", "warning" or "error").
+/// Never blocks on I/O.
+#[pyfunction]
+fn drain_log_feed() -> Vec<(String, String, Option<String>, String)> {
+    ojs_outbox::bridge::drain_log_feed()
+        .into_iter()
+        .map(|record| (record.level, record.message, record.job_id, record.table))
+        .collect()
+}
+
 #[pymodule]
 fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_class::<adapter::Adapter>()?;
@@ -25,5 +44,7 @@ fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add("ERROR_CODES", error::all_codes())?;
     module.add_function(wrap_pyfunction!(error::database_error_code, module)?)?;
     module.add_function(wrap_pyfunction!(arm_stop_signals, module)?)?;
+    module.add_function(wrap_pyfunction!(enable_log_feed, module)?)?;
+    module.add_function(wrap_pyfunction!(drain_log_feed, module)?)?;
     Ok(())
 }

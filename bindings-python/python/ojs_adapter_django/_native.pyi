@@ -14,6 +14,13 @@ def arm_stop_signals() -> None:
     they arrive before it runs. Process-wide, idempotent. Raises NativeError (RELAY_SHUT_DOWN)
     when the handlers cannot be installed."""
 
+def enable_log_feed() -> None:
+    """Turns the relay's log feed on for this process; idempotent."""
+
+def drain_log_feed() -> list[tuple[str, str, Optional[str], str]]:
+    """The relay log records since the last call, oldest first: ``(level, message, job_id,
+    table)``, ``level`` one of "info", "warning", "error". Never blocks on I/O."""
+
 class NativeError(Exception):
     """A core error; ``args`` is ``(code, field, message, retryable)``."""
 

@@ -28,7 +28,7 @@ from django.core.serializers.json import DjangoJSONEncoder
 from django.db import DEFAULT_DB_ALIAS, DatabaseError, connections, transaction
 from django.db.transaction import TransactionManagementError
 
-from . import _native
+from . import _native, relay_log
 from .conf import config_json
 from .context import context_json
 from .errors import ConfigurationError, OJSError, error, from_native
@@ -232,6 +232,8 @@ class OJS:
         if self._relay_pid.get(alias) == pid:
             return
         if adapter.relay_in_process:
+            # Its pauses, resumes and dead letters go to logging ("ojs_adapter_django.relay").
+            relay_log.start()
             try:
                 adapter.start_relay()
             except _native.NativeError as native:
@@ -273,13 +275,15 @@ class OJS:
                          "enqueue): %s", alias, exc)
 
     def stop_relay(self, using: Optional[str] = None) -> None:
-        """Graceful stop of this process's relay(s): flushes what was notified, releases leases."""
+        """Graceful stop of this process's relay(s): flushes what was notified, releases leases.
+        The relay's last log records (those of the flush) are logged before it returns."""
         aliases = [using or DEFAULT_DB_ALIAS] if using else list(self._adapters)
         for alias in aliases:
             adapter = self._adapters.get(alias)
             if adapter is not None:
                 adapter.stop_relay()
             self._relay_pid.pop(alias, None)
+        relay_log.forward()
 
     def kill_relay(self, using: Optional[str] = None) -> None:
         """Abrupt stop, as a crash would: no flush, leases stay until they expire. For tests of
@@ -443,8 +447,13 @@ class OJS:
         return json.loads(self._call(using, "rows_json", list(job_ids)))
 
     def run_relay_until_signal(self, using: Optional[str] = None) -> None:
-        """Runs the relay as this process's only job until SIGINT/SIGTERM (``manage.py ojs_relay``)."""
-        self._call(using, "run_relay_until_signal")
+        """Runs the relay as this process's only job until SIGINT/SIGTERM (``manage.py ojs_relay``),
+        its log records going to logging as with the in-process relay."""
+        relay_log.start()
+        try:
+            self._call(using, "run_relay_until_signal")
+        finally:
+            relay_log.forward()
 
 
 ojs = OJS()

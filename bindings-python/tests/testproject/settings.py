@@ -67,8 +67,10 @@ OJS_CONFIG = {
               "max_backoff": "PT0.5S"},
 }
 
-LOGGING = {
-    "version": 1,
-    "handlers": {"console": {"class": "logging.StreamHandler"}},
-    "loggers": {"ojs_adapter_django": {"handlers": ["console"], "level": "WARNING"}},
-}
+# OJS_TEST_NO_LOGGING: no handler for the adapter's loggers, as in a project without LOGGING.
+if not os.environ.get("OJS_TEST_NO_LOGGING"):
+    LOGGING = {
+        "version": 1,
+        "handlers": {"console": {"class": "logging.StreamHandler"}},
+        "loggers": {"ojs_adapter_django": {"handlers": ["console"], "level": "WARNING"}},
+    }

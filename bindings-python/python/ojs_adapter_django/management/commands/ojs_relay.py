@@ -12,7 +12,7 @@ loading the command); a SIGTERM there still has its default effect."""
 from django.core.management.base import BaseCommand, CommandError
 from django.db import DEFAULT_DB_ALIAS
 
-from ojs_adapter_django import _native
+from ojs_adapter_django import _native, relay_log
 from ojs_adapter_django.client import ojs
 from ojs_adapter_django.errors import OJSError, from_native
 
@@ -45,8 +45,11 @@ class Command(BaseCommand):
         self.stdout.write(f"ojs_relay: relaying {adapter.table_name} of database {alias!r}; "
                           "SIGINT or SIGTERM stops it")
         self.stdout.flush()
-        try:
-            ojs.run_relay_until_signal(alias)
-        except OJSError as exc:
-            raise CommandError(f"[{exc.code}] {exc}") from exc
+        # The relay's records (pauses, resumes, dead letters) go to the "ojs_adapter_django.relay"
+        # logger; without a handler for it in LOGGING they are printed on stderr too.
+        with relay_log.console("ojs_relay", self.stderr):
+            try:
+                ojs.run_relay_until_signal(alias)
+            except OJSError as exc:
+                raise CommandError(f"[{exc.code}] {exc}") from exc
         self.stdout.write("ojs_relay: stopped")
