@@ -84,6 +84,75 @@ pub enum DeadAction {
     },
 }
 
+/// A command as a framework's command line hands it over (JSON), e.g.
+/// `{"command": "dead", "action": "purge", "tenant": "acme", "yes": false}`.
+#[derive(Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Command {
+    /// `migrate`, `status` or `dead`.
+    pub command: String,
+    /// For `dead`: `list`, `replay` or `purge`.
+    #[serde(default)]
+    pub action: Option<String>,
+    #[serde(default)]
+    pub tenant: Option<String>,
+    #[serde(default)]
+    pub limit: Option<i64>,
+    /// JSON output (status, dead list) instead of a table.
+    #[serde(default)]
+    pub json: bool,
+    /// The purge's confirmation (`--yes`).
+    #[serde(default)]
+    pub yes: bool,
+    /// How this command line's user creates a missing table ([`Target::create_table_with`]).
+    pub create_table_with: String,
+}
+
+impl Command {
+    pub fn from_json(text: &str) -> Result<Command> {
+        serde_json::from_str(text)
+            .map_err(|e| Error::field(ErrorCode::InvalidConfig, "command", e.to_string()))
+    }
+}
+
+/// Runs one [`Command`].
+pub async fn execute(target: &Target<'_>, command: &Command) -> Result<Report> {
+    let tenant = command.tenant.clone().filter(|t| !t.is_empty());
+    match (command.command.as_str(), command.action.as_deref()) {
+        ("migrate", None) => migrate(target).await,
+        ("status", None) => status(target, command.json).await,
+        ("dead", Some(action)) => {
+            let action = match action {
+                "list" => DeadAction::List {
+                    tenant,
+                    limit: command.limit,
+                    json: command.json,
+                },
+                "replay" => DeadAction::Replay { tenant },
+                "purge" => DeadAction::Purge {
+                    tenant,
+                    confirmed: command.yes,
+                },
+                other => {
+                    return Err(Error::field(
+                        ErrorCode::InvalidConfig,
+                        "action",
+                        format!("{other:?} is not list, replay or purge"),
+                    ));
+                }
+            };
+            dead(target, &action).await
+        }
+        (other, action) => Err(Error::field(
+            ErrorCode::InvalidConfig,
+            "command",
+            format!(
+                "{other:?} (action {action:?}) is not migrate, status or dead list|replay|purge"
+            ),
+        )),
+    }
+}
+
 pub async fn migrate(target: &Target<'_>) -> Result<Report> {
     let existed = target.store.check_table().await.is_ok();
     target.store.migrate().await?;

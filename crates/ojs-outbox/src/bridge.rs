@@ -418,6 +418,24 @@ impl Adapter {
         })
     }
 
+    /// A framework command line's operator command (`admin::Command` as JSON: migrate,
+    /// status, dead list / replay / purge): what to print and the exit code, in the words and
+    /// by the rules of `ojs-relay` (`admin.rs`), through the relay's connection.
+    pub fn admin(&self, command_json: &str) -> Result<crate::admin::Report> {
+        let command = crate::admin::Command::from_json(command_json)?;
+        self.with_running(|running| {
+            let target = crate::admin::Target {
+                store: running.outbox.store(),
+                table: self.table_name(),
+                database_url: self.config.database_url.as_deref().unwrap_or(""),
+                create_table_with: &command.create_table_with,
+            };
+            running
+                .runtime
+                .block_on(crate::admin::execute(&target, &command))
+        })
+    }
+
     /// The state of these jobs' rows as committed, as JSON `{job_id: {status, attempts, error}}`.
     pub fn rows_json(&self, job_ids: Vec<String>) -> Result<String> {
         self.with_running(|running| {
@@ -460,6 +478,21 @@ pub fn option_keys() -> Vec<String> {
     crate::config::OPTION_KEYS
         .iter()
         .map(|key| (*key).to_owned())
+        .collect()
+}
+
+/// The relay's database URL from a framework's connection settings (`db_url::ConnectionParts`
+/// as JSON): one rule for every binding.
+pub fn database_url_from_parts(parts_json: &str) -> Result<String> {
+    crate::db_url::from_parts(&crate::db_url::ConnectionParts::from_json(parts_json)?)
+}
+
+/// The HTTP request headers a middleware reads for the request context, lowercase; it passes
+/// them as `{"headers": {...}}` in the context JSON (`RequestContext::from_json`).
+pub fn context_header_names() -> Vec<String> {
+    crate::job::CONTEXT_HEADERS
+        .iter()
+        .map(|name| (*name).to_owned())
         .collect()
 }
 

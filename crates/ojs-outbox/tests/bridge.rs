@@ -372,3 +372,82 @@ fn js_options_stage_the_same_row_as_the_spec_spelling() {
         Some("options.retry.initial_interval")
     );
 }
+
+/// The operator commands through the bridge: what a framework's command line prints and its
+/// exit code, by `ojs-relay`'s rules (the purge's --yes, the counts, the missing table's fix).
+#[test]
+fn admin_commands_report_what_to_print_and_the_exit_code() {
+    let dir = std::env::temp_dir().join(format!("ojs-bridge-admin-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let database_url = format!("sqlite://{}", dir.join("app.db").display());
+    let adapter = Adapter::new(&staging_only(json!({
+        "database_url": database_url,
+        "outbox": {"table_name": "admin_outbox"},
+    })))
+    .unwrap();
+    let run = |command: serde_json::Value| {
+        let mut command = command;
+        command["create_table_with"] = json!("manage.py migrate");
+        adapter.admin(&command.to_string())
+    };
+    let error = run(json!({"command": "status"})).unwrap_err();
+    assert_eq!(error.code, ErrorCode::OutboxTableMissing);
+    assert!(
+        error.message.contains("manage.py migrate"),
+        "{}",
+        error.message
+    );
+
+    let created = run(json!({"command": "migrate"})).unwrap();
+    assert_eq!(created.exit_code, 0);
+    assert!(
+        created
+            .stdout
+            .starts_with("created outbox table \"admin_outbox\""),
+        "{}",
+        created.stdout
+    );
+    let again = run(json!({"command": "migrate"})).unwrap();
+    assert!(again.stdout.contains("already exists"), "{}", again.stdout);
+
+    let status = run(json!({"command": "status", "json": true})).unwrap();
+    let status: serde_json::Value = serde_json::from_str(&status.stdout).unwrap();
+    assert_eq!(status["pending"], 0);
+    assert_eq!(status["table"], "admin_outbox");
+
+    let refused = run(json!({"command": "dead", "action": "purge", "tenant": "acme"})).unwrap();
+    assert_eq!(refused.exit_code, ojs_outbox::admin::EXIT_USAGE);
+    assert_eq!(refused.stdout, "");
+    assert!(
+        refused
+            .stderr
+            .contains("would delete 0 dead row(s) of tenant \"acme\""),
+        "{}",
+        refused.stderr
+    );
+    let purged = run(json!({"command": "dead", "action": "purge", "yes": true})).unwrap();
+    assert_eq!(purged.exit_code, 0);
+    assert!(
+        purged
+            .stdout
+            .starts_with("purged 0 dead row(s) of every tenant"),
+        "{}",
+        purged.stdout
+    );
+    let listed = run(json!({"command": "dead", "action": "list"})).unwrap();
+    assert!(
+        listed.stdout.starts_with("0 dead row(s)"),
+        "{}",
+        listed.stdout
+    );
+
+    for bad in [
+        json!({"command": "vacuum"}),
+        json!({"command": "dead", "action": "burn"}),
+    ] {
+        assert_eq!(run(bad).unwrap_err().code, ErrorCode::InvalidConfig);
+    }
+    adapter.close();
+    let _ = std::fs::remove_dir_all(&dir);
+}
