@@ -2,14 +2,20 @@
 //!
 //! An enqueue goes through four steps: read the body (bounded), parse and validate it without
 //! the lock, count the request and pick a fault under the lock, then (unless a fault answers
-//! instead) count deliveries and store atomically under the lock. Responses are built after
-//! the lock is released.
+//! instead) count deliveries, decide unique conflicts and store atomically under the lock.
+//! Responses are built after the lock is released (except the envelope of an existing job a
+//! unique `ignore` answers with).
+//!
+//! Every response carries `X-Request-Id` (HTTP binding §6.5, §19: the client's value when it
+//! sent one, else `req_<UUIDv7>`), and every error body carries it as `error.request_id`
+//! (§16.1). Errors are built as an [`ErrorBody`] response extension and rendered in [`handle`],
+//! once the request id is known.
 
 use std::borrow::Cow;
 use std::convert::Infallible;
 use std::io::Write as _;
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use http_body_util::{BodyExt, Full};
 use hyper::body::{Bytes, Incoming};
@@ -17,32 +23,40 @@ use hyper::header::{self, HeaderValue};
 use hyper::{Method, Request, Response, StatusCode};
 use serde::Deserialize;
 use serde_json::value::RawValue;
-use serde_json::{Value, json};
+use serde_json::{Map, Value, json};
 use tokio::sync::Notify;
 
+use crate::envelope::{JobView, options_map, write_job};
 use crate::model::Fault;
-use crate::store::{Duplicate, RequestKind, State, write_json_string};
+use crate::store::{JobState, Placed, Refused, RequestKind, State, StoredJob};
+use crate::timefmt::now_us;
+use crate::unique;
 use crate::validate::{
-    CarriedId, FieldError, JobIn, MAX_BODY_BYTES, ValidJob, carried_id, carried_type,
-    format_job_id, is_json_content_type, queue_of, validate_job,
+    CarriedId, FieldError, JobIn, MAX_BODY_BYTES, Refusal, ValidJob, carried_id, carried_type,
+    field_error, format_job_id, is_json_content_type, validate_job,
 };
 
 pub(crate) type Resp = Response<Full<Bytes>>;
 
 const OJS_CONTENT_TYPE: &str = "application/openjobspec+json";
-/// How much of an oversized body is read and discarded so the client can see the 413
+/// The spec version the devserver speaks (`OJS-Version`, manifest, health).
+const OJS_VERSION: &str = "1.0";
+/// How much of an oversized body is read and discarded so the client can see the refusal
 /// (closing a socket with unread data makes the kernel reset it under the client's feet).
 const DRAIN_LIMIT_BYTES: u64 = 16 * 1024 * 1024;
+const X_REQUEST_ID: &str = "x-request-id";
 
 /// Shared server state.
 pub(crate) struct App {
     state: Mutex<State>,
+    started: Instant,
 }
 
 impl App {
     pub fn new(batch_enqueue: bool) -> App {
         App {
             state: Mutex::new(State::new(batch_enqueue)),
+            started: Instant::now(),
         }
     }
 
@@ -76,11 +90,26 @@ pub(crate) async fn handle(
     kill: Arc<Notify>,
     request: Request<Incoming>,
 ) -> Result<Resp, Infallible> {
+    let request_id = request
+        .headers()
+        .get(X_REQUEST_ID)
+        .and_then(|v| v.to_str().ok())
+        .map(str::trim)
+        .filter(|v| !v.is_empty())
+        .map_or_else(|| format!("req_{}", uuid::Uuid::now_v7()), str::to_owned);
     let path = request.uri().path().to_owned();
-    let response = match path.strip_prefix("/_dev/") {
+    let mut response = match path.strip_prefix("/_dev/") {
         Some(control_path) => control(&app, control_path, request).await,
         None => ojs(&app, &kill, &path, request).await,
     };
+    if let Some(ErrorBody(mut error)) = response.extensions_mut().remove::<ErrorBody>() {
+        error.insert("request_id".into(), Value::String(request_id.clone()));
+        let body = json!({ "error": error }).to_string();
+        *response.body_mut() = Full::new(Bytes::from(body));
+    }
+    if let Ok(value) = HeaderValue::from_str(&request_id) {
+        response.headers_mut().insert(X_REQUEST_ID, value);
+    }
     Ok(response)
 }
 
@@ -135,7 +164,17 @@ async fn ojs(app: &App, kill: &Notify, path: &str, request: Request<Incoming>) -
     }
     let response = match route {
         Route::GetJob(id) => get_job(app, id),
-        Route::Health => ojs_json(StatusCode::OK, br#"{"status":"ok"}"#.to_vec()),
+        Route::Health => ojs_json(
+            StatusCode::OK,
+            json!({
+                "status": "ok",
+                "version": OJS_VERSION,
+                "uptime_seconds": app.started.elapsed().as_secs(),
+                "backend": {"type": "memory", "status": "connected"},
+            })
+            .to_string()
+            .into_bytes(),
+        ),
         Route::Manifest => {
             let batch_enqueue = app.state().batch_enqueue();
             ojs_json(
@@ -146,9 +185,8 @@ async fn ojs(app: &App, kill: &Notify, path: &str, request: Request<Incoming>) -
         Route::MethodNotAllowed(allow) => {
             let mut response = error_response(
                 StatusCode::METHOD_NOT_ALLOWED,
-                "method_not_allowed",
+                "invalid_request",
                 &format!("method not allowed; use {allow}"),
-                false,
                 None,
             );
             response
@@ -156,31 +194,46 @@ async fn ojs(app: &App, kill: &Notify, path: &str, request: Request<Incoming>) -
                 .insert(header::ALLOW, HeaderValue::from_static(allow));
             response
         }
-        Route::NotFound | Route::Enqueue(_) => not_found(&format!("no endpoint at {path}")),
+        Route::NotFound | Route::Enqueue(_) => not_found(&format!("no endpoint at {path}"), None),
     };
     fault_after_handling(response, fault.as_ref(), kill).await
 }
 
+/// The conformance manifest: what the devserver implements, and nothing more. It serves only
+/// the producer side of the binding (push, batch push, info, health, manifest): no worker
+/// endpoints, so it runs nothing; `conformance_level` 0 is the lowest a manifest can state and
+/// `conformance_tier: "parser"` says that it validates and stores jobs without executing them.
+/// The capabilities name what a producer can observe: batch enqueue (switchable), unique jobs
+/// (strong: check and insert under one lock) and delayed jobs (the `scheduled` state).
 pub(crate) fn manifest(batch_enqueue: bool) -> Value {
     json!({
-        "specversion": "1.0",
+        "ojs_version": OJS_VERSION,
+        "specversion": OJS_VERSION,
         "implementation": {
             "name": "ojs-devserver",
             "version": env!("CARGO_PKG_VERSION"),
             "language": "rust",
         },
+        "conformance_level": 0,
+        "conformance_tier": "parser",
         "protocols": ["http"],
         "backend": "memory",
-        "conformance_level": 4,
         "capabilities": {
             "batch_enqueue": batch_enqueue,
-            "schema_validation": true,
-            "unique_jobs": false,
-            "cron_jobs": false,
-            "workflows": false,
-            "dead_letter": false,
+            "unique_jobs": true,
+            "unique_jobs_strength": "strong",
+            "delayed_jobs": true,
+            "schema_validation": false,
             "priority_queues": false,
+            "job_ttl": false,
+            "cron_jobs": false,
+            "dead_letter": false,
+            "workflows": false,
+            "rate_limiting": false,
+            "pause_resume": false,
         },
+        "extensions": [],
+        "endpoints": {"manifest": "/ojs/manifest", "health": "/ojs/v1/health"},
     })
 }
 
@@ -188,82 +241,38 @@ fn get_job(app: &App, id_text: &str) -> Resp {
     let body = crate::validate::parse_job_id(id_text).and_then(|id| {
         let state = app.state();
         let job = state.job(id)?;
-        let queue = job.options().and_then(queue_of);
-        let mut out = Vec::with_capacity(128 + job.args().len());
+        let mut out = Vec::with_capacity(256 + job.args().len());
         out.extend_from_slice(b"{\"job\":");
-        write_job(
-            &mut out,
-            &JobView {
-                id: job.id,
-                job_type: &job.job_type,
-                args: job.args(),
-                meta: job.meta(),
-                options: job.options(),
-                queue: queue.as_deref(),
-                created_at_us: job.received_at_us,
-            },
-        );
+        write_stored_job(&mut out, job, now_us());
         out.push(b'}');
         Some(out)
     });
     match body {
         Some(body) => ojs_json(StatusCode::OK, body),
-        None => not_found(&format!("job {id_text} not found")),
+        None => not_found(
+            &format!("Job '{id_text}' not found."),
+            Some(json!({ "resource_type": "job", "resource_id": id_text })),
+        ),
     }
 }
 
-/// What a job looks like on the wire, wherever it comes from.
-struct JobView<'a> {
-    id: u128,
-    job_type: &'a str,
-    args: &'a str,
-    meta: Option<&'a str>,
-    options: Option<&'a str>,
-    queue: Option<&'a str>,
-    created_at_us: u64,
-}
-
-fn write_job(out: &mut Vec<u8>, job: &JobView<'_>) {
-    let _ = write!(out, "{{\"id\":\"{}\",\"type\":", format_job_id(job.id));
-    write_json_string(out, job.job_type);
-    out.extend_from_slice(b",\"args\":");
-    out.extend_from_slice(job.args.as_bytes());
-    out.extend_from_slice(b",\"meta\":");
-    out.extend_from_slice(job.meta.unwrap_or("null").as_bytes());
-    out.extend_from_slice(b",\"options\":");
-    out.extend_from_slice(job.options.unwrap_or("null").as_bytes());
-    out.extend_from_slice(b",\"state\":\"available\",\"queue\":");
-    write_json_string(out, job.queue.unwrap_or("default"));
-    let _ = write!(
+/// The envelope of a stored job, as it is now.
+fn write_stored_job(out: &mut Vec<u8>, job: &StoredJob, now_us: u64) {
+    let options = options_map(job.options());
+    write_job(
         out,
-        ",\"created_at\":\"{}\"}}",
-        rfc3339_utc(job.created_at_us)
+        &JobView {
+            id: job.id,
+            job_type: &job.job_type,
+            state: job.state(now_us),
+            args: job.args(),
+            meta: job.meta(),
+            options: options.as_ref(),
+            attributes: job.attributes(),
+            created_at_us: job.received_at_us,
+            cancelled_at_us: job.cancellation().map(|c| c.at_us),
+        },
     );
-}
-
-/// RFC 3339 in UTC with microseconds, e.g. `2026-03-01T09:00:00.123456Z`.
-pub(crate) fn rfc3339_utc(unix_us: u64) -> String {
-    let seconds = unix_us / 1_000_000;
-    let micros = unix_us % 1_000_000;
-    let days = (seconds / 86_400) as i64;
-    let second_of_day = seconds % 86_400;
-    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let day_of_era = z.rem_euclid(146_097);
-    let year_of_era =
-        (day_of_era - day_of_era / 1460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
-    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
-    let mp = (5 * day_of_year + 2) / 153;
-    let day = day_of_year - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = year_of_era + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{micros:06}Z",
-        second_of_day / 3600,
-        second_of_day / 60 % 60,
-        second_of_day % 60
-    )
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -347,47 +356,47 @@ fn element<'a>(job: &JobIn<'a>) -> Element<'a> {
 
 fn prepare(kind: RequestKind, content_type_ok: bool, body: &BodyRead) -> Prepared<'_> {
     if !content_type_ok {
-        return Prepared::Refused(error_response(
-            StatusCode::BAD_REQUEST,
-            "invalid_request",
+        return Prepared::Refused(invalid_request(
             "Content-Type must be application/openjobspec+json or application/json",
-            false,
             None,
         ));
     }
     let bytes = match body {
         BodyRead::Complete(bytes) => bytes,
+        // The reference servers cut the body at 1 MiB and answer the failed read with
+        // 400 invalid_request.
         BodyRead::TooLarge => {
             return Prepared::Refused(error_response(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                "payload_too_large",
+                StatusCode::BAD_REQUEST,
+                "invalid_request",
                 &format!("request body exceeds {MAX_BODY_BYTES} bytes"),
-                false,
-                Some(json!({ "max_bytes": MAX_BODY_BYTES })),
+                Some(json!({ "field": "body", "max_bytes": MAX_BODY_BYTES })),
             ));
         }
         BodyRead::Broken => {
-            return Prepared::Refused(invalid_request("could not read the request body"));
+            return Prepared::Refused(invalid_request("could not read the request body", None));
         }
     };
     // serde would also read a struct from a JSON array; the binding wants an object.
     if !starts_with_object(bytes) {
-        return Prepared::Refused(invalid_request("the body must be a JSON object"));
+        return Prepared::Refused(invalid_request("the body must be a JSON object", None));
     }
     if kind == RequestKind::EnqueueSingle {
         return match serde_json::from_slice::<JobIn<'_>>(bytes) {
             Ok(job) => Prepared::Jobs(vec![element(&job)]),
-            Err(e) => Prepared::Refused(invalid_request(&format!(
-                "body is not a JSON job object: {e}"
-            ))),
+            Err(e) => Prepared::Refused(invalid_request(
+                &format!("body is not a JSON job object: {e}"),
+                None,
+            )),
         };
     }
     let batch = match serde_json::from_slice::<BatchIn<'_>>(bytes) {
         Ok(batch) => batch,
         Err(e) => {
-            return Prepared::Refused(invalid_request(&format!(
-                "body is not a JSON object {{\"jobs\": [...]}}: {e}"
-            )));
+            return Prepared::Refused(invalid_request(
+                &format!("body is not a JSON object {{\"jobs\": [...]}}: {e}"),
+                None,
+            ));
         }
     };
     let Some(jobs) = batch.jobs else {
@@ -412,10 +421,7 @@ fn prepare(kind: RequestKind, content_type_ok: bool, body: &BodyRead) -> Prepare
                 Err(reason) => Element {
                     carried: CarriedId::None,
                     job_type: None,
-                    checked: Err(FieldError {
-                        field: "job",
-                        reason,
-                    }),
+                    checked: Err(field_error("job", reason)),
                 },
             }
         })
@@ -431,11 +437,8 @@ fn starts_with_object(bytes: &[u8]) -> bool {
 }
 
 fn batch_shape_error(reason: &str) -> Resp {
-    error_response(
-        StatusCode::BAD_REQUEST,
-        "validation_error",
+    invalid_request(
         &format!("jobs {reason}"),
-        false,
         Some(json!({ "field": "jobs", "reason": reason })),
     )
 }
@@ -477,7 +480,70 @@ async fn enqueue(app: &App, kill: &Notify, kind: RequestKind, request: Request<I
     fault_after_handling(response, fault.as_ref(), kill).await
 }
 
-/// The stateful part of an enqueue: deliveries, duplicates, storage.
+/// The answer to a refused job: `400 invalid_request`, or `422 validation_error` for a retry
+/// policy rule; in a batch always 400 with the job's `index`, as the reference servers' batch
+/// handler answers every validation error.
+fn refused_job_response(error: &FieldError, index: Option<usize>) -> Resp {
+    let (status, code) = match (error.refusal, index) {
+        (Refusal::Validation, None) => (StatusCode::UNPROCESSABLE_ENTITY, "validation_error"),
+        (Refusal::Validation, Some(_)) => (StatusCode::BAD_REQUEST, "validation_error"),
+        (Refusal::InvalidRequest, _) => (StatusCode::BAD_REQUEST, "invalid_request"),
+    };
+    let mut details = Map::new();
+    if let Some(index) = index {
+        details.insert("index".into(), json!(index));
+    }
+    details.insert("field".into(), json!(error.field));
+    details.insert("reason".into(), json!(error.reason));
+    if let Some(expected) = error.expected {
+        details.insert("expected".into(), json!(expected));
+    }
+    if let Some(received) = &error.received {
+        details.insert("received".into(), received.clone());
+    }
+    let message = match index {
+        Some(index) => format!(
+            "Batch validation failed: job at index {index}: {} {}",
+            error.field, error.reason
+        ),
+        None => format!("{} {}", error.field, error.reason),
+    };
+    error_response(status, code, &message, Some(Value::Object(details)))
+}
+
+/// The answer to an enqueue that stored nothing because of an id or a unique key.
+fn conflict_response(refused: Refused, is_batch: bool) -> Resp {
+    let (index, message, mut details) = match refused {
+        Refused::DuplicateId { index, id } => {
+            let id = format_job_id(id);
+            (
+                index,
+                format!("a job with id {id} already exists"),
+                json!({ "existing_job_id": id }),
+            )
+        }
+        Refused::UniqueConflict {
+            index,
+            existing_id,
+            existing_state,
+            fingerprint,
+        } => (
+            index,
+            "A job with the same unique key already exists.".to_owned(),
+            json!({
+                "existing_job_id": format_job_id(existing_id),
+                "existing_job_state": existing_state.as_str(),
+                "unique_key": unique::hex(&fingerprint),
+            }),
+        ),
+    };
+    if is_batch {
+        details["index"] = json!(index);
+    }
+    error_response(StatusCode::CONFLICT, "duplicate", &message, Some(details))
+}
+
+/// The stateful part of an enqueue: deliveries, duplicates, unique policies, storage.
 fn accept(app: &App, kind: RequestKind, prepared: Prepared<'_>, batch_request: u64) -> Resp {
     let elements = match prepared {
         Prepared::Refused(response) => return response,
@@ -487,7 +553,7 @@ fn accept(app: &App, kind: RequestKind, prepared: Prepared<'_>, batch_request: u
     let mut state = app.state();
     if is_batch && !state.batch_enqueue() {
         drop(state);
-        return not_found("batch enqueue is disabled on this server");
+        return not_found("batch enqueue is disabled on this server", None);
     }
     for element in &elements {
         state.count_delivery(&element.carried);
@@ -498,85 +564,84 @@ fn accept(app: &App, kind: RequestKind, prepared: Prepared<'_>, batch_request: u
         .find_map(|(i, e)| e.checked.as_ref().err().map(|error| (i, error)))
     {
         drop(state);
-        let (message, details) = if is_batch {
-            (
-                format!("jobs[{index}].{} {}", error.field, error.reason),
-                json!({ "index": index, "field": error.field, "reason": error.reason }),
-            )
-        } else {
-            (
-                format!("{} {}", error.field, error.reason),
-                json!({ "field": error.field, "reason": error.reason }),
-            )
-        };
-        return error_response(
-            StatusCode::BAD_REQUEST,
-            "validation_error",
-            &message,
-            false,
-            Some(details),
-        );
+        return refused_job_response(error, is_batch.then_some(index));
     }
     let jobs: Vec<ValidJob<'_>> = elements
         .into_iter()
         .filter_map(|e| e.checked.ok())
         .collect();
-    let stored = state.store(&jobs, batch_request);
-    drop(state);
-    let (ids, received_at_us) = match stored {
+    let (placed, received_at_us) = match state.store(&jobs, batch_request) {
         Ok(stored) => stored,
-        Err(Duplicate { index, id }) => {
-            let id = format_job_id(id);
-            let details = if is_batch {
-                json!({ "index": index, "existing_job_id": id })
-            } else {
-                json!({ "existing_job_id": id })
-            };
-            return error_response(
-                StatusCode::CONFLICT,
-                "duplicate",
-                &format!("a job with id {id} already exists"),
-                false,
-                Some(details),
-            );
+        Err(refused) => {
+            drop(state);
+            return conflict_response(refused, is_batch);
         }
     };
+    // The existing jobs a unique `ignore` answers with, written while they cannot change.
+    let now = now_us();
+    let existing: Vec<Option<(u128, Vec<u8>)>> = placed
+        .iter()
+        .map(|placed| match placed {
+            Placed::Existing { slot } => {
+                let job = state.job_at(*slot);
+                let mut out = Vec::with_capacity(256 + job.args().len());
+                write_stored_job(&mut out, job, now);
+                Some((job.id, out))
+            }
+            Placed::Created { .. } => None,
+        })
+        .collect();
+    drop(state);
 
-    let body_hint: usize = jobs.iter().map(|j| 200 + j.args.len()).sum();
+    let body_hint: usize = jobs.iter().map(|j| 300 + j.args.len()).sum();
     let mut out = Vec::with_capacity(body_hint);
     out.extend_from_slice(if is_batch {
         b"{\"jobs\":["
     } else {
         b"{\"job\":"
     });
-    for (i, (job, id)) in jobs.iter().zip(&ids).enumerate() {
+    for (i, ((job, placed), existing)) in jobs.iter().zip(&placed).zip(&existing).enumerate() {
         if i > 0 {
             out.push(b',');
         }
-        write_job(
-            &mut out,
-            &JobView {
-                id: *id,
-                job_type: &job.job_type,
-                args: job.args,
-                meta: job.meta,
-                options: job.options,
-                queue: job.queue.as_deref(),
-                created_at_us: received_at_us,
-            },
-        );
+        match (placed, existing) {
+            (_, Some((_, envelope))) => out.extend_from_slice(envelope),
+            (Placed::Created { id, state }, None) => write_job(
+                &mut out,
+                &JobView {
+                    id: *id,
+                    job_type: &job.job_type,
+                    state: *state,
+                    args: job.args,
+                    meta: job.meta,
+                    options: job.options_map.as_ref(),
+                    attributes: &job.attributes,
+                    created_at_us: received_at_us,
+                    cancelled_at_us: (*state == JobState::Cancelled).then_some(received_at_us),
+                },
+            ),
+            (Placed::Existing { .. }, None) => unreachable!("existing envelopes are written"),
+        }
     }
     if is_batch {
         let _ = write!(out, "],\"count\":{}}}", jobs.len());
-    } else {
-        out.push(b'}');
+        return ojs_json(StatusCode::CREATED, out);
     }
-    let mut response = ojs_json(StatusCode::CREATED, out);
-    if !is_batch {
-        let location = format!("/ojs/v1/jobs/{}", format_job_id(ids[0]));
-        if let Ok(value) = HeaderValue::from_str(&location) {
-            response.headers_mut().insert(header::LOCATION, value);
+    // A single push a unique `ignore` answered: 200 with the existing job (ojs-unique-jobs.md
+    // §5.4; the reference servers answer 200 too, without the `deduplicated` flag).
+    let (status, id) = match (&placed[0], &existing[0]) {
+        (_, Some((existing_id, _))) => {
+            out.extend_from_slice(b",\"deduplicated\":true");
+            (StatusCode::OK, *existing_id)
         }
+        (Placed::Created { id, .. }, None) => (StatusCode::CREATED, *id),
+        (Placed::Existing { .. }, None) => unreachable!("existing envelopes are written"),
+    };
+    out.push(b'}');
+    let mut response = ojs_json(status, out);
+    let location = format!("/ojs/v1/jobs/{}", format_job_id(id));
+    if let Ok(value) = HeaderValue::from_str(&location) {
+        response.headers_mut().insert(header::LOCATION, value);
     }
     response
 }
@@ -601,10 +666,9 @@ async fn fault_before_handling(
     }
     let status_code = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     let retryable = status == 429 || status >= 500;
-    let mut response = error_response(
+    let mut response = fault_response(
         status_code,
         &fault.effective_code(status),
-        "injected fault",
         retryable,
         details,
     );
@@ -662,32 +726,38 @@ async fn control(app: &App, control_path: &str, request: Request<Incoming>) -> R
         }
         (Method::POST, "faults") => {
             let BodyRead::Complete(body) = read_body_limited(request).await else {
-                return invalid_request("could not read a fault body under 1 MiB");
+                return invalid_request("could not read a fault body under 1 MiB", None);
             };
             let fault: Fault = match serde_json::from_slice(&body) {
                 Ok(fault) => fault,
-                Err(e) => return invalid_request(&format!("not a fault object: {e}")),
+                Err(e) => return invalid_request(&format!("not a fault object: {e}"), None),
             };
             if let Some(problem) = fault.problem() {
-                return invalid_request(problem);
+                return invalid_request(problem, None);
             }
             app.state().push_fault(fault);
             faults_response(app)
         }
         (Method::POST, "manifest") => {
             let BodyRead::Complete(body) = read_body_limited(request).await else {
-                return invalid_request("could not read the body");
+                return invalid_request("could not read the body", None);
             };
             let toggle: ManifestToggle = match serde_json::from_slice(&body) {
                 Ok(toggle) => toggle,
                 Err(e) => {
-                    return invalid_request(&format!("expected {{\"batch_enqueue\": bool}}: {e}"));
+                    return invalid_request(
+                        &format!("expected {{\"batch_enqueue\": bool}}: {e}"),
+                        None,
+                    );
                 }
             };
             app.state().set_batch_enqueue(toggle.batch_enqueue);
             dev_json(StatusCode::OK, manifest(toggle.batch_enqueue))
         }
-        _ => not_found(&format!("no control endpoint at /_dev/{control_path}")),
+        _ => not_found(
+            &format!("no control endpoint at /_dev/{control_path}"),
+            None,
+        ),
     }
 }
 
@@ -698,6 +768,11 @@ fn faults_response(app: &App) -> Resp {
 
 // ---------------------------------------------------------------------------------------------
 // Responses
+
+/// An error answer waiting for its `request_id`: [`handle`] renders it as the body
+/// `{"error": {...}}`.
+#[derive(Clone)]
+struct ErrorBody(Map<String, Value>);
 
 fn json_response(status: StatusCode, content_type: &'static str, body: Vec<u8>) -> Resp {
     let mut response = Response::new(Full::new(Bytes::from(body)));
@@ -711,7 +786,7 @@ fn ojs_json(status: StatusCode, body: Vec<u8>) -> Resp {
     let mut response = json_response(status, OJS_CONTENT_TYPE, body);
     response
         .headers_mut()
-        .insert("ojs-version", HeaderValue::from_static("1.0"));
+        .insert("ojs-version", HeaderValue::from_static(OJS_VERSION));
     response
 }
 
@@ -719,49 +794,71 @@ fn dev_json(status: StatusCode, body: Value) -> Resp {
     json_response(status, "application/json", body.to_string().into_bytes())
 }
 
-fn error_response(
-    status: StatusCode,
-    code: &str,
-    message: &str,
-    retryable: bool,
-    details: Option<Value>,
-) -> Resp {
-    let mut error = json!({ "code": code, "message": message, "retryable": retryable });
+fn error_with(status: StatusCode, error: Map<String, Value>) -> Resp {
+    let mut response = ojs_json(status, Vec::new());
+    response.extensions_mut().insert(ErrorBody(error));
+    response
+}
+
+/// An error of the devserver's own, in the binding's structure (§16.1): `code`, `message`,
+/// `retryable`, `details`, and `type` for `validation_error` (as the reference servers write
+/// it), plus the error catalog's optional `doc_url` (`ojs-errors.md` §3.2) naming the
+/// catalog's code for the failure.
+fn error_response(status: StatusCode, code: &str, message: &str, details: Option<Value>) -> Resp {
+    let field = details
+        .as_ref()
+        .and_then(|d| d.get("field"))
+        .and_then(Value::as_str);
+    let catalog_code = catalog_code(code, field);
+    let mut error = Map::new();
+    error.insert("code".into(), json!(code));
+    if code == "validation_error" {
+        error.insert("type".into(), json!(code));
+    }
+    error.insert("message".into(), json!(message));
+    error.insert("retryable".into(), json!(false));
     if let Some(details) = details {
-        error["details"] = details;
+        error.insert("details".into(), details);
     }
-    ojs_json(status, json!({ "error": error }).to_string().into_bytes())
+    error.insert(
+        "doc_url".into(),
+        json!(format!("https://openjobspec.org/errors/{catalog_code}")),
+    );
+    error_with(status, error)
 }
 
-fn invalid_request(message: &str) -> Resp {
-    error_response(
-        StatusCode::BAD_REQUEST,
-        "invalid_request",
-        message,
-        false,
-        None,
-    )
-}
-
-fn not_found(message: &str) -> Resp {
-    error_response(StatusCode::NOT_FOUND, "not_found", message, false, None)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::rfc3339_utc;
-
-    #[test]
-    fn formats_rfc3339_in_utc() {
-        assert_eq!(rfc3339_utc(0), "1970-01-01T00:00:00.000000Z");
-        // 2024-02-29T12:34:56.789012Z (a leap day)
-        assert_eq!(
-            rfc3339_utc(1_709_210_096_789_012),
-            "2024-02-29T12:34:56.789012Z"
-        );
-        assert_eq!(
-            rfc3339_utc(1_767_225_599_000_001),
-            "2025-12-31T23:59:59.000001Z"
-        );
+/// The error catalog's code (`ojs-errors.md` §4) for one of the devserver's refusals.
+fn catalog_code(code: &str, field: Option<&str>) -> &'static str {
+    match (code, field) {
+        ("duplicate", _) => "DUPLICATE_JOB",
+        ("not_found", _) => "NOT_FOUND",
+        ("validation_error", _) => "INVALID_RETRY_POLICY",
+        (_, Some("type")) => "INVALID_JOB_TYPE",
+        (_, Some("args")) => "INVALID_ARGS",
+        (_, Some("meta")) => "INVALID_METADATA",
+        (_, Some("options.queue")) => "INVALID_QUEUE",
+        (_, Some("body")) => "PAYLOAD_TOO_LARGE",
+        (_, Some(field)) if field.starts_with("options.retry") => "INVALID_RETRY_POLICY",
+        _ => "INVALID_PAYLOAD",
     }
+}
+
+/// An injected fault's answer: exactly the code the test asked for.
+fn fault_response(status: StatusCode, code: &str, retryable: bool, details: Option<Value>) -> Resp {
+    let mut error = Map::new();
+    error.insert("code".into(), json!(code));
+    error.insert("message".into(), json!("injected fault"));
+    error.insert("retryable".into(), json!(retryable));
+    if let Some(details) = details {
+        error.insert("details".into(), details);
+    }
+    error_with(status, error)
+}
+
+fn invalid_request(message: &str, details: Option<Value>) -> Resp {
+    error_response(StatusCode::BAD_REQUEST, "invalid_request", message, details)
+}
+
+fn not_found(message: &str, details: Option<Value>) -> Resp {
+    error_response(StatusCode::NOT_FOUND, "not_found", message, details)
 }

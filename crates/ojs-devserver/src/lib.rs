@@ -18,10 +18,13 @@
 //! # Ok(()) }
 //! ```
 
+mod envelope;
 mod http;
 mod model;
 mod server;
 mod store;
+mod timefmt;
+mod unique;
 mod validate;
 
 use std::net::{Ipv4Addr, SocketAddr};
@@ -31,7 +34,7 @@ use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
-pub use model::{Fault, FaultScope, Received, ReceivedJob, RequestCounts, Stats};
+pub use model::{Fault, FaultScope, Received, ReceivedJob, ReplacedJob, RequestCounts, Stats};
 
 use crate::http::App;
 

@@ -11,8 +11,14 @@ use serde_json::Value;
 /// (`GET /_dev/received`).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Received {
-    /// Every stored job, in acceptance order (`seq` 0, 1, 2, ...).
+    /// Every job the backend holds, in acceptance order: stored and not replaced. A job that a
+    /// unique `replace` cancelled moves to `replaced` (its `seq` leaves a gap here).
     pub jobs: Vec<ReceivedJob>,
+    /// Jobs cancelled by a later job's unique `replace` policy, in acceptance order. They are
+    /// still stored (`GET /ojs/v1/jobs/{id}` answers them with `state: "cancelled"`), but the
+    /// backend no longer holds them as work.
+    #[serde(default)]
+    pub replaced: Vec<ReplacedJob>,
     /// Per job id, how many enqueue requests (single, or batch element) carried that id:
     /// accepted ones, ones answered `409 duplicate` or `400`, ones whose connection was dropped
     /// after acceptance. Requests refused by an injected status fault are not counted: the
@@ -36,11 +42,31 @@ pub struct ReceivedJob {
     pub meta: Option<Value>,
     /// `None` (JSON `null`) when the request had no `options`.
     pub options: Option<Value>,
+    /// The other top-level attributes of the request, as sent (an object), `None` when there
+    /// were none. Attributes named like one the envelope writes itself (`state`, `queue`, ...)
+    /// are not kept.
+    #[serde(default)]
+    pub attributes: Option<Value>,
+    /// `available`, `scheduled` (its `scheduled_at` / `delay_until` is still ahead) or, for a
+    /// replaced job, `cancelled`; computed when the document is written.
+    #[serde(default)]
+    pub state: String,
     /// Wall-clock time of acceptance, microseconds since the Unix epoch.
     pub received_at_us: u64,
     /// Index of the enqueue request that brought the job, counting single and batch enqueue
     /// requests together from 0 (requests answered by a fault or an error count too).
     pub batch_request: u64,
+}
+
+/// A stored job that a later job's unique `replace` policy cancelled.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ReplacedJob {
+    #[serde(flatten)]
+    pub job: ReceivedJob,
+    /// The id of the job that replaced it.
+    pub replaced_by: String,
+    /// Wall-clock time of the replacement, microseconds since the Unix epoch.
+    pub cancelled_at_us: u64,
 }
 
 /// Requests that reached the OJS handlers.
@@ -57,8 +83,11 @@ pub struct RequestCounts {
 /// Cheap counters (`GET /_dev/stats`), for pollers that must not copy a million jobs.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Stats {
-    /// Number of stored jobs.
+    /// Number of jobs the backend holds (stored and not replaced): `Received::jobs.len()`.
     pub jobs: u64,
+    /// Number of stored jobs a unique `replace` cancelled: `Received::replaced.len()`.
+    #[serde(default)]
+    pub replaced: u64,
     /// Sum of all delivery counts.
     pub deliveries: u64,
     pub requests: RequestCounts,
@@ -196,7 +225,8 @@ impl Fault {
             return code.clone();
         }
         match status {
-            400 | 422 => "validation_error",
+            400 => "invalid_request",
+            422 => "validation_error",
             401 => "unauthorized",
             403 => "forbidden",
             409 => "duplicate",

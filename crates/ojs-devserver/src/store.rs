@@ -1,33 +1,96 @@
-//! The in-memory backend state: stored jobs, delivery counts, request counters, faults.
+//! The in-memory backend state: stored jobs, delivery counts, request counters, faults, and the
+//! holders of unique fingerprints.
 //!
 //! One `Mutex<State>` guards it all; every operation holds the lock briefly and never across
 //! an `.await`. Jobs are stored compactly (a 128-bit id, an interned type, one string holding
-//! the raw JSON of args, meta and options) so a million small jobs fit in about 100 MB.
+//! the raw JSON of args, meta, options and the preserved attributes, and the rarely used rest
+//! boxed) so a million small jobs fit in about 100 MB.
+//!
+//! A job's state is computed when it is read: `scheduled` while its `scheduled_at` (or
+//! `delay_until`) is in the future, then `available`; `cancelled` once a unique `replace`
+//! replaced it. Nothing else happens to a stored job: the devserver runs no workers.
 
 use std::collections::hash_map::Entry;
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::hash::{BuildHasherDefault, Hasher};
 use std::io::Write as _;
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use crate::model::{Fault, FaultScope, RequestCounts, Stats};
+use crate::timefmt::now_us;
+use crate::unique::{OnConflict, states};
 use crate::validate::{CarriedId, ValidJob, format_job_id};
 
 /// `IdEntry::slot` of an id that was delivered but never stored.
 const NOT_STORED: u32 = u32::MAX;
 
+/// The states a stored job can be in: nothing runs, so only these three.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum JobState {
+    Scheduled,
+    Available,
+    Cancelled,
+}
+
+impl JobState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            JobState::Scheduled => "scheduled",
+            JobState::Available => "available",
+            JobState::Cancelled => "cancelled",
+        }
+    }
+
+    fn bit(self) -> u8 {
+        match self {
+            JobState::Scheduled => states::SCHEDULED,
+            JobState::Available => states::AVAILABLE,
+            JobState::Cancelled => states::CANCELLED,
+        }
+    }
+
+    fn of(scheduled_at_us: Option<i64>, cancelled: bool, now_us: u64) -> JobState {
+        if cancelled {
+            JobState::Cancelled
+        } else if scheduled_at_us.is_some_and(|at| at > now_us as i64) {
+            JobState::Scheduled
+        } else {
+            JobState::Available
+        }
+    }
+}
+
 /// One stored job.
 pub(crate) struct StoredJob {
     pub id: u128,
     pub job_type: Arc<str>,
-    /// Raw JSON of args, then meta (if any), then options (if any), concatenated.
+    /// Raw JSON of args, meta (if any), options (if any), then the preserved attributes as
+    /// object members (if any), concatenated.
     raw: Box<str>,
     args_len: u32,
     /// 0 when the job had no meta (a present meta is at least `{}`).
     meta_len: u32,
+    /// 0 when the job had no options.
+    options_len: u32,
     pub received_at_us: u64,
     pub batch_request: u64,
+    /// What few jobs have: a schedule, a unique claim, a cancellation.
+    rare: Option<Box<Rare>>,
+}
+
+#[derive(Default)]
+struct Rare {
+    scheduled_at_us: Option<i64>,
+    /// The `period` of the job's unique claim, if it has one with a period.
+    unique_period_us: Option<u64>,
+    cancelled: Option<Cancellation>,
+}
+
+#[derive(Clone, Copy)]
+pub(crate) struct Cancellation {
+    pub at_us: u64,
+    /// The job whose unique `replace` cancelled this one.
+    pub replaced_by: u128,
 }
 
 impl StoredJob {
@@ -43,7 +106,39 @@ impl StoredJob {
 
     pub fn options(&self) -> Option<&str> {
         let start = (self.args_len + self.meta_len) as usize;
-        (start < self.raw.len()).then(|| &self.raw[start..])
+        let end = start + self.options_len as usize;
+        (self.options_len > 0).then(|| &self.raw[start..end])
+    }
+
+    /// The preserved top-level attributes as JSON object members, possibly empty.
+    pub fn attributes(&self) -> &str {
+        &self.raw[(self.args_len + self.meta_len + self.options_len) as usize..]
+    }
+
+    pub fn cancellation(&self) -> Option<Cancellation> {
+        self.rare.as_ref().and_then(|rare| rare.cancelled)
+    }
+
+    fn scheduled_at_us(&self) -> Option<i64> {
+        self.rare.as_ref().and_then(|rare| rare.scheduled_at_us)
+    }
+
+    pub fn state(&self, now_us: u64) -> JobState {
+        JobState::of(
+            self.scheduled_at_us(),
+            self.cancellation().is_some(),
+            now_us,
+        )
+    }
+
+    /// Whether this job, holding a unique fingerprint, still blocks a job claiming `states`.
+    fn blocks(&self, claim_states: u8, now_us: u64) -> bool {
+        let expired = self
+            .rare
+            .as_ref()
+            .and_then(|rare| rare.unique_period_us)
+            .is_some_and(|period| now_us >= self.received_at_us.saturating_add(period));
+        !expired && claim_states & self.state(now_us).bit() != 0
     }
 }
 
@@ -92,11 +187,41 @@ impl RequestKind {
     }
 }
 
-/// An enqueue refused because an id is already stored, or repeated within the batch.
-pub(crate) struct Duplicate {
-    /// Position in the request (0 for a single enqueue).
-    pub index: usize,
-    pub id: u128,
+/// Why an enqueue stored nothing.
+pub(crate) enum Refused {
+    /// An id already stored, or repeated within the batch (`index`: its position).
+    DuplicateId { index: usize, id: u128 },
+    /// A unique `reject` (or `replace_except_schedule`) conflict with a job the backend holds
+    /// or with an earlier job of the same batch.
+    UniqueConflict {
+        index: usize,
+        existing_id: u128,
+        existing_state: JobState,
+        fingerprint: [u8; 32],
+    },
+}
+
+/// Where one job of an accepted request went.
+pub(crate) enum Placed {
+    /// Stored under `id`; `state` as it is at the end of the request.
+    Created { id: u128, state: JobState },
+    /// Not stored: a unique `ignore` found this stored job (slot).
+    Existing { slot: u32 },
+}
+
+/// The holder of a fingerprint while a request is decided: a stored job or an earlier job of
+/// the same request.
+#[derive(Clone, Copy)]
+enum Holder {
+    Stored(u32),
+    New(usize),
+}
+
+enum Decision {
+    /// Store the job; `cancels`: the job its unique `replace` cancels.
+    Create { cancels: Option<Holder> },
+    /// Store nothing; answer with the holder (unique `ignore`).
+    Ignore(Holder),
 }
 
 pub(crate) struct State {
@@ -105,17 +230,14 @@ pub(crate) struct State {
     /// Deliveries of id strings that are not valid ids (such jobs are never stored).
     malformed_deliveries: HashMap<Box<str>, u32>,
     types: HashSet<Arc<str>>,
+    /// Per unique fingerprint, the slot of the job that claimed it last.
+    unique_holders: HashMap<[u8; 32], u32>,
+    /// Stored jobs cancelled by a unique `replace`.
+    replaced: u64,
     requests: RequestCounts,
     faults: VecDeque<Fault>,
     batch_enqueue: bool,
     initial_batch_enqueue: bool,
-}
-
-pub(crate) fn now_us() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_micros() as u64)
-        .unwrap_or(0)
 }
 
 impl State {
@@ -125,6 +247,8 @@ impl State {
             ids: HashMap::default(),
             malformed_deliveries: HashMap::new(),
             types: HashSet::new(),
+            unique_holders: HashMap::new(),
+            replaced: 0,
             requests: RequestCounts::default(),
             faults: VecDeque::new(),
             batch_enqueue,
@@ -218,75 +342,233 @@ impl State {
         self.ids.get(&id).is_some_and(|e| e.slot != NOT_STORED)
     }
 
-    /// Stores all jobs of one request atomically, or none. Deliveries must already be counted.
-    /// Returns the ids (generated where absent) and the acceptance time.
+    /// A fresh UUIDv7 no stored or delivered job has.
+    fn new_id(&self, taken: &[u128]) -> u128 {
+        loop {
+            let id = uuid::Uuid::now_v7().as_u128();
+            if !self.ids.contains_key(&id) && !taken.contains(&id) {
+                return id;
+            }
+        }
+    }
+
+    /// Stores the jobs of one request atomically, or none: a repeated id or a unique conflict
+    /// refuses the whole request. Deliveries must already be counted. Unique policies apply in
+    /// request order, so a job can conflict with an earlier job of the same batch.
     pub fn store(
         &mut self,
         jobs: &[ValidJob<'_>],
         batch_request: u64,
-    ) -> Result<(Vec<u128>, u64), Duplicate> {
+    ) -> Result<(Vec<Placed>, u64), Refused> {
         let mut seen: HashSet<u128, BuildHasherDefault<IdHasher>> = HashSet::default();
         for (index, job) in jobs.iter().enumerate() {
             if let Some(id) = job.id
                 && (self.is_stored(id) || (jobs.len() > 1 && !seen.insert(id)))
             {
-                return Err(Duplicate { index, id });
+                return Err(Refused::DuplicateId { index, id });
             }
         }
         let received_at_us = now_us();
-        let mut ids = Vec::with_capacity(jobs.len());
+        let mut ids: Vec<u128> = Vec::with_capacity(jobs.len());
         for job in jobs {
-            let slot = self.jobs.len() as u32;
-            let id = match job.id {
-                Some(id) => {
-                    self.ids
-                        .get_mut(&id)
-                        .expect("deliveries are counted before storing")
-                        .slot = slot;
-                    id
+            let id = job.id.unwrap_or_else(|| self.new_id(&ids));
+            ids.push(id);
+        }
+        let decisions = self.decide(jobs, &ids, received_at_us)?;
+
+        let mut slots: Vec<u32> = Vec::with_capacity(jobs.len());
+        let mut placed: Vec<Placed> = Vec::with_capacity(jobs.len());
+        for ((job, id), decision) in jobs.iter().zip(&ids).zip(&decisions) {
+            let cancels = match decision {
+                Decision::Ignore(holder) => {
+                    let slot = self.slot_of(*holder, &slots);
+                    slots.push(NOT_STORED);
+                    placed.push(Placed::Existing { slot });
+                    continue;
                 }
-                None => loop {
-                    let id = uuid::Uuid::now_v7().as_u128();
-                    if let Entry::Vacant(vacant) = self.ids.entry(id) {
-                        vacant.insert(IdEntry {
-                            slot,
-                            deliveries: 1,
+                Decision::Create { cancels } => *cancels,
+            };
+            let slot = self.push_job(job, *id, received_at_us, batch_request);
+            if let Some(claim) = &job.unique {
+                self.unique_holders.insert(claim.fingerprint, slot);
+            }
+            if let Some(holder) = cancels {
+                let cancelled = self.slot_of(holder, &slots);
+                self.cancel(cancelled, *id, received_at_us);
+            }
+            slots.push(slot);
+            placed.push(Placed::Created {
+                id: *id,
+                state: JobState::Available,
+            });
+        }
+        for (placed, slot) in placed.iter_mut().zip(&slots) {
+            if let Placed::Created { state, .. } = placed {
+                *state = self.jobs[*slot as usize].state(received_at_us);
+            }
+        }
+        Ok((placed, received_at_us))
+    }
+
+    /// The unique decision for each job of a request, without changing anything.
+    fn decide(
+        &self,
+        jobs: &[ValidJob<'_>],
+        ids: &[u128],
+        now_us: u64,
+    ) -> Result<Vec<Decision>, Refused> {
+        let mut decisions = Vec::with_capacity(jobs.len());
+        if jobs.iter().all(|job| job.unique.is_none()) {
+            decisions.resize_with(jobs.len(), || Decision::Create { cancels: None });
+            return Ok(decisions);
+        }
+        // Holders set by earlier jobs of this request, and which of those a later one cancels.
+        let mut claimed: HashMap<[u8; 32], usize> = HashMap::new();
+        let mut cancelled = vec![false; jobs.len()];
+        for (index, job) in jobs.iter().enumerate() {
+            let Some(claim) = &job.unique else {
+                decisions.push(Decision::Create { cancels: None });
+                continue;
+            };
+            let holder = match claimed.get(&claim.fingerprint) {
+                Some(&earlier) => Some(Holder::New(earlier)),
+                None => self
+                    .unique_holders
+                    .get(&claim.fingerprint)
+                    .map(|&slot| Holder::Stored(slot)),
+            };
+            let blocking = holder.filter(|holder| match *holder {
+                Holder::Stored(slot) => self.jobs[slot as usize].blocks(claim.states, now_us),
+                Holder::New(earlier) => {
+                    let state =
+                        JobState::of(jobs[earlier].scheduled_at_us, cancelled[earlier], now_us);
+                    let period = jobs[earlier].unique.as_ref().and_then(|c| c.period_us);
+                    period != Some(0) && claim.states & state.bit() != 0
+                }
+            });
+            let decision = match blocking {
+                None => Decision::Create { cancels: None },
+                Some(holder) => match claim.on_conflict {
+                    OnConflict::Reject | OnConflict::ReplaceExceptSchedule => {
+                        let (existing_id, existing_state) = match holder {
+                            Holder::Stored(slot) => {
+                                let job = &self.jobs[slot as usize];
+                                (job.id, job.state(now_us))
+                            }
+                            Holder::New(earlier) => (
+                                ids[earlier],
+                                JobState::of(
+                                    jobs[earlier].scheduled_at_us,
+                                    cancelled[earlier],
+                                    now_us,
+                                ),
+                            ),
+                        };
+                        return Err(Refused::UniqueConflict {
+                            index,
+                            existing_id,
+                            existing_state,
+                            fingerprint: claim.fingerprint,
                         });
-                        break id;
+                    }
+                    OnConflict::Ignore => Decision::Ignore(holder),
+                    OnConflict::Replace => {
+                        if let Holder::New(earlier) = holder {
+                            cancelled[earlier] = true;
+                        }
+                        Decision::Create {
+                            cancels: Some(holder),
+                        }
                     }
                 },
             };
-            let job_type = match self.types.get(job.job_type.as_ref()) {
-                Some(interned) => interned.clone(),
-                None => {
-                    let interned: Arc<str> = Arc::from(job.job_type.as_ref());
-                    self.types.insert(interned.clone());
-                    interned
-                }
-            };
-            let meta = job.meta.unwrap_or("");
-            let options = job.options.unwrap_or("");
-            let mut raw = String::with_capacity(job.args.len() + meta.len() + options.len());
-            raw.push_str(job.args);
-            raw.push_str(meta);
-            raw.push_str(options);
-            self.jobs.push(StoredJob {
-                id,
-                job_type,
-                raw: raw.into_boxed_str(),
-                args_len: job.args.len() as u32,
-                meta_len: meta.len() as u32,
-                received_at_us,
-                batch_request,
-            });
-            ids.push(id);
+            if let Decision::Create { .. } = decision {
+                claimed.insert(claim.fingerprint, index);
+            }
+            decisions.push(decision);
         }
-        Ok((ids, received_at_us))
+        Ok(decisions)
+    }
+
+    /// The slot of a holder; `slots[i]` is the slot of the request's job `i` once placed.
+    fn slot_of(&self, holder: Holder, slots: &[u32]) -> u32 {
+        match holder {
+            Holder::Stored(slot) => slot,
+            Holder::New(earlier) => slots[earlier],
+        }
+    }
+
+    fn cancel(&mut self, slot: u32, replaced_by: u128, at_us: u64) {
+        let job = &mut self.jobs[slot as usize];
+        if job.cancellation().is_none() {
+            self.replaced += 1;
+        }
+        job.rare.get_or_insert_with(Box::default).cancelled =
+            Some(Cancellation { at_us, replaced_by });
+    }
+
+    fn push_job(
+        &mut self,
+        job: &ValidJob<'_>,
+        id: u128,
+        received_at_us: u64,
+        batch_request: u64,
+    ) -> u32 {
+        let slot = self.jobs.len() as u32;
+        match self.ids.entry(id) {
+            Entry::Occupied(mut carried) => carried.get_mut().slot = slot,
+            Entry::Vacant(generated) => {
+                generated.insert(IdEntry {
+                    slot,
+                    deliveries: 1,
+                });
+            }
+        }
+        let job_type = match self.types.get(job.job_type.as_ref()) {
+            Some(interned) => interned.clone(),
+            None => {
+                let interned: Arc<str> = Arc::from(job.job_type.as_ref());
+                self.types.insert(interned.clone());
+                interned
+            }
+        };
+        let meta = job.meta.unwrap_or("");
+        let options = job.options.unwrap_or("");
+        let mut raw = String::with_capacity(
+            job.args.len() + meta.len() + options.len() + job.attributes.len(),
+        );
+        raw.push_str(job.args);
+        raw.push_str(meta);
+        raw.push_str(options);
+        raw.push_str(&job.attributes);
+        let rare = (job.scheduled_at_us.is_some() || job.unique.is_some()).then(|| {
+            Box::new(Rare {
+                scheduled_at_us: job.scheduled_at_us,
+                unique_period_us: job.unique.as_ref().and_then(|claim| claim.period_us),
+                cancelled: None,
+            })
+        });
+        self.jobs.push(StoredJob {
+            id,
+            job_type,
+            raw: raw.into_boxed_str(),
+            args_len: job.args.len() as u32,
+            meta_len: meta.len() as u32,
+            options_len: options.len() as u32,
+            received_at_us,
+            batch_request,
+            rare,
+        });
+        slot
     }
 
     pub fn job(&self, id: u128) -> Option<&StoredJob> {
         let entry = self.ids.get(&id)?;
         self.jobs.get(entry.slot as usize)
+    }
+
+    pub fn job_at(&self, slot: u32) -> &StoredJob {
+        &self.jobs[slot as usize]
     }
 
     pub fn stats(&self) -> Stats {
@@ -297,7 +579,8 @@ impl State {
             .map(|&n| u64::from(n))
             .sum();
         Stats {
-            jobs: self.jobs.len() as u64,
+            jobs: self.jobs.len() as u64 - self.replaced,
+            replaced: self.replaced,
             deliveries: valid + malformed,
             requests: self.requests,
         }
@@ -305,25 +588,36 @@ impl State {
 
     /// Writes the `GET /_dev/received` document.
     pub fn write_received(&self, out: &mut Vec<u8>) {
+        let now = now_us();
         out.extend_from_slice(b"{\"jobs\":[");
+        let mut first = true;
         for (seq, job) in self.jobs.iter().enumerate() {
-            if seq > 0 {
+            if job.cancellation().is_some() {
+                continue;
+            }
+            if !first {
                 out.push(b',');
             }
-            let _ = write!(out, "{{\"seq\":{seq},\"id\":\"");
-            out.extend_from_slice(format_job_id(job.id).as_bytes());
-            out.extend_from_slice(b"\",\"type\":");
-            write_json_string(out, &job.job_type);
-            out.extend_from_slice(b",\"args\":");
-            out.extend_from_slice(job.args().as_bytes());
-            out.extend_from_slice(b",\"meta\":");
-            out.extend_from_slice(job.meta().unwrap_or("null").as_bytes());
-            out.extend_from_slice(b",\"options\":");
-            out.extend_from_slice(job.options().unwrap_or("null").as_bytes());
+            first = false;
+            write_received_job(out, seq, job, now);
+            out.push(b'}');
+        }
+        out.extend_from_slice(b"],\"replaced\":[");
+        let mut first = true;
+        for (seq, job) in self.jobs.iter().enumerate() {
+            let Some(cancelled) = job.cancellation() else {
+                continue;
+            };
+            if !first {
+                out.push(b',');
+            }
+            first = false;
+            write_received_job(out, seq, job, now);
             let _ = write!(
                 out,
-                ",\"received_at_us\":{},\"batch_request\":{}}}",
-                job.received_at_us, job.batch_request
+                ",\"replaced_by\":\"{}\",\"cancelled_at_us\":{}}}",
+                format_job_id(cancelled.replaced_by),
+                cancelled.at_us
             );
         }
         out.extend_from_slice(b"],\"deliveries\":{");
@@ -360,6 +654,36 @@ impl State {
             r.single, r.batch, r.get
         );
     }
+}
+
+/// One `/_dev/received` record, without its closing brace.
+fn write_received_job(out: &mut Vec<u8>, seq: usize, job: &StoredJob, now_us: u64) {
+    let _ = write!(out, "{{\"seq\":{seq},\"id\":\"");
+    out.extend_from_slice(format_job_id(job.id).as_bytes());
+    out.extend_from_slice(b"\",\"type\":");
+    write_json_string(out, &job.job_type);
+    out.extend_from_slice(b",\"args\":");
+    out.extend_from_slice(job.args().as_bytes());
+    out.extend_from_slice(b",\"meta\":");
+    out.extend_from_slice(job.meta().unwrap_or("null").as_bytes());
+    out.extend_from_slice(b",\"options\":");
+    out.extend_from_slice(job.options().unwrap_or("null").as_bytes());
+    out.extend_from_slice(b",\"attributes\":");
+    let attributes = job.attributes();
+    if attributes.is_empty() {
+        out.extend_from_slice(b"null");
+    } else {
+        out.push(b'{');
+        out.extend_from_slice(attributes.as_bytes());
+        out.push(b'}');
+    }
+    let _ = write!(
+        out,
+        ",\"state\":\"{}\",\"received_at_us\":{},\"batch_request\":{}",
+        job.state(now_us).as_str(),
+        job.received_at_us,
+        job.batch_request
+    );
 }
 
 /// Appends `text` as a JSON string literal.

@@ -12,33 +12,117 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
+use crate::timefmt::parse_rfc3339_us;
+use crate::unique::{self, Claim};
+
 /// Largest accepted request body, as the reference servers have it.
 pub(crate) const MAX_BODY_BYTES: usize = 1_048_576;
 pub(crate) const MAX_TYPE_BYTES: usize = 255;
 pub(crate) const MAX_QUEUE_BYTES: usize = 128;
 
-/// One job object as sent, every field still raw. `null` reads as absent.
-#[derive(Deserialize)]
+/// Top-level request attributes the devserver reads itself, or writes itself in the returned
+/// envelope (system-managed attributes and the ones derived from `options`). A client value
+/// under one of these names is not kept as an extra attribute: the spec (`ojs-core.md` §5.3)
+/// says client values for system-managed attributes MUST be ignored, and the binding puts queue,
+/// priority, schedule, retry and unique policy inside `options`.
+const ENVELOPE_NAMES: [&str; 23] = [
+    "id",
+    "type",
+    "args",
+    "meta",
+    "options",
+    "state",
+    "queue",
+    "priority",
+    "attempt",
+    "max_attempts",
+    "timeout_ms",
+    "tags",
+    "scheduled_at",
+    "expires_at",
+    "retry",
+    "unique",
+    "created_at",
+    "enqueued_at",
+    "started_at",
+    "completed_at",
+    "cancelled_at",
+    "error",
+    "result",
+];
+
+/// One job object as sent, every field still raw. `null` reads as absent for the five fields
+/// the devserver reads; every other member is kept in `others`, in request order (a repeated
+/// name keeps its last value, as Go's decoder does).
+#[derive(Default)]
 pub(crate) struct JobIn<'a> {
-    #[serde(borrow, default)]
     pub id: Option<&'a RawValue>,
-    #[serde(borrow, default, rename = "type")]
     pub job_type: Option<&'a RawValue>,
-    #[serde(borrow, default)]
     pub args: Option<&'a RawValue>,
-    #[serde(borrow, default)]
     pub meta: Option<&'a RawValue>,
-    #[serde(borrow, default)]
     pub options: Option<&'a RawValue>,
+    pub others: Vec<(Cow<'a, str>, &'a RawValue)>,
 }
 
-/// The fields of `options` the backend checks; the rest is kept as sent.
-#[derive(Deserialize)]
-struct OptionsIn<'a> {
-    #[serde(borrow, default)]
-    queue: Option<&'a RawValue>,
-    #[serde(borrow, default)]
-    priority: Option<&'a RawValue>,
+/// An object key, borrowed from the body when it has no escapes.
+struct Key<'a>(Cow<'a, str>);
+
+impl<'de> Deserialize<'de> for Key<'de> {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct KeyVisitor;
+        impl<'de> serde::de::Visitor<'de> for KeyVisitor {
+            type Value = Key<'de>;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("an object key")
+            }
+            fn visit_borrowed_str<E: serde::de::Error>(self, v: &'de str) -> Result<Key<'de>, E> {
+                Ok(Key(Cow::Borrowed(v)))
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Key<'de>, E> {
+                Ok(Key(Cow::Owned(v.to_owned())))
+            }
+            fn visit_string<E: serde::de::Error>(self, v: String) -> Result<Key<'de>, E> {
+                Ok(Key(Cow::Owned(v)))
+            }
+        }
+        deserializer.deserialize_str(KeyVisitor)
+    }
+}
+
+impl<'de> Deserialize<'de> for JobIn<'de> {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct JobVisitor;
+        impl<'de> serde::de::Visitor<'de> for JobVisitor {
+            type Value = JobIn<'de>;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a JSON job object")
+            }
+            fn visit_map<M: serde::de::MapAccess<'de>>(
+                self,
+                mut map: M,
+            ) -> Result<JobIn<'de>, M::Error> {
+                let mut job = JobIn::default();
+                while let Some(Key(key)) = map.next_key::<Key<'de>>()? {
+                    let slot = match key.as_ref() {
+                        "id" => &mut job.id,
+                        "type" => &mut job.job_type,
+                        "args" => &mut job.args,
+                        "meta" => &mut job.meta,
+                        "options" => &mut job.options,
+                        _ => {
+                            let value: &'de RawValue = map.next_value()?;
+                            job.others.retain(|(name, _)| *name != key);
+                            job.others.push((key, value));
+                            continue;
+                        }
+                    };
+                    *slot = map.next_value::<Option<&'de RawValue>>()?;
+                }
+                Ok(job)
+            }
+        }
+        deserializer.deserialize_map(JobVisitor)
+    }
 }
 
 /// A job that passed validation, still borrowing the request body.
@@ -49,8 +133,15 @@ pub(crate) struct ValidJob<'a> {
     pub args: &'a str,
     pub meta: Option<&'a str>,
     pub options: Option<&'a str>,
-    /// `options.queue`; `None` means `default`.
-    pub queue: Option<Cow<'a, str>>,
+    /// `options` parsed (`None` when absent or `{}`), for the envelope.
+    pub options_map: Option<Map<String, Value>>,
+    /// The preserved top-level attributes as JSON object members (`"k":v,"k2":v2`, no braces);
+    /// empty when there are none.
+    pub attributes: String,
+    /// `options.scheduled_at`, else `options.delay_until`, as an instant (microseconds).
+    pub scheduled_at_us: Option<i64>,
+    /// The job's claim on a unique fingerprint (`options.unique`).
+    pub unique: Option<Claim>,
 }
 
 /// The id a request carried, as far as it could be read.
@@ -62,16 +153,52 @@ pub(crate) enum CarriedId<'a> {
     Malformed(Cow<'a, str>),
 }
 
-/// Why a job was refused: the field and a human reason.
-pub(crate) struct FieldError {
-    pub field: &'static str,
-    pub reason: String,
+/// How a refused job is answered.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Refusal {
+    /// `400 invalid_request`: a malformed or wrongly typed field (the reference servers' answer
+    /// to every field error, and to a body their JSON decoder refuses).
+    InvalidRequest,
+    /// `422 validation_error` with `type: "validation_error"`: a retry policy that is well
+    /// formed but breaks a rule (the reference servers' `validateRetryPolicy`).
+    Validation,
 }
 
-fn field_error(field: &'static str, reason: impl Into<String>) -> FieldError {
+/// Why a job was refused: the field, a human reason, and how to answer.
+#[derive(Debug)]
+pub(crate) struct FieldError {
+    pub refusal: Refusal,
+    pub field: &'static str,
+    pub reason: String,
+    /// What the rule wants (`details.expected`), for retry-policy rules.
+    pub expected: Option<&'static str>,
+    /// The refused value (`details.received`), for retry-policy rules.
+    pub received: Option<Value>,
+}
+
+pub(crate) fn field_error(field: &'static str, reason: impl Into<String>) -> FieldError {
     FieldError {
+        refusal: Refusal::InvalidRequest,
         field,
         reason: reason.into(),
+        expected: None,
+        received: None,
+    }
+}
+
+/// A retry-policy rule broken by a well-formed value: `422 validation_error`.
+fn policy_error(
+    field: &'static str,
+    reason: impl Into<String>,
+    expected: &'static str,
+    received: &Value,
+) -> FieldError {
+    FieldError {
+        refusal: Refusal::Validation,
+        field,
+        reason: reason.into(),
+        expected: Some(expected),
+        received: Some(received.clone()),
     }
 }
 
@@ -100,7 +227,8 @@ pub(crate) fn carried_type<'a>(job: &JobIn<'a>) -> Option<Cow<'a, str>> {
     job.job_type.and_then(raw_str)
 }
 
-/// Checks one job; the first failing field wins, in the order type, args, id, meta, options.
+/// Checks one job; the first failing field wins, in the order type, args, id, meta, options,
+/// schema.
 pub(crate) fn validate_job<'a>(job: &JobIn<'a>) -> Result<ValidJob<'a>, FieldError> {
     let job_type = match job.job_type {
         None => return Err(field_error("type", "is required")),
@@ -140,10 +268,49 @@ pub(crate) fn validate_job<'a>(job: &JobIn<'a>) -> Result<ValidJob<'a>, FieldErr
         Some(_) => return Err(field_error("meta", "must be a JSON object")),
     };
 
-    let (options, queue) = match job.options {
+    let (options, options_map) = match job.options {
         None => (None, None),
-        Some(raw) if raw.get().starts_with('{') => (Some(raw.get()), check_options(raw)?),
+        Some(raw) if raw.get() == "{}" => (Some(raw.get()), None),
+        Some(raw) if raw.get().starts_with('{') => {
+            let map: Map<String, Value> = serde_json::from_str(raw.get()).map_err(|e| {
+                field_error("options", format!("is not a valid options object: {e}"))
+            })?;
+            check_options(&map)?;
+            (Some(raw.get()), Some(map))
+        }
         Some(_) => return Err(field_error("options", "must be a JSON object")),
+    };
+
+    let mut attributes = String::new();
+    for (name, value) in &job.others {
+        if name == "schema" && !value.get().starts_with('"') {
+            return Err(field_error("schema", "must be a string (a schema URI)"));
+        }
+        if ENVELOPE_NAMES.contains(&name.as_ref()) {
+            continue;
+        }
+        if !attributes.is_empty() {
+            attributes.push(',');
+        }
+        attributes.push_str(&Value::String(name.to_string()).to_string());
+        attributes.push(':');
+        attributes.push_str(value.get());
+    }
+
+    let (scheduled_at_us, unique) = match &options_map {
+        None => (None, None),
+        Some(map) => {
+            let scheduled_at_us = map
+                .get("scheduled_at")
+                .or_else(|| map.get("delay_until"))
+                .and_then(Value::as_str)
+                .and_then(parse_rfc3339_us);
+            let unique = match map.get("unique").and_then(Value::as_object) {
+                None => None,
+                Some(policy) => Some(claim_of(policy, &job_type, map, args, meta)?),
+            };
+            (scheduled_at_us, unique)
+        }
     };
 
     Ok(ValidJob {
@@ -152,49 +319,35 @@ pub(crate) fn validate_job<'a>(job: &JobIn<'a>) -> Result<ValidJob<'a>, FieldErr
         args,
         meta,
         options,
-        queue,
+        options_map,
+        attributes,
+        scheduled_at_us,
+        unique,
     })
 }
 
-/// Checks `options`; returns the queue if one was given.
-fn check_options<'a>(raw: &'a RawValue) -> Result<Option<Cow<'a, str>>, FieldError> {
-    let options: OptionsIn<'a> = serde_json::from_str(raw.get())
-        .map_err(|e| field_error("options", format!("is not a valid options object: {e}")))?;
-    let queue = match options.queue {
+/// The claim of a job with a (validated) unique policy.
+fn claim_of(
+    policy: &Map<String, Value>,
+    job_type: &str,
+    options: &Map<String, Value>,
+    args: &str,
+    meta: Option<&str>,
+) -> Result<Claim, FieldError> {
+    let queue = options
+        .get("queue")
+        .and_then(Value::as_str)
+        .unwrap_or("default");
+    let args: Value = serde_json::from_str(args)
+        .map_err(|e| field_error("args", format!("is not valid JSON: {e}")))?;
+    let meta: Option<Value> = match meta {
         None => None,
-        Some(raw) => {
-            let queue = raw_str(raw)
-                .filter(|q| is_valid_queue(q))
-                .ok_or_else(|| {
-                    field_error(
-                        "options.queue",
-                        format!(
-                            "must be a string matching ^[a-z0-9][a-z0-9\\-.]*$, at most {MAX_QUEUE_BYTES} bytes"
-                        ),
-                    )
-                })?;
-            Some(queue)
-        }
+        Some(text) => Some(
+            serde_json::from_str(text)
+                .map_err(|e| field_error("meta", format!("is not valid JSON: {e}")))?,
+        ),
     };
-    if let Some(raw) = options.priority {
-        match serde_json::from_str::<i64>(raw.get()) {
-            Ok(priority) if (-100..=100).contains(&priority) => {}
-            _ => {
-                return Err(field_error(
-                    "options.priority",
-                    "must be an integer within -100..=100",
-                ));
-            }
-        }
-    }
-    if raw.get() != "{}" {
-        let value: Value = serde_json::from_str(raw.get())
-            .map_err(|e| field_error("options", format!("is not a valid options object: {e}")))?;
-        if let Value::Object(map) = &value {
-            check_option_values(map)?;
-        }
-    }
-    Ok(queue)
+    Ok(unique::claim(policy, job_type, queue, &args, meta.as_ref()))
 }
 
 /// The keys of `options`: the job-options schema's, `pending` (HTTP binding) and `scheduled_at`
@@ -241,8 +394,26 @@ const JOB_STATES: [&str; 8] = [
     "discarded",
 ];
 
-/// Every option but `queue` and `priority` (checked first, by `check_options`).
-fn check_option_values(options: &Map<String, Value>) -> Result<(), FieldError> {
+/// Checks every option; `queue` and `priority` first, as the reference servers do.
+fn check_options(options: &Map<String, Value>) -> Result<(), FieldError> {
+    if let Some(queue) = options.get("queue")
+        && !queue.as_str().is_some_and(is_valid_queue)
+    {
+        return Err(field_error(
+            "options.queue",
+            format!(
+                "must be a string matching ^[a-z0-9][a-z0-9\\-.]*$, at most {MAX_QUEUE_BYTES} bytes"
+            ),
+        ));
+    }
+    if let Some(priority) = options.get("priority")
+        && !priority.as_i64().is_some_and(|p| (-100..=100).contains(&p))
+    {
+        return Err(field_error(
+            "options.priority",
+            "must be an integer within -100..=100",
+        ));
+    }
     for (key, value) in options {
         match key.as_str() {
             "queue" | "priority" => {}
@@ -293,31 +464,44 @@ fn check_timestamp(value: &Value, field: &'static str) -> Result<(), FieldError>
     }
 }
 
+/// Whether `value` is an array of strings (what Go's decoder accepts for a `[]string`).
+fn is_string_array(value: &Value) -> bool {
+    value
+        .as_array()
+        .is_some_and(|items| items.iter().all(Value::is_string))
+}
+
+/// Whether an array of strings has an empty entry (when not allowed) or a repeated one.
+fn has_empty_or_repeated(items: &[Value], allow_empty: bool) -> bool {
+    items
+        .iter()
+        .enumerate()
+        .any(|(i, item)| (!allow_empty && item == "") || items[..i].contains(item))
+}
+
 /// An array of distinct strings, optionally without empty ones.
 fn check_string_set(
     value: &Value,
     allow_empty: bool,
     field: &'static str,
 ) -> Result<(), FieldError> {
-    let fail = || {
-        field_error(
+    let valid = is_string_array(value)
+        && !has_empty_or_repeated(
+            value.as_array().map(Vec::as_slice).unwrap_or_default(),
+            allow_empty,
+        );
+    if valid {
+        Ok(())
+    } else {
+        Err(field_error(
             field,
             if allow_empty {
                 "must be an array of distinct strings"
             } else {
                 "must be an array of distinct non-empty strings"
             },
-        )
-    };
-    let items = value.as_array().ok_or_else(fail)?;
-    for (i, item) in items.iter().enumerate() {
-        match item.as_str() {
-            Some("") if !allow_empty => return Err(fail()),
-            Some(_) if !items[..i].contains(item) => {}
-            _ => return Err(fail()),
-        }
+        ))
     }
-    Ok(())
 }
 
 fn check_enum_set(value: &Value, allowed: &[&str], field: &'static str) -> Result<(), FieldError> {
@@ -340,45 +524,106 @@ fn object_with_keys<'v>(
     value: &'v Value,
     allowed: &[&str],
     field: &'static str,
+    unknown_key: Refusal,
 ) -> Result<&'v Map<String, Value>, FieldError> {
     let map = value
         .as_object()
         .ok_or_else(|| field_error(field, "must be an object"))?;
     match map.keys().find(|k| !allowed.contains(&k.as_str())) {
-        Some(unknown) => Err(field_error(
-            field,
-            format!(
-                "has an unknown key {unknown:?}; allowed: {}",
-                allowed.join(", ")
-            ),
-        )),
+        Some(unknown) => Err(FieldError {
+            refusal: unknown_key,
+            ..field_error(
+                field,
+                format!(
+                    "has an unknown key {unknown:?}; allowed: {}",
+                    allowed.join(", ")
+                ),
+            )
+        }),
         None => Ok(map),
     }
 }
 
+/// The retry policy. A value of the wrong JSON type is refused as the reference servers' JSON
+/// decoder refuses it (`400 invalid_request`), and so is an interval their duration parser
+/// refuses; a well-typed value that breaks a rule of the policy is `422 validation_error`, as
+/// their `validateRetryPolicy` answers a negative `max_attempts` or a coefficient below 1.
 fn check_retry(value: &Value) -> Result<(), FieldError> {
-    for (key, value) in object_with_keys(value, &RETRY_KEYS, "options.retry")? {
+    let retry = object_with_keys(value, &RETRY_KEYS, "options.retry", Refusal::Validation)?;
+    for (key, value) in retry {
         match key.as_str() {
-            "max_attempts" => check_integer(value, 0, "options.retry.max_attempts")?,
+            "max_attempts" => {
+                let Some(n) = value.as_i64() else {
+                    return Err(field_error(
+                        "options.retry.max_attempts",
+                        "must be an integer",
+                    ));
+                };
+                if n < 0 {
+                    return Err(policy_error(
+                        "options.retry.max_attempts",
+                        "must not be negative",
+                        ">= 0",
+                        value,
+                    ));
+                }
+            }
             "initial_interval" => check_retry_interval(value, "options.retry.initial_interval")?,
             "max_interval" => check_retry_interval(value, "options.retry.max_interval")?,
-            "backoff_coefficient" if !value.as_f64().is_some_and(|c| c >= 1.0) => {
-                return Err(field_error(
-                    "options.retry.backoff_coefficient",
-                    "must be a number >= 1",
-                ));
+            "backoff_coefficient" => {
+                let Some(c) = value.as_f64() else {
+                    return Err(field_error(
+                        "options.retry.backoff_coefficient",
+                        "must be a number",
+                    ));
+                };
+                if c < 1.0 {
+                    return Err(policy_error(
+                        "options.retry.backoff_coefficient",
+                        "must be at least 1",
+                        ">= 1.0",
+                        value,
+                    ));
+                }
             }
             "jitter" if !value.is_boolean() => {
                 return Err(field_error("options.retry.jitter", "must be true or false"));
             }
-            "on_exhaustion" if !matches!(value.as_str(), Some("discard" | "dead_letter")) => {
-                return Err(field_error(
-                    "options.retry.on_exhaustion",
-                    "must be \"discard\" or \"dead_letter\"",
-                ));
-            }
+            "on_exhaustion" => match value.as_str() {
+                None => {
+                    return Err(field_error(
+                        "options.retry.on_exhaustion",
+                        "must be a string",
+                    ));
+                }
+                Some("discard" | "dead_letter") => {}
+                Some(_) => {
+                    return Err(policy_error(
+                        "options.retry.on_exhaustion",
+                        "must be \"discard\" or \"dead_letter\"",
+                        "discard or dead_letter",
+                        value,
+                    ));
+                }
+            },
             "non_retryable_errors" => {
-                check_string_set(value, false, "options.retry.non_retryable_errors")?
+                if !is_string_array(value) {
+                    return Err(field_error(
+                        "options.retry.non_retryable_errors",
+                        "must be an array of strings",
+                    ));
+                }
+                if has_empty_or_repeated(
+                    value.as_array().map(Vec::as_slice).unwrap_or_default(),
+                    false,
+                ) {
+                    return Err(policy_error(
+                        "options.retry.non_retryable_errors",
+                        "must hold distinct non-empty strings",
+                        "distinct non-empty strings",
+                        value,
+                    ));
+                }
             }
             _ => {}
         }
@@ -397,8 +642,14 @@ fn check_retry_interval(value: &Value, field: &'static str) -> Result<(), FieldE
     }
 }
 
+/// The unique policy: every refusal is `400 invalid_request` (`ojs-unique-jobs.md` §2.2).
 fn check_unique(value: &Value) -> Result<(), FieldError> {
-    let unique = object_with_keys(value, &UNIQUE_KEYS, "options.unique")?;
+    let unique = object_with_keys(
+        value,
+        &UNIQUE_KEYS,
+        "options.unique",
+        Refusal::InvalidRequest,
+    )?;
     for (key, value) in unique {
         match key.as_str() {
             "keys" => check_enum_set(value, &UNIQUE_DIMENSIONS, "options.unique.keys")?,
@@ -505,72 +756,9 @@ pub(crate) fn is_retry_interval(text: &str) -> bool {
     })
 }
 
-/// RFC 3339 `date-time`: `YYYY-MM-DDTHH:MM:SS[.frac](Z|+HH:MM|-HH:MM)`, `T`/`Z` in either case,
-/// with real calendar dates.
+/// RFC 3339 `date-time`, with real calendar dates (see `timefmt::parse_rfc3339_us`).
 pub(crate) fn is_rfc3339(text: &str) -> bool {
-    let b = text.as_bytes();
-    let num = |from: usize, len: usize| -> Option<u32> {
-        let s = b.get(from..from + len)?;
-        s.iter()
-            .all(u8::is_ascii_digit)
-            .then(|| s.iter().fold(0, |n, d| n * 10 + u32::from(d - b'0')))
-    };
-    let (Some(year), Some(month), Some(day), Some(hour), Some(minute), Some(second)) = (
-        num(0, 4),
-        num(5, 2),
-        num(8, 2),
-        num(11, 2),
-        num(14, 2),
-        num(17, 2),
-    ) else {
-        return false;
-    };
-    if b[4] != b'-'
-        || b[7] != b'-'
-        || !matches!(b[10], b'T' | b't')
-        || b[13] != b':'
-        || b[16] != b':'
-    {
-        return false;
-    }
-    let leap = year % 4 == 0 && (year % 100 != 0 || year % 400 == 0);
-    let days = match month {
-        1 | 3 | 5 | 7 | 8 | 10 | 12 => 31,
-        4 | 6 | 9 | 11 => 30,
-        2 if leap => 29,
-        2 => 28,
-        _ => return false,
-    };
-    if day == 0 || day > days || hour > 23 || minute > 59 || second > 59 {
-        return false;
-    }
-    let mut at = 19;
-    if b.get(at) == Some(&b'.') {
-        let digits = b[at + 1..]
-            .iter()
-            .take_while(|c| c.is_ascii_digit())
-            .count();
-        if digits == 0 {
-            return false;
-        }
-        at += 1 + digits;
-    }
-    match &b[at..] {
-        [b'Z' | b'z'] => true,
-        [b'+' | b'-', ..] => {
-            b.len() == at + 6
-                && b[at + 3] == b':'
-                && num(at + 1, 2).is_some_and(|h| h <= 23)
-                && num(at + 4, 2).is_some_and(|m| m <= 59)
-        }
-        _ => false,
-    }
-}
-
-/// The queue named by a stored (already validated) options object.
-pub(crate) fn queue_of(options: &str) -> Option<String> {
-    let options: OptionsIn<'_> = serde_json::from_str(options).ok()?;
-    options.queue.and_then(raw_str).map(Cow::into_owned)
+    parse_rfc3339_us(text).is_some()
 }
 
 /// `^[a-z][a-z0-9_-]*(\.[a-z][a-z0-9_-]*)*$`, at most 255 bytes: the schema's segments plus the

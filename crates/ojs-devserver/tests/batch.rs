@@ -2,7 +2,10 @@
 
 mod common;
 
-use common::{Client, job, job_id, received_ids, start};
+use common::{
+    Client, assert_batch_created, assert_error, assert_ojs_headers, job, job_id, received_ids,
+    start,
+};
 use ojs_devserver::{DevServer, DevServerConfig};
 use serde_json::json;
 
@@ -18,16 +21,23 @@ async fn batch_success_returns_jobs_in_request_order() {
         job(2, "b"),
     ];
     let answer = client.enqueue_batch(&jobs).await;
-    assert_eq!(answer.status, 201, "{}", answer.body);
-    assert_eq!(answer.body["count"], 4);
-    let echoed = answer.body["jobs"].as_array().expect("jobs");
+    let echoed = assert_batch_created(&answer);
     assert_eq!(echoed.len(), 4);
     assert_eq!(echoed[0]["id"], job_id(3));
     assert_eq!(echoed[1]["id"], job_id(1));
     assert_eq!(echoed[2]["type"], "no.id");
     assert_eq!(echoed[2]["queue"], "low");
     assert_eq!(echoed[3]["id"], job_id(2));
-    assert!(echoed.iter().all(|j| j["state"] == "available"));
+    assert!(
+        echoed
+            .iter()
+            .all(|j| j["state"] == "available" && j["attempt"] == 0)
+    );
+    assert!(
+        echoed
+            .iter()
+            .all(|j| j["created_at"] == echoed[0]["created_at"])
+    );
     let generated = echoed[2]["id"].as_str().expect("generated id").to_string();
 
     let received = server.snapshot();
@@ -65,14 +75,13 @@ async fn batch_with_one_invalid_job_stores_nothing() {
         job(4, "a"),
     ];
     let answer = client.enqueue_batch(&jobs).await;
-    assert_eq!(answer.status, 400);
-    assert_eq!(answer.error_code(), "validation_error");
-    assert_eq!(answer.body["error"]["details"]["index"], 2);
-    assert_eq!(answer.body["error"]["details"]["field"], "type");
+    let error = assert_error(&answer, 400, "invalid_request");
+    assert_eq!(error["details"]["index"], 2);
+    assert_eq!(error["details"]["field"], "type");
 
     let not_object = client.enqueue_batch(&[job(5, "a"), json!("nope")]).await;
-    assert_eq!(not_object.status, 400);
-    assert_eq!(not_object.body["error"]["details"]["index"], 1);
+    let error = assert_error(&not_object, 400, "invalid_request");
+    assert_eq!(error["details"]["index"], 1);
 
     let received = server.snapshot();
     assert!(received.jobs.is_empty(), "atomic: nothing stored");
@@ -93,13 +102,9 @@ async fn batch_with_an_id_repeated_inside_stores_nothing() {
     let (server, client) = start().await;
     let jobs = vec![job(1, "a"), job(2, "a"), job(1, "a")];
     let answer = client.enqueue_batch(&jobs).await;
-    assert_eq!(answer.status, 409);
-    assert_eq!(answer.error_code(), "duplicate");
-    assert_eq!(answer.body["error"]["details"]["index"], 2);
-    assert_eq!(
-        answer.body["error"]["details"]["existing_job_id"],
-        job_id(1)
-    );
+    let error = assert_error(&answer, 409, "duplicate");
+    assert_eq!(error["details"]["index"], 2);
+    assert_eq!(error["details"]["existing_job_id"], job_id(1));
     let received = server.snapshot();
     assert!(received.jobs.is_empty());
     assert_eq!(received.deliveries.get(&job_id(1)), Some(&2));
@@ -127,41 +132,88 @@ async fn batch_with_an_already_stored_id_stores_nothing() {
 async fn batch_shape_errors_and_size_limit() {
     let (server, client) = start().await;
     let empty = client.enqueue_batch(&[]).await;
-    assert_eq!(empty.status, 400);
-    assert_eq!(empty.body["error"]["details"]["field"], "jobs");
+    let error = assert_error(&empty, 400, "invalid_request");
+    assert_eq!(error["details"]["field"], "jobs");
 
     let not_array = client
         .post("/ojs/v1/jobs/batch", &json!({"jobs": {"a": 1}}))
         .await;
-    assert_eq!(not_array.status, 400);
+    assert_error(&not_array, 400, "invalid_request");
     let missing = client.post("/ojs/v1/jobs/batch", &json!({})).await;
-    assert_eq!(missing.status, 400);
+    assert_error(&missing, 400, "invalid_request");
     let array_body = client
         .post("/ojs/v1/jobs/batch", &json!([[job(1, "a")]]))
         .await;
-    assert_eq!(array_body.status, 400);
-    assert_eq!(array_body.error_code(), "invalid_request");
+    assert_error(&array_body, 400, "invalid_request");
     let array_element = client
         .post(
             "/ojs/v1/jobs/batch",
             &json!({"jobs": [job(1, "a"), [job_id(2), "a", []]]}),
         )
         .await;
-    assert_eq!(array_element.status, 400);
-    assert_eq!(array_element.error_code(), "validation_error");
-    assert_eq!(array_element.body["error"]["details"]["index"], 1);
+    let error = assert_error(&array_element, 400, "invalid_request");
+    assert_eq!(error["details"]["index"], 1);
 
     // 20 jobs of 60 KiB each: about 1.2 MiB in one batch.
     let big: Vec<_> = (0..20)
         .map(|n| json!({"id": job_id(n), "type": "a", "args": ["x".repeat(60 * 1024)]}))
         .collect();
     let too_large = client.enqueue_batch(&big).await;
-    assert_eq!(too_large.status, 413);
-    assert_eq!(too_large.error_code(), "payload_too_large");
+    let error = assert_error(&too_large, 400, "invalid_request");
+    assert_eq!(error["details"]["max_bytes"], 1_048_576);
     assert!(server.snapshot().jobs.is_empty());
     // Half of it fits.
     assert_eq!(client.enqueue_batch(&big[..10]).await.status, 201);
     assert_eq!(server.snapshot().jobs.len(), 10);
+}
+
+/// The manifest claims exactly what the devserver implements. Its shape by the manifest rules
+/// (`ojs-http-binding.md` §21, `manifest.schema.json`): `ojs_version`, `implementation` with
+/// name, version and language, `conformance_level` 0..=4, `protocols` holding `http`,
+/// `backend`, boolean `capabilities`.
+fn assert_manifest(manifest: &common::Answer) {
+    assert_ojs_headers(manifest);
+    let m = &manifest.body;
+    assert_eq!(m["ojs_version"], "1.0");
+    assert_eq!(m["specversion"], "1.0", "the reference servers' key");
+    let implementation = m["implementation"].as_object().expect("implementation");
+    assert_eq!(implementation["name"], "ojs-devserver");
+    assert!(implementation["version"].is_string());
+    assert_eq!(implementation["language"], "rust");
+    assert!(
+        implementation
+            .keys()
+            .all(|k| ["name", "version", "language", "homepage"].contains(&k.as_str()))
+    );
+    assert!(m["protocols"].as_array().unwrap().contains(&json!("http")));
+    assert_eq!(m["backend"], "memory");
+    // Only the producer side of the binding (push, batch, info, health, manifest): no worker
+    // endpoints, nothing is executed. Level 0 is the lowest a manifest can state; the tier
+    // says it validates and stores without running anything.
+    assert_eq!(m["conformance_level"], 0);
+    assert_eq!(m["conformance_tier"], "parser");
+    let capabilities = m["capabilities"].as_object().expect("capabilities");
+    for (name, value) in capabilities {
+        if name != "unique_jobs_strength" {
+            assert!(value.is_boolean(), "{name}: {value}");
+        }
+    }
+    for implemented in ["unique_jobs", "delayed_jobs"] {
+        assert_eq!(capabilities[implemented], true, "{implemented}");
+    }
+    assert_eq!(capabilities["unique_jobs_strength"], "strong");
+    for missing in [
+        "schema_validation",
+        "priority_queues",
+        "job_ttl",
+        "cron_jobs",
+        "dead_letter",
+        "workflows",
+        "rate_limiting",
+        "pause_resume",
+    ] {
+        assert_eq!(capabilities[missing], false, "{missing}");
+    }
 }
 
 #[tokio::test]
@@ -169,9 +221,7 @@ async fn manifest_reports_batch_and_the_toggle_removes_the_endpoint() {
     let (server, client) = start().await;
     let manifest = client.get("/ojs/manifest").await;
     assert_eq!(manifest.status, 200);
-    assert_eq!(manifest.body["specversion"], "1.0");
-    assert_eq!(manifest.body["implementation"]["name"], "ojs-devserver");
-    assert_eq!(manifest.body["conformance_level"], 4);
+    assert_manifest(&manifest);
     assert_eq!(manifest.body["capabilities"]["batch_enqueue"], true);
 
     let toggled = client
@@ -181,8 +231,7 @@ async fn manifest_reports_batch_and_the_toggle_removes_the_endpoint() {
     let manifest = client.get("/ojs/manifest").await;
     assert_eq!(manifest.body["capabilities"]["batch_enqueue"], false);
     let answer = client.enqueue_batch(&[job(1, "a")]).await;
-    assert_eq!(answer.status, 404);
-    assert_eq!(answer.error_code(), "not_found");
+    assert_error(&answer, 404, "not_found");
     let received = server.snapshot();
     assert!(received.jobs.is_empty());
     assert_eq!(received.requests.batch, 1, "the refused request is counted");

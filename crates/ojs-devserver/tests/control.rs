@@ -49,6 +49,9 @@ async fn received_lists_jobs_in_arrival_order_with_deliveries_and_counters() {
     assert_eq!(jobs[1]["args"], json!([2]));
     assert_eq!(jobs[1]["meta"], Value::Null);
     assert_eq!(jobs[1]["options"], Value::Null);
+    assert_eq!(jobs[1]["attributes"], Value::Null);
+    assert_eq!(jobs[1]["state"], "available");
+    assert_eq!(received["replaced"], json!([]));
     let times: Vec<u64> = jobs
         .iter()
         .map(|j| j["received_at_us"].as_u64().unwrap())
@@ -79,6 +82,7 @@ async fn received_lists_jobs_in_arrival_order_with_deliveries_and_counters() {
 
     let stats = client.get("/_dev/stats").await.body;
     assert_eq!(stats["jobs"], 4);
+    assert_eq!(stats["replaced"], 0);
     assert_eq!(stats["deliveries"], 6);
     assert_eq!(server.stats().requests.single, 4);
 }
@@ -112,7 +116,8 @@ async fn reset_clears_jobs_counters_and_faults() {
     let received = client.received().await;
     assert_eq!(
         received,
-        json!({"jobs": [], "deliveries": {}, "requests": {"single": 0, "batch": 0, "get": 0}})
+        json!({"jobs": [], "replaced": [], "deliveries": {},
+               "requests": {"single": 0, "batch": 0, "get": 0}})
     );
     assert!(server.faults().is_empty());
     // The id is free again, and request numbering restarts at 0.

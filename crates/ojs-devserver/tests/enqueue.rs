@@ -2,46 +2,82 @@
 
 mod common;
 
-use common::{OJS_JSON, job, job_id, received_ids, start};
+use common::{
+    OJS_JSON, assert_created, assert_error, assert_ojs_headers, is_utc_timestamp, job, job_id,
+    received_ids, start,
+};
 use serde_json::{Value, json};
 
 #[tokio::test]
-async fn single_create_returns_201_location_and_the_job() {
+async fn single_create_returns_201_location_and_the_full_envelope() {
     let (server, client) = start().await;
     let id = job_id(1);
     let answer = client
         .enqueue(&json!({
             "id": id, "type": "email.welcome", "args": [42, "x"],
             "meta": {"traceparent": "00-abc-def-01"},
-            "options": {"queue": "email", "priority": 5}
+            "options": {"queue": "email", "priority": 5, "timeout_ms": 1000, "tags": ["t"],
+                        "retry": {"max_attempts": 7, "initial_interval": "PT2S"}}
         }))
         .await;
 
-    assert_eq!(answer.status, 201);
-    assert_eq!(
-        answer.header("location"),
-        Some(format!("/ojs/v1/jobs/{id}").as_str())
-    );
-    assert_eq!(answer.header("content-type"), Some(OJS_JSON));
-    let created = &answer.body["job"];
+    let created = assert_created(&answer);
     assert_eq!(created["id"], id);
     assert_eq!(created["type"], "email.welcome");
-    assert_eq!(created["args"], json!([42, "x"]));
-    assert_eq!(created["meta"], json!({"traceparent": "00-abc-def-01"}));
-    assert_eq!(created["options"], json!({"queue": "email", "priority": 5}));
     assert_eq!(created["state"], "available");
     assert_eq!(created["queue"], "email");
+    assert_eq!(created["args"], json!([42, "x"]));
+    assert_eq!(created["meta"], json!({"traceparent": "00-abc-def-01"}));
+    assert_eq!(created["priority"], 5);
+    assert_eq!(created["attempt"], 0);
+    assert_eq!(created["max_attempts"], 7, "from options.retry");
+    assert_eq!(created["timeout_ms"], 1000);
+    assert_eq!(created["tags"], json!(["t"]));
+    assert_eq!(
+        created["retry"],
+        json!({"max_attempts": 7, "initial_interval": "PT2S"})
+    );
+    assert!(created.get("options").is_none(), "options are flattened");
     let created_at = created["created_at"].as_str().expect("created_at");
     assert!(
-        created_at.len() == 27 && created_at.ends_with('Z') && created_at.as_bytes()[10] == b'T',
-        "RFC 3339 UTC timestamp, got {created_at}"
+        is_utc_timestamp(created_at) && created_at.len() == 24,
+        "{created_at}"
     );
+    assert_eq!(created["enqueued_at"], created["created_at"]);
 
     let received = server.snapshot();
     assert_eq!(received.jobs.len(), 1);
     assert_eq!(received.jobs[0].id, id);
     assert_eq!(received.jobs[0].job_type, "email.welcome");
+    assert_eq!(received.jobs[0].state, "available");
     assert_eq!(received.requests.single, 1);
+}
+
+#[tokio::test]
+async fn defaults_fill_the_envelope_and_meta_is_absent_not_null() {
+    let (_server, client) = start().await;
+    let answer = client.enqueue(&job(3, "report.build")).await;
+    let created = assert_created(&answer);
+    assert_eq!(created["queue"], "default");
+    assert_eq!(created["priority"], 0);
+    assert_eq!(
+        created["max_attempts"], 3,
+        "the spec's default retry policy"
+    );
+    for absent in [
+        "meta",
+        "tags",
+        "timeout_ms",
+        "scheduled_at",
+        "retry",
+        "unique",
+    ] {
+        assert!(created.get(absent).is_none(), "{absent}: {created}");
+    }
+    let with_empty_meta = client
+        .enqueue(&json!({"type": "a", "args": [], "meta": {}, "options": {}}))
+        .await;
+    assert_eq!(assert_created(&with_empty_meta)["meta"], json!({}));
 }
 
 #[tokio::test]
@@ -52,18 +88,17 @@ async fn created_job_can_be_fetched_back_and_unknown_ids_are_404() {
 
     let fetched = client.get(&format!("/ojs/v1/jobs/{}", job_id(7))).await;
     assert_eq!(fetched.status, 200);
-    assert_eq!(fetched.body["job"], created.body["job"]);
-    assert_eq!(fetched.body["job"]["queue"], "default");
-    assert_eq!(fetched.body["job"]["meta"], Value::Null);
+    assert_ojs_headers(&fetched);
+    assert_eq!(fetched.body, created.body);
+    common::assert_envelope(&fetched.body["job"], &common::JOB_STATES);
 
     let missing = client.get(&format!("/ojs/v1/jobs/{}", job_id(8))).await;
-    assert_eq!(missing.status, 404);
-    assert_eq!(missing.error_code(), "not_found");
-    assert_eq!(missing.body["error"]["retryable"], false);
-    assert_eq!(missing.header("content-type"), Some(OJS_JSON));
+    let error = assert_error(&missing, 404, "not_found");
+    assert_eq!(error["retryable"], false);
+    assert_eq!(error["details"]["resource_id"], job_id(8));
 
     let not_an_id = client.get("/ojs/v1/jobs/not-an-id").await;
-    assert_eq!(not_an_id.status, 404);
+    assert_error(&not_an_id, 404, "not_found");
     assert_eq!(server.snapshot().requests.get, 3);
 }
 
@@ -92,10 +127,9 @@ async fn repeated_id_is_409_duplicate_and_stored_once() {
     let again = client
         .enqueue(&json!({"id": job_id(1), "type": "b", "args": ["other"]}))
         .await;
-    assert_eq!(again.status, 409);
-    assert_eq!(again.error_code(), "duplicate");
-    assert_eq!(again.body["error"]["retryable"], false);
-    assert_eq!(again.body["error"]["details"]["existing_job_id"], job_id(1));
+    let error = assert_error(&again, 409, "duplicate");
+    assert_eq!(error["retryable"], false);
+    assert_eq!(error["details"]["existing_job_id"], job_id(1));
 
     let received = server.snapshot();
     assert_eq!(received.jobs.len(), 1);
@@ -105,7 +139,7 @@ async fn repeated_id_is_409_duplicate_and_stored_once() {
 }
 
 #[tokio::test]
-async fn validation_errors_name_the_field_and_store_nothing() {
+async fn field_errors_are_400_invalid_request_naming_the_field_and_store_nothing() {
     let (server, client) = start().await;
     let long_queue = "q".repeat(129);
     let cases: Vec<(Value, &str)> = vec![
@@ -153,6 +187,7 @@ async fn validation_errors_name_the_field_and_store_nothing() {
             json!({"type": "a", "args": [], "options": {"priority": 1.5}}),
             "options.priority",
         ),
+        (json!({"type": "a", "args": [], "schema": 5}), "schema"),
     ];
     for (body, field) in &cases {
         assert_refused(&client, body, field).await;
@@ -163,12 +198,20 @@ async fn validation_errors_name_the_field_and_store_nothing() {
 }
 
 async fn assert_refused(client: &common::Client, body: &Value, field: &str) {
+    assert_refused_with(client, body, field, 400, "invalid_request").await;
+}
+
+async fn assert_refused_with(
+    client: &common::Client,
+    body: &Value,
+    field: &str,
+    status: u16,
+    code: &str,
+) {
     let answer = client.enqueue(body).await;
-    assert_eq!(answer.status, 400, "{body}");
-    assert_eq!(answer.error_code(), "validation_error", "{body}");
-    assert_eq!(answer.body["error"]["retryable"], false, "{body}");
-    assert_eq!(answer.body["error"]["details"]["field"], field, "{body}");
-    assert_eq!(answer.header("content-type"), Some(OJS_JSON));
+    let error = assert_error(&answer, status, code);
+    assert_eq!(error["retryable"], false, "{body}");
+    assert_eq!(error["details"]["field"], field, "{body}");
 }
 
 /// The option rules the core shares with the devserver (docs/ojs-compat.md): per rule, an
@@ -219,7 +262,7 @@ async fn option_rules_match_the_core() {
         ),
         (
             json!({"retry": {"non_retryable_errors": ["A"]}}),
-            json!({"retry": {"non_retryable_errors": ["A", "A"]}}),
+            json!({"retry": {"non_retryable_errors": "A"}}),
             "options.retry.non_retryable_errors",
         ),
         (
@@ -241,11 +284,6 @@ async fn option_rules_match_the_core() {
             json!({"retry": {"initial_interval": "PT1M5S"}}),
             json!({"retry": {"initial_interval": "PT5S1M"}}),
             "options.retry.initial_interval",
-        ),
-        (
-            json!({"retry": {"max_attempts": 0, "backoff_coefficient": 1}}),
-            json!({"retry": {"backoff_coefficient": 0.5}}),
-            "options.retry.backoff_coefficient",
         ),
         (
             json!({"unique": {"period": "P1Y2M"}}),
@@ -283,9 +321,10 @@ async fn option_rules_match_the_core() {
             "options",
         ),
     ];
-    for (accepted, refused, field) in &rules {
+    for (n, (accepted, refused, field)) in rules.iter().enumerate() {
+        // Distinct args: the accepted unique policies must not conflict with each other.
         let answer = client
-            .enqueue(&json!({"type": "a", "args": [], "options": accepted}))
+            .enqueue(&json!({"type": "a", "args": [n], "options": accepted}))
             .await;
         assert_eq!(answer.status, 201, "{accepted}: {}", answer.body);
         assert_refused(
@@ -296,6 +335,100 @@ async fn option_rules_match_the_core() {
         .await;
     }
     assert_eq!(server.snapshot().jobs.len(), rules.len());
+}
+
+/// A retry policy that breaks a rule of the policy is `422 validation_error` with
+/// `type: "validation_error"` and `details.expected` / `received` (the reference servers'
+/// `validateRetryPolicy`); a value their JSON decoder or duration parser refuses is
+/// `400 invalid_request`. In a batch, both are 400 naming the job (their batch handler).
+#[tokio::test]
+async fn invalid_retry_policies_are_422_validation_error() {
+    let (server, client) = start().await;
+    let policy_rules: Vec<(Value, &str, Value)> = vec![
+        (
+            json!({"max_attempts": -1}),
+            "options.retry.max_attempts",
+            json!(-1),
+        ),
+        (
+            json!({"backoff_coefficient": 0.5}),
+            "options.retry.backoff_coefficient",
+            json!(0.5),
+        ),
+        (
+            json!({"backoff_coefficient": 0}),
+            "options.retry.backoff_coefficient",
+            json!(0),
+        ),
+        (
+            json!({"on_exhaustion": "retry_forever"}),
+            "options.retry.on_exhaustion",
+            json!("retry_forever"),
+        ),
+        (
+            json!({"non_retryable_errors": ["A", "A"]}),
+            "options.retry.non_retryable_errors",
+            json!(["A", "A"]),
+        ),
+    ];
+    for (retry, field, received) in &policy_rules {
+        let body = json!({"type": "a", "args": [], "options": {"retry": retry}});
+        let answer = client.enqueue(&body).await;
+        let error = assert_error(&answer, 422, "validation_error");
+        assert_eq!(error["details"]["field"], *field, "{body}");
+        assert_eq!(&error["details"]["received"], received, "{body}");
+        assert!(error["details"]["expected"].is_string(), "{body}");
+        assert_eq!(
+            error["doc_url"],
+            "https://openjobspec.org/errors/INVALID_RETRY_POLICY"
+        );
+    }
+    let unknown_key = client
+        .enqueue(
+            &json!({"type": "a", "args": [], "options": {"retry": {"backoff_type": "linear"}}}),
+        )
+        .await;
+    assert_error(&unknown_key, 422, "validation_error");
+
+    let malformed: Vec<(Value, &str)> = vec![
+        (json!({"max_attempts": "3"}), "options.retry.max_attempts"),
+        (json!({"max_attempts": 1.5}), "options.retry.max_attempts"),
+        (
+            json!({"initial_interval": "P1D"}),
+            "options.retry.initial_interval",
+        ),
+        (json!({"max_interval": 30}), "options.retry.max_interval"),
+        (json!({"jitter": "yes"}), "options.retry.jitter"),
+        (
+            json!({"backoff_coefficient": "2"}),
+            "options.retry.backoff_coefficient",
+        ),
+    ];
+    for (retry, field) in &malformed {
+        assert_refused(
+            &client,
+            &json!({"type": "a", "args": [], "options": {"retry": retry}}),
+            field,
+        )
+        .await;
+    }
+    assert_refused(
+        &client,
+        &json!({"type": "a", "args": [], "options": {"retry": []}}),
+        "options.retry",
+    )
+    .await;
+
+    let batch = client
+        .enqueue_batch(&[
+            job(1, "a"),
+            json!({"type": "a", "args": [], "options": {"retry": {"max_attempts": -2}}}),
+        ])
+        .await;
+    let error = assert_error(&batch, 400, "validation_error");
+    assert_eq!(error["details"]["index"], 1);
+    assert_eq!(error["details"]["field"], "options.retry.max_attempts");
+    assert!(server.snapshot().jobs.is_empty());
 }
 
 #[tokio::test]
@@ -372,7 +505,7 @@ fn job_of_size(n: u64, size: usize) -> String {
 }
 
 #[tokio::test]
-async fn body_over_1_mib_is_413_and_exactly_1_mib_is_accepted() {
+async fn body_over_1_mib_is_400_invalid_request_and_exactly_1_mib_is_accepted() {
     let (server, client) = start().await;
     let at_limit = job_of_size(1, 1_048_576);
     assert_eq!(at_limit.len(), 1_048_576);
@@ -381,13 +514,18 @@ async fn body_over_1_mib_is_413_and_exactly_1_mib_is_accepted() {
 
     let over = job_of_size(2, 1_048_577);
     let answer = client.post_raw("/ojs/v1/jobs", OJS_JSON, over).await;
-    assert_eq!(answer.status, 413);
-    assert_eq!(answer.error_code(), "payload_too_large");
-    assert_eq!(answer.body["error"]["retryable"], false);
+    // The reference servers cut the body at 1 MiB and answer the failed read with 400.
+    let error = assert_error(&answer, 400, "invalid_request");
+    assert_eq!(error["retryable"], false);
+    assert_eq!(error["details"]["max_bytes"], 1_048_576);
+    assert_eq!(
+        error["doc_url"],
+        "https://openjobspec.org/errors/PAYLOAD_TOO_LARGE"
+    );
 
     let way_over = job_of_size(3, 5 * 1_048_576);
     let answer = client.post_raw("/ojs/v1/jobs", OJS_JSON, way_over).await;
-    assert_eq!(answer.status, 413);
+    assert_error(&answer, 400, "invalid_request");
 
     // The server is still healthy and stored only the job at the limit.
     assert_eq!(client.enqueue(&job(4, "small")).await.status, 201);
@@ -401,13 +539,19 @@ async fn health_and_unknown_routes() {
     let (_server, client) = start().await;
     let health = client.get("/ojs/v1/health").await;
     assert_eq!(health.status, 200);
-    assert_eq!(health.body, json!({"status": "ok"}));
+    assert_ojs_headers(&health);
+    assert_eq!(health.body["status"], "ok");
+    assert_eq!(health.body["version"], "1.0");
+    assert_eq!(
+        health.body["backend"],
+        json!({"type": "memory", "status": "connected"})
+    );
+    assert!(health.body["uptime_seconds"].is_u64());
 
     let unknown = client.get("/ojs/v2/nothing").await;
-    assert_eq!(unknown.status, 404);
-    assert_eq!(unknown.error_code(), "not_found");
+    assert_error(&unknown, 404, "not_found");
 
     let wrong_method = client.get("/ojs/v1/jobs").await;
-    assert_eq!(wrong_method.status, 405);
+    assert_error(&wrong_method, 405, "invalid_request");
     assert_eq!(wrong_method.header("allow"), Some("POST"));
 }

@@ -1,0 +1,107 @@
+//! The job envelope the devserver returns (enqueue, batch, `GET /ojs/v1/jobs/{id}`), field by
+//! field as `ojs-core.md` §5 and `enqueue-response.schema.json` define it and the reference
+//! servers write it (`core.Job.MarshalJSON`): the system-managed attributes (`state`,
+//! `attempt`, `created_at`, `enqueued_at`, `cancelled_at`), the attributes taken from
+//! `options` (`queue`, `priority`, `max_attempts`, and `timeout_ms`, `tags`, `scheduled_at`,
+//! `expires_at`, `retry`, `unique` when given), `meta` only when sent, and every other
+//! top-level attribute of the request as it was sent.
+
+use std::io::Write as _;
+
+use serde_json::{Map, Value};
+
+use crate::store::{JobState, write_json_string};
+use crate::timefmt::format_ms;
+use crate::validate::format_job_id;
+
+/// The spec's defaults for what `options` may leave out.
+const DEFAULT_QUEUE: &str = "default";
+const DEFAULT_PRIORITY: i64 = 0;
+/// `ojs-retry.md` §8 and both reference servers' `DefaultRetryPolicy`.
+const DEFAULT_MAX_ATTEMPTS: i64 = 3;
+
+/// Everything the envelope is written from.
+pub(crate) struct JobView<'a> {
+    pub id: u128,
+    pub job_type: &'a str,
+    pub state: JobState,
+    pub args: &'a str,
+    /// Raw JSON object, `None` when the request had no `meta`.
+    pub meta: Option<&'a str>,
+    /// The parsed `options` (`None` when absent or empty).
+    pub options: Option<&'a Map<String, Value>>,
+    /// Preserved top-level attributes as JSON members (`"k":v,...`), possibly empty.
+    pub attributes: &'a str,
+    pub created_at_us: u64,
+    pub cancelled_at_us: Option<u64>,
+}
+
+/// Appends the envelope of `job` as one JSON object.
+pub(crate) fn write_job(out: &mut Vec<u8>, job: &JobView<'_>) {
+    let option = |key: &str| job.options.and_then(|options| options.get(key));
+    let _ = write!(out, "{{\"id\":\"{}\",\"type\":", format_job_id(job.id));
+    write_json_string(out, job.job_type);
+    let _ = write!(out, ",\"state\":\"{}\",\"queue\":", job.state.as_str());
+    write_json_string(
+        out,
+        option("queue")
+            .and_then(Value::as_str)
+            .unwrap_or(DEFAULT_QUEUE),
+    );
+    out.extend_from_slice(b",\"args\":");
+    out.extend_from_slice(job.args.as_bytes());
+    if let Some(meta) = job.meta {
+        out.extend_from_slice(b",\"meta\":");
+        out.extend_from_slice(meta.as_bytes());
+    }
+    let priority = option("priority")
+        .and_then(Value::as_i64)
+        .unwrap_or(DEFAULT_PRIORITY);
+    let max_attempts = option("retry")
+        .and_then(|retry| retry.get("max_attempts"))
+        .and_then(Value::as_i64)
+        .unwrap_or(DEFAULT_MAX_ATTEMPTS);
+    let _ = write!(
+        out,
+        ",\"priority\":{priority},\"attempt\":0,\"max_attempts\":{max_attempts}"
+    );
+    if let Some(timeout_ms) = option("timeout_ms") {
+        let _ = write!(out, ",\"timeout_ms\":{timeout_ms}");
+    }
+    if let Some(tags) = option("tags").filter(|t| t.as_array().is_some_and(|t| !t.is_empty())) {
+        let _ = write!(out, ",\"tags\":{tags}");
+    }
+    if let Some(at) = option("scheduled_at").or_else(|| option("delay_until")) {
+        let _ = write!(out, ",\"scheduled_at\":{at}");
+    }
+    if let Some(at) = option("expires_at") {
+        let _ = write!(out, ",\"expires_at\":{at}");
+    }
+    for key in ["retry", "unique"] {
+        if let Some(policy) = option(key) {
+            let _ = write!(out, ",\"{key}\":{policy}");
+        }
+    }
+    // The job enters `available` (or `scheduled`) when it is pushed: the servers set both
+    // timestamps at push time (ojs-core.md §6.3, PUSH: "Set created_at, enqueued_at").
+    let created_at = format_ms(job.created_at_us);
+    let _ = write!(
+        out,
+        ",\"created_at\":\"{created_at}\",\"enqueued_at\":\"{created_at}\""
+    );
+    if let Some(at) = job.cancelled_at_us {
+        let _ = write!(out, ",\"cancelled_at\":\"{}\"", format_ms(at));
+    }
+    if !job.attributes.is_empty() {
+        out.push(b',');
+        out.extend_from_slice(job.attributes.as_bytes());
+    }
+    out.push(b'}');
+}
+
+/// Parses stored options text back into the map the envelope reads (`None` for `{}`).
+pub(crate) fn options_map(options: Option<&str>) -> Option<Map<String, Value>> {
+    options
+        .filter(|text| *text != "{}")
+        .and_then(|text| serde_json::from_str(text).ok())
+}
