@@ -16,13 +16,21 @@ use crate::js_options::{self, Renames};
 use crate::outbox::Outbox;
 use crate::sql::{Dialect, OutboxSql, Placeholder, Statement};
 
+/// The savepoint bookkeeping of one host transaction, for a binding whose host library has no
+/// savepoint-aware after-commit hook: record staged ids, savepoints, releases and rollbacks in
+/// it, and at the outermost commit hand it to [`Adapter::committed`].
+pub use crate::ledger::Ledger;
+
 /// Jobs validated and turned into statements for the host connection. Serializes (for the
-/// bindings that take it as one JSON text) as
-/// `{"job_ids": [...], "statements": [{"sql": "...", "params": [text or null, ...]}]}`.
+/// bindings that take it as one JSON text) as `{"job_ids": [...], "statements": [{"sql": "...",
+/// "params": [text or null, ...]}], "needs_savepoint": bool}`.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct Staged {
     pub job_ids: Vec<String>,
     pub statements: Vec<Statement>,
+    /// Run the statements inside a savepoint of their own, rolled back if one fails: they
+    /// must be all or nothing (`ledger::needs_savepoint`). The binding never decides this.
+    pub needs_savepoint: bool,
 }
 
 impl Staged {
@@ -170,6 +178,7 @@ impl Adapter {
         let (job_ids, statements) = sql.insert_jobs(placeholder, prepared);
         Ok(Staged {
             job_ids,
+            needs_savepoint: crate::ledger::needs_savepoint(statements.len()),
             statements,
         })
     }
@@ -330,6 +339,15 @@ impl Adapter {
     pub fn notify_committed(&self, job_ids: Vec<String>) {
         if let Some(running) = self.running_here() {
             running.outbox.notify_committed(job_ids);
+        }
+    }
+
+    /// The outermost transaction of `ledger` committed: wakes the relay for every id it still
+    /// holds (none from rolled-back savepoints). The ledger is then ended.
+    pub fn committed(&self, ledger: &mut Ledger) {
+        let job_ids = ledger.commit();
+        if !job_ids.is_empty() {
+            self.notify_committed(job_ids);
         }
     }
 

@@ -18,6 +18,7 @@ pub mod error;
 pub mod id;
 pub mod job;
 pub mod js_options;
+pub mod ledger;
 pub mod log_feed;
 pub mod outbox;
 pub mod relay;

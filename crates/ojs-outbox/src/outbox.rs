@@ -13,6 +13,7 @@ use crate::classify::Outcome;
 use crate::config::{Config, RelayMode};
 use crate::error::{Error, ErrorCode, Result};
 use crate::job::{NewJob, PreparedJob, RequestContext, prepare};
+use crate::ledger::{Ledger, needs_savepoint};
 use crate::relay::{Metrics, Relay};
 use crate::sql::Statement;
 use crate::store::{self, Pool, RowState, Store};
@@ -123,7 +124,7 @@ impl Outbox {
         Ok(OutboxTransaction {
             outbox: self,
             tx: Some(tx),
-            levels: vec![Vec::new()],
+            ledger: Ledger::new(),
             context: None,
         })
     }
@@ -178,8 +179,8 @@ enum Tx {
 pub struct OutboxTransaction<'a> {
     outbox: &'a Outbox,
     tx: Option<Tx>,
-    /// Job ids staged at each nesting level; `levels[0]` is the outermost transaction.
-    levels: Vec<Vec<String>>,
+    /// Which staged ids the commit wakes the relay for (savepoint bookkeeping).
+    ledger: Ledger,
     context: Option<RequestContext>,
 }
 
@@ -209,7 +210,7 @@ impl OutboxTransaction<'_> {
         let sql = self.outbox.store.sql();
         let (ids, statements) = sql.insert_jobs(sql.dialect.native_placeholders(), jobs);
         // Several INSERTs (a very large bulk) are all or nothing, like a single one.
-        let guarded = statements.len() > 1;
+        let guarded = needs_savepoint(statements.len());
         if guarded {
             self.execute("SAVEPOINT ojs_stage").await?;
         }
@@ -225,11 +226,7 @@ impl OutboxTransaction<'_> {
         if guarded {
             self.execute("RELEASE SAVEPOINT ojs_stage").await?;
         }
-        let level = self
-            .levels
-            .last_mut()
-            .expect("at least the outermost level");
-        level.extend(ids.iter().cloned());
+        self.ledger.staged(ids.iter().cloned())?;
         Ok(ids)
     }
 
@@ -301,15 +298,15 @@ impl OutboxTransaction<'_> {
     }
 
     fn savepoint_name(&self) -> String {
-        format!("ojs_savepoint_{}", self.levels.len() - 1)
+        format!("ojs_savepoint_{}", self.ledger.depth() - 1)
     }
 
     /// Opens a nested transaction (SAVEPOINT).
     pub async fn savepoint(&mut self) -> Result<()> {
-        self.levels.push(Vec::new());
+        self.ledger.savepoint()?;
         let sql = format!("SAVEPOINT {}", self.savepoint_name());
         if let Err(e) = self.execute(&sql).await {
-            self.levels.pop();
+            self.ledger.rollback_savepoint()?;
             return Err(e);
         }
         Ok(())
@@ -321,12 +318,7 @@ impl OutboxTransaction<'_> {
         self.require_savepoint()?;
         self.execute(&format!("RELEASE SAVEPOINT {}", self.savepoint_name()))
             .await?;
-        let released = self.levels.pop().expect("checked");
-        self.levels
-            .last_mut()
-            .expect("outermost remains")
-            .extend(released);
-        Ok(())
+        self.ledger.release()
     }
 
     /// Rolls back the innermost nested transaction: its rows and their wake-ups are discarded.
@@ -336,15 +328,11 @@ impl OutboxTransaction<'_> {
         self.execute(&format!("ROLLBACK TO SAVEPOINT {name}"))
             .await?;
         self.execute(&format!("RELEASE SAVEPOINT {name}")).await?;
-        self.levels.pop();
-        Ok(())
+        self.ledger.rollback_savepoint()
     }
 
     fn require_savepoint(&self) -> Result<()> {
-        if self.levels.len() < 2 {
-            return Err(Error::new(ErrorCode::NoTransaction, "no savepoint is open"));
-        }
-        Ok(())
+        self.ledger.require_savepoint()
     }
 
     /// Commits the outermost transaction, then wakes the relay for its jobs. Returns their ids.
@@ -366,7 +354,7 @@ impl OutboxTransaction<'_> {
             Tx::Postgres(tx) => tx.commit().await?,
             Tx::Sqlite(tx) => tx.commit().await?,
         }
-        Ok(self.levels.drain(..).flatten().collect())
+        Ok(self.ledger.commit())
     }
 
     /// Rolls back everything: no row remains, nothing is relayed.
