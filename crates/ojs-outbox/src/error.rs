@@ -77,6 +77,61 @@ impl ErrorCode {
     pub fn retryable(self) -> bool {
         matches!(self, ErrorCode::Database | ErrorCode::BackendUnavailable)
     }
+
+    /// The class family a binding raises this code as (docs/errors.md, *Classes*): every
+    /// binding has one class per family and one per code below it, so the same code is the
+    /// same class in every language.
+    pub fn family(self) -> ErrorFamily {
+        match self {
+            ErrorCode::InvalidJobType
+            | ErrorCode::InvalidQueue
+            | ErrorCode::InvalidArgs
+            | ErrorCode::InvalidOptions
+            | ErrorCode::InvalidMeta
+            | ErrorCode::PayloadTooLarge => ErrorFamily::Validation,
+            ErrorCode::InvalidConfig | ErrorCode::InvalidDatabaseUrl => ErrorFamily::Configuration,
+            ErrorCode::OutboxTableMissing | ErrorCode::Database => ErrorFamily::Database,
+            ErrorCode::BackendUnavailable | ErrorCode::BackendRejected => ErrorFamily::Backend,
+            ErrorCode::NoTransaction => ErrorFamily::Transaction,
+            ErrorCode::RelayShutDown => ErrorFamily::Relay,
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<ErrorCode> {
+        ErrorCode::ALL
+            .into_iter()
+            .find(|code| code.as_str() == text)
+    }
+}
+
+/// The class families of docs/errors.md.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ErrorFamily {
+    /// The job or its context is invalid (`ValidationError`).
+    Validation,
+    /// The settings are invalid (`ConfigurationError`).
+    Configuration,
+    /// The database failed or lacks the outbox table (`DatabaseError`).
+    Database,
+    /// The OJS backend failed or refused (`BackendError`).
+    Backend,
+    /// There is no open transaction (`NoTransaction`, a family of one code).
+    Transaction,
+    /// The relay was shut down (`RelayShutDown`, a family of one code).
+    Relay,
+}
+
+impl ErrorFamily {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorFamily::Validation => "validation",
+            ErrorFamily::Configuration => "configuration",
+            ErrorFamily::Database => "database",
+            ErrorFamily::Backend => "backend",
+            ErrorFamily::Transaction => "transaction",
+            ErrorFamily::Relay => "relay",
+        }
+    }
 }
 
 impl fmt::Display for ErrorCode {
@@ -149,6 +204,38 @@ pub fn database_error_code(sqlstate: Option<&str>, message: &str) -> ErrorCode {
     }
 }
 
+impl Error {
+    /// The error's one encoding across the FFI line: `{"code", "field", "message",
+    /// "retryable", "family"}` (`field` null when there is none). Every binding decodes this
+    /// text into its class for `code` (docs/errors.md).
+    pub fn to_json(&self) -> String {
+        serde_json::json!({
+            "code": self.code.as_str(),
+            "field": self.field,
+            "message": self.message,
+            "retryable": self.code.retryable(),
+            "family": self.code.family().as_str(),
+        })
+        .to_string()
+    }
+}
+
+/// Every code with its family and whether it is retryable, as JSON
+/// `[{"code", "family", "retryable"}]`: what a binding's tests check its classes against.
+pub fn codes_json() -> String {
+    let codes: Vec<serde_json::Value> = ErrorCode::ALL
+        .iter()
+        .map(|code| {
+            serde_json::json!({
+                "code": code.as_str(),
+                "family": code.family().as_str(),
+                "retryable": code.retryable(),
+            })
+        })
+        .collect();
+    serde_json::Value::Array(codes).to_string()
+}
+
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "[{}] {}", self.code, self.message)
@@ -164,3 +251,36 @@ impl From<sqlx::Error> for Error {
 }
 
 pub type Result<T> = std::result::Result<T, Error>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_encoding_carries_code_field_message_retryable_and_family() {
+        let error = Error::field(ErrorCode::InvalidQueue, "options.queue", "bad");
+        let value: serde_json::Value = serde_json::from_str(&error.to_json()).unwrap();
+        assert_eq!(
+            value,
+            serde_json::json!({"code": "INVALID_QUEUE", "field": "options.queue",
+                "message": "options.queue: bad", "retryable": false, "family": "validation"})
+        );
+        let value: serde_json::Value =
+            serde_json::from_str(&Error::new(ErrorCode::Database, "x").to_json()).unwrap();
+        assert_eq!(value["field"], serde_json::Value::Null);
+        assert_eq!(value["retryable"], true);
+    }
+
+    #[test]
+    fn every_code_parses_back_and_has_a_family() {
+        let listed: Vec<serde_json::Value> = serde_json::from_str(&codes_json()).unwrap();
+        assert_eq!(listed.len(), ErrorCode::ALL.len());
+        for code in ErrorCode::ALL {
+            assert_eq!(ErrorCode::parse(code.as_str()), Some(code));
+        }
+        assert_eq!(
+            ErrorCode::OutboxTableMissing.family(),
+            ErrorFamily::Database
+        );
+    }
+}

@@ -27,7 +27,7 @@ pub mod stop_signal;
 pub mod store;
 
 pub use config::{Config, DEVELOPMENT_OJS_URL, Host, Loaded, RelayMode};
-pub use error::{Error, ErrorCode, Result};
+pub use error::{Error, ErrorCode, ErrorFamily, Result};
 pub use job::{NewJob, PreparedJob, RequestContext, prepare};
 pub use outbox::{Outbox, OutboxTransaction};
 pub use relay::{Metrics, Relay};
