@@ -8,7 +8,7 @@ use serde_json::Value;
 /// The relay's decision for one send.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Outcome {
-    /// Accepted (201, or 200 with `deduplicated: true` under a unique `ignore` policy).
+    /// Accepted: 201, or 200 with the existing job under a unique `ignore` policy.
     Delivered { deduplicated: bool },
     /// 409 duplicate: the id (or its unique key) exists; a GET tells whether it is ours.
     Duplicate,
@@ -121,8 +121,11 @@ pub fn parse_retry_after(value: &str, now: time::OffsetDateTime) -> Option<Durat
 pub fn classify(status: u16, retry_after: Option<Duration>, body: &str) -> Outcome {
     let parsed = parse_body(body);
     if (200..300).contains(&status) {
+        // A push creates with 201; a 200 answers with an existing job (`ojs-unique-jobs.md`
+        // §5.4: "200 OK (not 201 Created) to distinguish from a newly created job"). The
+        // reference servers send that 200 without the spec's `deduplicated: true`.
         return Outcome::Delivered {
-            deduplicated: parsed.deduplicated,
+            deduplicated: parsed.deduplicated || status == 200,
         };
     }
     let code = parsed.code.clone().unwrap_or_default();

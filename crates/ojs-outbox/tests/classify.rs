@@ -23,6 +23,22 @@ fn success_and_dedup() {
         classify(200, None, r#"{"job":{},"deduplicated":true}"#),
         Outcome::Delivered { deduplicated: true }
     );
+    // The reference servers (Redis, Postgres, lite) answer a unique `ignore` with 200 and the
+    // existing job, without the flag: the 200 itself says it (201 creates).
+    assert_eq!(
+        classify(
+            200,
+            None,
+            r#"{"job":{"id":"0194fb3e-1c2d-7a4b-8c9d-0123456789ab"}}"#
+        ),
+        Outcome::Delivered { deduplicated: true }
+    );
+    assert_eq!(
+        classify(201, None, r#"{"jobs":[{}],"count":1}"#),
+        Outcome::Delivered {
+            deduplicated: false
+        }
+    );
 }
 
 #[test]
