@@ -79,6 +79,8 @@ pub struct Adapter {
     insert_one: [OnceLock<Arc<str>>; 6],
     /// Job options may also come in the JavaScript spelling (`js_options.rs`).
     js_options: bool,
+    /// `id::fork_generation() + 1` of the process whose relay `ensure_relay` started; 0: none.
+    relay_started: std::sync::atomic::AtomicU64,
 }
 
 impl Adapter {
@@ -99,6 +101,7 @@ impl Adapter {
             running: Mutex::new(None),
             insert_one: Default::default(),
             js_options: false,
+            relay_started: Default::default(),
         })
     }
 
@@ -304,8 +307,24 @@ impl Adapter {
         })
     }
 
+    /// Starts the in-process relay unless [`ensure_relay`](Self::ensure_relay) already did in
+    /// this process: once per process, and again in a forked child (pre-fork servers). For the
+    /// bindings that start the relay on first use; one atomic load when it runs already.
+    pub fn ensure_relay(&self) -> Result<()> {
+        use std::sync::atomic::Ordering;
+        let generation = crate::id::fork_generation() + 1;
+        if self.relay_started.load(Ordering::Acquire) == generation {
+            return Ok(());
+        }
+        self.start_relay()?;
+        self.relay_started.store(generation, Ordering::Release);
+        Ok(())
+    }
+
     /// Graceful stop: sends what the hot queue holds (within `shutdown_timeout`), releases leases.
     pub fn stop_relay(&self) {
+        self.relay_started
+            .store(0, std::sync::atomic::Ordering::Release);
         if let Some(running) = self.running_here() {
             running.runtime.block_on(running.outbox.stop_relay());
         }
@@ -314,6 +333,8 @@ impl Adapter {
     /// Stops the relay gracefully and closes this process's database pool and runtime (an
     /// application shutting down). A later call starts afresh.
     pub fn close(&self) {
+        self.relay_started
+            .store(0, std::sync::atomic::Ordering::Release);
         let running = self
             .running
             .lock()
@@ -329,6 +350,8 @@ impl Adapter {
 
     /// Abrupt stop, as a crash: no flush, leases stay until they expire (conformance tests).
     pub fn kill_relay(&self) {
+        self.relay_started
+            .store(0, std::sync::atomic::Ordering::Release);
         if let Some(running) = self.running_here() {
             running.outbox.kill_relay();
         }

@@ -36,13 +36,24 @@ thread_local! {
     static SEQUENCE: Cell<Option<Sequence>> = const { Cell::new(None) };
 }
 
-/// A new job id.
-pub fn new_job_id() -> uuid::Uuid {
+fn watch_forks() {
     WATCH_FORKS.call_once(|| {
         // SAFETY: registers a handler that only increments an atomic, which is
         // async-signal-safe as a fork child handler must be.
         unsafe { libc::pthread_atfork(None, None, Some(forked_child)) };
     });
+}
+
+/// How many forks lie between the first call of this (or of `new_job_id`) and this process:
+/// a value that changes in a forked child, read with one atomic load.
+pub fn fork_generation() -> u64 {
+    watch_forks();
+    FORKS.load(Ordering::Relaxed)
+}
+
+/// A new job id.
+pub fn new_job_id() -> uuid::Uuid {
+    watch_forks();
     let now = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |since| since.as_millis() as u64);

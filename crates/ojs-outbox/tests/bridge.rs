@@ -451,3 +451,35 @@ fn admin_commands_report_what_to_print_and_the_exit_code() {
     adapter.close();
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `ensure_relay` starts the relay once per process: later calls are no-ops until the relay is
+/// stopped, after which it starts again.
+#[test]
+fn ensure_relay_starts_once_and_again_after_a_stop() {
+    let dir = std::env::temp_dir().join(format!("ojs-bridge-ensure-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let adapter = Adapter::new(&staging_only(json!({
+        "database_url": format!("sqlite://{}", dir.join("app.db").display()),
+    })))
+    .unwrap();
+    adapter.migrate().unwrap();
+    assert_eq!(
+        adapter.metrics_json(),
+        "null",
+        "no relay before the first ensure"
+    );
+    adapter.ensure_relay().unwrap();
+    assert_ne!(adapter.metrics_json(), "null", "the relay runs");
+    adapter.ensure_relay().unwrap();
+    adapter.stop_relay();
+    assert_eq!(adapter.metrics_json(), "null", "stopped");
+    adapter.ensure_relay().unwrap();
+    assert_ne!(
+        adapter.metrics_json(),
+        "null",
+        "started again after the stop"
+    );
+    adapter.close();
+    let _ = std::fs::remove_dir_all(&dir);
+}
