@@ -438,6 +438,15 @@ fn finish(
             }
             let tenant_id = match meta.get("tenant_id") {
                 None | Some(Value::Null) => None,
+                // A NUL cannot be stored in a PostgreSQL text column, and the staged row's
+                // fields cross to the bindings NUL-separated.
+                Some(Value::String(tenant)) if tenant.contains('\0') => {
+                    return Err(Error::field(
+                        ErrorCode::InvalidMeta,
+                        "meta.tenant_id",
+                        "must not contain a NUL character",
+                    ));
+                }
                 Some(Value::String(tenant)) => Some(tenant.clone()),
                 Some(other) => {
                     return Err(Error::field(

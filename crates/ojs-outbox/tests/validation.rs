@@ -178,6 +178,11 @@ fn refuses_bad_jobs_with_the_right_code_and_field() {
             "meta.tenant_id",
         ),
         (
+            NewJob::new("a", json!([])).with_meta(json!({"tenant_id": "ac\0me"})),
+            ErrorCode::InvalidMeta,
+            "meta.tenant_id",
+        ),
+        (
             NewJob::new("a", json!(["x".repeat(MAX_WIRE_BYTES)])),
             ErrorCode::PayloadTooLarge,
             "args",
