@@ -1,10 +1,11 @@
 //! `ojs-devserver`: an in-memory stand-in for an Open Job Spec backend.
 //!
-//! It speaks the subset of the OJS HTTP binding the outbox relay uses (single and atomic batch
-//! enqueue, get job, health, manifest) with the binding's validation, `409 duplicate` on a
-//! repeated id and `413` over 1 MiB, plus a control API under `/_dev` that tells a test what
-//! the backend really received and lets it inject faults. It is the oracle of the conformance
-//! suite, so it deliberately shares no code with the `ojs-outbox` crate it checks.
+//! It speaks the producer side of the OJS HTTP binding (single and atomic batch enqueue, get
+//! job, health, manifest) and answers as the reference servers do: the full job envelope, the
+//! `scheduled` state, unique jobs, the binding's error codes and `X-Request-Id` (rule by rule in
+//! docs/ojs-compat.md), plus a control API under `/_dev` that tells a test what the backend
+//! really holds and lets it inject faults. It is the oracle of the conformance suite, so it
+//! deliberately shares no code with the `ojs-outbox` crate it checks.
 //!
 //! ```no_run
 //! # async fn demo() -> std::io::Result<()> {
