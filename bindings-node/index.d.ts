@@ -46,12 +46,25 @@ export interface RequestContext {
 /** A knex instance (autocommit) or transactor (staged in that transaction). */
 export type KnexExecutor = Knex | Knex.Transaction;
 
+/**
+ * Where the relay's log records go: one call per record, at its level, with the core's whole
+ * line (job id included for a dead letter). `console`, a pino or a winston logger fit as they are.
+ */
+export interface OjsLogger {
+  /** The relay resumed (backend or database answering again). */
+  info(message: string): void;
+  /** The relay paused (backend unreachable, backpressure), a database or prune failure. */
+  warn(message: string): void;
+  /** A dead letter (one per job), or the backend refusing the relay (401/403/404/405). */
+  error(message: string): void;
+}
+
 export interface CreateOjsOptions {
   /**
    * Base URL of the OJS backend (adapter.ojs_url). Required: unset (or null) throws INVALID_CONFIG
    * naming `createOjs({ url })`, except with NODE_ENV=development, where the core's development
-   * URL is used and one console.warn line says so. Any option not declared here is refused with
-   * INVALID_CONFIG (e.g. `ojsUrl`: did you mean "url"?).
+   * URL is used and one warning (`logger.warn`, console by default) says so. Any option not
+   * declared here is refused with INVALID_CONFIG (e.g. `ojsUrl`: did you mean "url"?).
    */
   url?: string | null;
   /** adapter.backend_type: "external", the only type (the core's default). */
@@ -76,6 +89,12 @@ export interface CreateOjsOptions {
   relayProcess?: boolean;
   /** Receives a failed automatic start or a failed close on a signal (default: console.error). */
   onError?: (error: Error) => void;
+  /**
+   * Receives the relay's log records (pause, resume, dead letter, refusal, database or prune
+   * failure) and the development-URL notice (default: console). Drained every 250 ms by a
+   * timer that never keeps the process alive; on SQLite the relay host process sends them here.
+   */
+  logger?: OjsLogger;
 }
 
 /** Counts of the outbox as `ojs-relay status` shows them. */

@@ -33,6 +33,7 @@ const fs = require('node:fs');
 const os = require('node:os');
 const { NativeAdapter } = require('../lib/native');
 const { callNative, awaitNative, OJSError } = require('../lib/errors');
+const { startFeed } = require('../lib/log');
 
 const USAGE = `usage: ojs-relay [--config FILE] [--database-url URL] [--table NAME] COMMAND
 
@@ -108,6 +109,9 @@ function table(rows) {
   return [keys.join('\t'), ...rows.map((row) => keys.map((k) => (row[k] === null ? '' : String(row[k]))).join('\t'))].join('\n');
 }
 
+/** How `run` labels the relay's records on stderr. */
+const LOG_LABELS = { info: 'INFO', warning: 'WARN', error: 'ERROR' };
+
 /**
  * `run`: connect and check the table, start the relay, and on the first stop signal stop it
  * through the adapter's close (the core's graceful stop: it sends what it holds within
@@ -116,6 +120,10 @@ function table(rows) {
  * it once started.
  */
 async function run(adapter) {
+  // The relay's records (pauses, resumes, dead letters: the core's texts) on stderr as they come.
+  const feed = startFeed((records) => {
+    for (const record of records) console.error(`ojs-relay: ${LOG_LABELS[record.level] || record.level} ${record.message}`);
+  });
   let phase = 'connecting';
   const started = (async () => {
     await awaitNative(adapter.statusJson());
@@ -127,6 +135,7 @@ async function run(adapter) {
   const first = await Promise.race([started, stopRequested.then(() => 'signal')]);
   if (first === 'signal' && phase === 'connecting') {
     console.error(`ojs-relay: ${stopSignal} before the relay started; exiting`);
+    feed.stop();
     return 0;
   }
   await started;
@@ -139,6 +148,7 @@ async function run(adapter) {
   }
   console.error(`ojs-relay: ${stopSignal}: stopping (flushing the relay)`);
   await awaitNative(adapter.close());
+  feed.stop();
   console.error('ojs-relay: stopped');
   return 0;
 }

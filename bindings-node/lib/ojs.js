@@ -8,6 +8,7 @@ const { callNative, awaitNative, errorFor, fromNative, NoTransactionError } = re
 const hostKnex = require('./knex');
 const { runScoped, currentScope } = require('./context');
 const { RelayHost } = require('./relay-host');
+const relayLog = require('./log');
 
 /** camelCase keys to the core's snake_case, recursively; snake_case keys pass unchanged. */
 function snakeKeys(value) {
@@ -21,7 +22,7 @@ function snakeKeys(value) {
 }
 
 /** createOjs options that are Express's own; every other option is a core configuration key. */
-const EXPRESS_OPTIONS = ['knex', 'config', 'relayProcess', 'onError', 'autoStart', 'handleSignals'];
+const EXPRESS_OPTIONS = ['knex', 'config', 'relayProcess', 'onError', 'autoStart', 'handleSignals', 'logger'];
 /** How an application sets the backend URL, named by the core when it is missing. */
 const URL_SETTING = 'createOjs({ url })';
 
@@ -119,11 +120,14 @@ class Ojs {
     this._stagers = { postgresql: undefined, sqlite: undefined };
     const host = hostOptions();
     this.native = callNative(() => new NativeAdapter(JSON.stringify(this.config), host));
+    /** Where the relay's log records go (lib/log.js): info, warn and error methods. */
+    this.logger = relayLog.checkLogger(options.logger);
     const notice = this.native.notice;
-    if (notice) console.warn(`ojs-adapter-express: ${notice}`);
+    if (notice) this.logger.warn(`ojs-adapter-express: ${notice}`);
     // On SQLite the core's I/O must not share this process with better-sqlite3 (relay-host.js).
     const separate = options.relayProcess ?? this.dialect === 'sqlite';
     this.host = separate ? new RelayHost(this.config, this.native.hotQueueCapacity, host) : null;
+    this._log = relayLog.forApp(this);
     this.onError = options.onError || ((error) => console.error(`ojs-adapter-express: ${error.message}`));
     this._closed = false;
     this._signalHandlers = new Map();
@@ -156,12 +160,14 @@ class Ojs {
 
   /** Starts the in-process relay (nothing in "external" mode). Idempotent. */
   async start() {
+    this._log.starting();
     await this._io('startRelay');
   }
 
   /** Graceful stop: sends what the relay holds (within shutdown_timeout), keeps the rest pending. */
   async stopRelay() {
     await this._io('stopRelay');
+    this._log.stopped();
   }
 
   /**
@@ -175,6 +181,7 @@ class Ojs {
     await this.ready.catch(() => {});
     if (this.host) await this.host.close();
     await awaitNative(this.native.close());
+    this._log.stopped();
   }
 
   _wireSignals() {

@@ -21,6 +21,7 @@
 const { fork } = require('node:child_process');
 const path = require('node:path');
 const { fromNative } = require('./errors');
+const { startFeed } = require('./log');
 
 const BIN = path.join(__dirname, '..', 'bin', 'ojs-relay.js');
 
@@ -37,6 +38,8 @@ class RelayHost {
      * at most `capacity`; `sent` ids handed to the channel, `dropped` ids given up.
      */
     this.wakeups = { capacity, ids: [], sending: null, sent: 0, dropped: 0 };
+    /** Receives the relay's log records the host process sends (lib/log.js). */
+    this.onLog = () => {};
   }
 
   _spawn() {
@@ -50,6 +53,10 @@ class RelayHost {
       stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
     });
     child.on('message', (message) => {
+      if (message.log) {
+        this.onLog(message.log);
+        return;
+      }
       const call = this.pending.get(message.id);
       if (!call) return;
       this.pending.delete(message.id);
@@ -153,9 +160,20 @@ class RelayHost {
  */
 function serveHost(NativeAdapter, stopRequested) {
   const adapter = new NativeAdapter(process.env.OJS_HOST_CONFIG, JSON.parse(process.env.OJS_HOST_OPTIONS || '{}'));
+  // The relay's log records go to the application process, which logs them (lib/log.js).
+  const feed = startFeed(
+    (records) =>
+      new Promise((resolve) => {
+        if (!process.connected) return resolve();
+        process.send({ log: records }, () => resolve());
+      }),
+  );
   let closing = null;
   const close = () => {
-    closing ||= adapter.close().catch(() => {});
+    closing ||= adapter
+      .close()
+      .catch(() => {})
+      .then(() => feed.stop());
     return closing;
   };
   process.on('message', async ({ id, method, args }) => {
@@ -165,6 +183,8 @@ function serveHost(NativeAdapter, stopRequested) {
     }
     try {
       const result = method === 'close' ? await close() : await adapter[method](...args);
+      // The records of a stop (its flush) reach the application before the stop's answer.
+      if (method === 'stopRelay') await feed.flush();
       process.send({ id, result: result === undefined ? null : result });
     } catch (error) {
       process.send({ id, error: String(error && error.message) });

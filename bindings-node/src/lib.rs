@@ -8,6 +8,8 @@
 
 mod adapter;
 mod error;
+mod log;
 
 pub use adapter::{NativeAdapter, NativeHost, Stager, option_keys, reject_option, stage_job};
 pub use error::{NativeErrorCode, database_error_code, error_codes};
+pub use log::{LogRecord, drain_log_feed, enable_log_feed};

@@ -1,0 +1,35 @@
+//! The relay's log feed (`bridge::enable_log_feed`, `bridge::drain_log_feed`) for `lib/log.js`,
+//! which hands the records to the application's logger. Synchronous: a drain takes the core's
+//! queue under a short lock and never waits on I/O.
+
+use napi_derive::napi;
+
+/// One relay log record: `level` is "info", "warning" or "error"; `jobId` the job of a dead
+/// letter, else null; `table` the outbox table of the relay that wrote it.
+#[napi(object)]
+pub struct LogRecord {
+    pub level: String,
+    pub message: String,
+    pub job_id: Option<String>,
+    pub table: String,
+}
+
+/// Turns the relay's log feed on for this process. Idempotent.
+#[napi]
+pub fn enable_log_feed() {
+    ojs_outbox::bridge::enable_log_feed();
+}
+
+/// The relay log records queued in this process since the last call, oldest first.
+#[napi]
+pub fn drain_log_feed() -> Vec<LogRecord> {
+    ojs_outbox::bridge::drain_log_feed()
+        .into_iter()
+        .map(|record| LogRecord {
+            level: record.level,
+            message: record.message,
+            job_id: record.job_id,
+            table: record.table,
+        })
+        .collect()
+}
