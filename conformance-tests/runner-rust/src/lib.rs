@@ -1,13 +1,61 @@
-//! The reference runner of the conformance cases in `conformance-tests/cases/`: it drives the
-//! Rust-native adapter (`ojs_outbox::Outbox`) against a real database and the dev backend,
-//! which it observes only through its HTTP control API, as every other language's runner does.
+//! The reference runner of the conformance cases in `conformance-tests/cases/`. It drives
+//! `ojs_outbox::bridge::Adapter` exactly as a language binding does (issue 14, item 3), against
+//! a real database and the dev backend, which it observes only through its HTTP control API,
+//! as every other language's runner does. The Rust-native `Outbox` / `OutboxTransaction` keep
+//! their own tests in `crates/ojs-outbox/tests`.
+//!
+//! # The runner plays the host framework
+//!
+//! What Django, knex or ActiveRecord do around a binding, the runner does itself:
+//!
+//! - It owns the **host connection**: one sqlx connection of its own to the case's database
+//!   (a SQLite file, or PostgreSQL), not the relay's. It creates the outbox table on it with
+//!   the core's DDL (`Adapter::drop_table_sql`, `create_table_sql`), as a migration would, and
+//!   runs `BEGIN`, `SAVEPOINT`, `RELEASE SAVEPOINT`, `ROLLBACK TO SAVEPOINT`, `COMMIT` and
+//!   `ROLLBACK` on it as its own SQL.
+//! - Staging: `Adapter::stage_job` for `enqueue_after_commit` (the bindings' per-job hot path)
+//!   and `Adapter::stage` for `enqueue_bulk`, in the dialect and placeholder style the host
+//!   declares (`sqlite` + `question`, `postgresql` + `dollar`). The runner executes the returned
+//!   statements on the host connection with text parameters; when `Staged::needs_savepoint`
+//!   says so, inside `SAVEPOINT ojs_stage`, rolled back to on failure (in autocommit, inside a
+//!   transaction of their own), so a bulk is all or nothing. A host driver's failure gets its
+//!   code from `bridge::database_error_code`.
+//! - Savepoint bookkeeping: a `bridge::Ledger` per host transaction (`staged` after the
+//!   statements ran, `savepoint`, `release`, `rollback_savepoint`); after the outermost
+//!   `COMMIT`, `Adapter::committed(&mut ledger)` wakes the relay; after `ROLLBACK`,
+//!   `ledger.rollback()`. `commit` with `crash_before_hook` commits and never calls
+//!   `committed`, which is what a process that dies right after COMMIT does. In autocommit
+//!   (no transaction open) the rows are committed by their own statement and
+//!   `Adapter::notify_committed` is the after-commit hook, as in the bindings.
+//! - The request context is the JSON text the bridge takes (`RequestContext::from_json`: the
+//!   case's keys as they are; a middleware may also pass `{"headers": {...}}`), held by the
+//!   runner as a middleware holds it and passed to every stage or send.
+//! - Everything else is an `Adapter` call: `start_relay` / `stop_relay` / `kill_relay` /
+//!   `close`, `enqueue_now`, `prune`, `dead_replay`, `dead_purge`, and the committed view of
+//!   the outbox (`rows_json`, `status_json`). While a transaction is open, `expect_outbox` and
+//!   `wait_outbox` read through the host connection instead (test-only SELECTs), so the case
+//!   sees its own uncommitted rows, as the README asks.
+//!
+//! # Threads and runtimes
+//!
+//! The runner is synchronous, like a binding's host language: `run_case` blocks. `Adapter`
+//! owns its own tokio runtime and blocks in its calls; the host connection (async sqlx) and the
+//! dev backend's control API (async reqwest) are driven by a current-thread runtime of the
+//! runner's own, entered with `block_on` once per host action. No `Adapter` method is ever
+//! called inside that `block_on`, so the two runtimes never nest. The dev backend runs on a
+//! runtime of the test's own (`tests/conformance.rs`), as the separate process it stands for.
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::path::{Path, PathBuf};
+use std::str::FromStr;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use ojs_outbox::{Config, NewJob, Outbox, OutboxTransaction, RequestContext};
+use ojs_outbox::Error;
+use ojs_outbox::bridge::{self, Adapter, Ledger};
 use serde_json::{Value, json};
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode};
+use sqlx::{AssertSqlSafe, ConnectOptions, Connection, PgConnection, SqliteConnection};
 
 /// One case file.
 #[derive(Debug, Clone, serde::Deserialize)]
@@ -172,22 +220,9 @@ fn now_us() -> u64 {
         .as_micros() as u64
 }
 
-fn job_of(step: &Value) -> NewJob {
-    let mut job = NewJob::new(
-        step["type"].as_str().unwrap_or_default(),
-        step.get("args").cloned().unwrap_or(Value::Null),
-    );
-    if let Some(options) = step.get("options") {
-        job = job.with_options(options.clone());
-    }
-    if let Some(meta) = step.get("meta") {
-        job = job.with_meta(meta.clone());
-    }
-    job
-}
-
-/// The jobs of an `enqueue_bulk` step, with their refs.
-fn bulk_jobs(step: &Value) -> Vec<(Option<String>, NewJob)> {
+/// The jobs of an `enqueue_bulk` step as the bridge takes them (`{"type", "args",
+/// "options"?}`), with their refs.
+fn bulk_jobs(step: &Value) -> (Vec<Option<String>>, Vec<Value>) {
     if let Some(generate) = step.get("generate") {
         let count = generate["count"].as_u64().unwrap_or(0);
         let job_type = generate["type"].as_str().unwrap_or_default();
@@ -196,30 +231,215 @@ fn bulk_jobs(step: &Value) -> Vec<(Option<String>, NewJob)> {
             .map(|i| {
                 (
                     Some(format!("{prefix}{i}")),
-                    NewJob::new(job_type, json!([i])),
+                    json!({"type": job_type, "args": [i]}),
                 )
             })
-            .collect();
+            .unzip();
     }
     step["jobs"]
         .as_array()
-        .map(|jobs| {
-            jobs.iter()
-                .map(|job| (job["ref"].as_str().map(str::to_owned), job_of(job)))
-                .collect()
-        })
-        .unwrap_or_default()
+        .into_iter()
+        .flatten()
+        .map(|job| (job["ref"].as_str().map(str::to_owned), job_input(job)))
+        .unzip()
 }
 
-struct Run<'a> {
-    outbox: &'a Outbox,
+/// One job of a step as a binding hands it over: type, args (passed unchanged, arrays or not)
+/// and options when given.
+fn job_input(step: &Value) -> Value {
+    let mut job = json!({"type": step["type"], "args": step["args"]});
+    if let Some(options) = step.get("options") {
+        job["options"] = options.clone();
+    }
+    job
+}
+
+/// The host framework's connection to the case's database.
+enum HostConnection {
+    Sqlite(SqliteConnection),
+    Postgres(PgConnection),
+}
+
+/// Runs the same sqlx expression on whichever connection the host holds.
+macro_rules! on_connection {
+    ($connection:expr, |$c:ident| $body:expr) => {
+        match $connection {
+            HostConnection::Sqlite($c) => $body,
+            HostConnection::Postgres($c) => $body,
+        }
+    };
+}
+
+/// The host side: its connection, the dialect and placeholder style it declares to the
+/// bridge, and the current-thread runtime that drives its async driver (see the module doc).
+struct Host {
+    runtime: tokio::runtime::Runtime,
+    connection: HostConnection,
+    dialect: &'static str,
+    placeholder: &'static str,
+}
+
+impl Host {
+    fn connect(database: &Database, url: &str) -> Result<Host, String> {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| format!("host runtime: {e}"))?;
+        let (connection, dialect, placeholder) = match database {
+            Database::Sqlite { .. } => {
+                // As the relay's own pool opens it: WAL, and a writer waits for the other one.
+                let options = SqliteConnectOptions::from_str(url)
+                    .map_err(|e| format!("{url}: {e}"))?
+                    .create_if_missing(true)
+                    .journal_mode(SqliteJournalMode::Wal)
+                    .busy_timeout(Duration::from_secs(10));
+                let connection = runtime
+                    .block_on(options.connect())
+                    .map_err(|e| format!("host connection: {e}"))?;
+                (HostConnection::Sqlite(connection), "sqlite", "question")
+            }
+            Database::Postgres { .. } => {
+                let connection = runtime
+                    .block_on(PgConnection::connect(url))
+                    .map_err(|e| format!("host connection: {e}"))?;
+                (HostConnection::Postgres(connection), "postgresql", "dollar")
+            }
+        };
+        Ok(Host {
+            runtime,
+            connection,
+            dialect,
+            placeholder,
+        })
+    }
+
+    /// Runs host-side async work (the backend's control API) to completion. Never an
+    /// `Adapter` call: that would nest the adapter's runtime inside this one.
+    fn block_on<F: Future>(&self, work: F) -> F::Output {
+        self.runtime.block_on(work)
+    }
+
+    /// Runs one statement of the bridge's with its text parameters.
+    fn execute(&mut self, sql: &str, params: &[Option<String>]) -> Result<(), Error> {
+        let Host {
+            runtime,
+            connection,
+            ..
+        } = self;
+        runtime
+            .block_on(async {
+                on_connection!(connection, |c| {
+                    let mut query = sqlx::query(AssertSqlSafe(sql.to_owned()));
+                    for param in params {
+                        query = query.bind(param.as_deref());
+                    }
+                    query.execute(&mut *c).await.map(drop)
+                })
+            })
+            .map_err(host_error)
+    }
+
+    /// Runs the host's own SQL (transaction control, DDL).
+    fn run(&mut self, sql: &str) -> Result<(), Error> {
+        let Host {
+            runtime,
+            connection,
+            ..
+        } = self;
+        runtime
+            .block_on(async {
+                on_connection!(connection, |c| {
+                    sqlx::raw_sql(AssertSqlSafe(sql.to_owned()))
+                        .execute(&mut *c)
+                        .await
+                        .map(drop)
+                })
+            })
+            .map_err(host_error)
+    }
+
+    /// `{job_id: status}` of every row of `table`, as the host connection sees it (inside an
+    /// open transaction: its own uncommitted rows included). Test-only SQL, as in the other
+    /// runners: the core offers no read statement for host connections.
+    fn rows(&mut self, table: &str) -> Result<HashMap<String, String>, Error> {
+        let sql = format!("SELECT CAST(job_id AS TEXT), status FROM {table}");
+        let Host {
+            runtime,
+            connection,
+            ..
+        } = self;
+        let rows: Vec<(String, String)> = runtime
+            .block_on(async {
+                on_connection!(connection, |c| {
+                    sqlx::query_as(AssertSqlSafe(sql)).fetch_all(&mut *c).await
+                })
+            })
+            .map_err(host_error)?;
+        Ok(rows.into_iter().collect())
+    }
+
+    /// Rows in `table` as the host connection sees them.
+    fn count(&mut self, table: &str) -> Result<i64, Error> {
+        let sql = format!("SELECT COUNT(*) FROM {table}");
+        let Host {
+            runtime,
+            connection,
+            ..
+        } = self;
+        let (count,): (i64,) = runtime
+            .block_on(async {
+                on_connection!(connection, |c| {
+                    sqlx::query_as(AssertSqlSafe(sql)).fetch_one(&mut *c).await
+                })
+            })
+            .map_err(host_error)?;
+        Ok(count)
+    }
+
+    fn close(self) {
+        let Host {
+            runtime,
+            connection,
+            ..
+        } = self;
+        let _ = runtime.block_on(async { on_connection!(connection, |c| c.close().await) });
+    }
+}
+
+/// A host driver's failure as a binding reports it: the code from the bridge's rule.
+fn host_error(error: sqlx::Error) -> Error {
+    let (sqlstate, message) = match &error {
+        sqlx::Error::Database(db) => (db.code().map(|c| c.into_owned()), db.message().to_owned()),
+        other => (None, other.to_string()),
+    };
+    Error::new(
+        bridge::database_error_code(sqlstate.as_deref(), &message),
+        message,
+    )
+}
+
+/// The name of the runner's savepoint at `depth` (1 for the first one), as a framework names
+/// its nested transactions.
+fn savepoint_name(depth: usize) -> String {
+    format!("runner_savepoint_{depth}")
+}
+
+/// Statement text and parameters, borrowed from whichever staging answer they came in.
+type HostStatement<'s> = (&'s str, &'s [Option<String>]);
+
+struct Run {
+    adapter: Adapter,
+    host: Host,
     backend: Backend,
+    /// The open host transaction's bookkeeping; `None` when none is open (autocommit).
+    ledger: Option<Ledger>,
     refs: HashMap<String, String>,
-    context: Option<RequestContext>,
+    /// The request context as the JSON text the bridge takes.
+    context: Option<String>,
     last_commit_us: u64,
 }
 
-impl<'a> Run<'a> {
+impl Run {
     fn id_of(&self, reference: &str) -> Result<&String, String> {
         self.refs
             .get(reference)
@@ -238,13 +458,13 @@ impl<'a> Run<'a> {
             .unwrap_or_else(|| Ok(Vec::new()))
     }
 
-    fn check_error(step: &Value, result: &Result<(), ojs_outbox::Error>) -> Result<bool, String> {
+    fn check_error<T>(step: &Value, result: &Result<T, Error>) -> Result<bool, String> {
         match (step.get("expect_error").and_then(Value::as_str), result) {
             (Some(code), Err(error)) if error.code.as_str() == code => Ok(true),
             (Some(code), Err(error)) => Err(format!("expected error {code}, got {error}")),
-            (Some(code), Ok(())) => Err(format!("expected error {code}, the call succeeded")),
+            (Some(code), Ok(_)) => Err(format!("expected error {code}, the call succeeded")),
             (None, Err(error)) => Err(format!("unexpected error: {error}")),
-            (None, Ok(())) => Ok(false),
+            (None, Ok(_)) => Ok(false),
         }
     }
 
@@ -254,184 +474,235 @@ impl<'a> Run<'a> {
         }
     }
 
-    /// Stages one step's jobs: inside the open transaction, or in one of their own (autocommit).
-    async fn stage(
-        &mut self,
-        tx: &mut Option<OutboxTransaction<'a>>,
-        step: &Value,
-        bulk: bool,
+    /// The dev backend's record of what it received.
+    fn received(&self) -> Result<Value, String> {
+        self.host.block_on(self.backend.received())
+    }
+
+    /// A call to the dev backend's control API.
+    fn control(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<Value>,
     ) -> Result<(), String> {
-        let jobs = if bulk {
-            bulk_jobs(step)
+        self.host
+            .block_on(self.backend.call(method, path, body))
+            .map(drop)
+    }
+
+    /// One step's jobs through the bridge and onto the host connection: inside the open
+    /// transaction, or in autocommit when none is open.
+    fn stage(&mut self, step: &Value, bulk: bool) -> Result<(), String> {
+        let (refs, staged) = if bulk {
+            let (refs, jobs) = bulk_jobs(step);
+            (refs, self.stage_bulk(&Value::Array(jobs)))
         } else {
-            vec![(step["ref"].as_str().map(str::to_owned), job_of(step))]
+            let reference = step["ref"].as_str().map(str::to_owned);
+            (vec![reference], self.stage_one(step))
         };
-        let (refs, jobs): (Vec<Option<String>>, Vec<NewJob>) = jobs.into_iter().unzip();
-        let autocommit = tx.is_none();
-        if autocommit {
-            let mut own = self.outbox.begin().await.map_err(|e| e.to_string())?;
-            own.set_context(self.context.clone());
-            *tx = Some(own);
-        }
-        let open = tx.as_mut().expect("a transaction is open");
-        open.set_context(self.context.clone());
-        let staged = open.enqueue_bulk(jobs).await;
-        let staged_ids = staged.as_ref().ok().cloned();
-        if Self::check_error(step, &staged.map(|_| ()))? {
-            if autocommit {
-                tx.take()
-                    .expect("own")
-                    .rollback()
-                    .await
-                    .map_err(|e| e.to_string())?;
-            }
+        if Self::check_error(step, &staged)? {
             return Ok(());
         }
-        for (reference, id) in refs.iter().zip(staged_ids.unwrap_or_default()) {
+        for (reference, id) in refs.iter().zip(staged.unwrap_or_default()) {
             self.remember(reference.as_deref(), id);
-        }
-        if autocommit {
-            tx.take()
-                .expect("own")
-                .commit()
-                .await
-                .map_err(|e| e.to_string())?;
-            self.last_commit_us = now_us();
         }
         Ok(())
     }
 
-    async fn step(
+    /// `enqueue_after_commit`: `Adapter::stage_job` (texts in, one INSERT out).
+    fn stage_one(&mut self, step: &Value) -> Result<Vec<String>, Error> {
+        let options = step.get("options").map(Value::to_string);
+        let job = self.adapter.stage_job(
+            self.host.dialect,
+            self.host.placeholder,
+            step["type"].as_str().unwrap_or_default(),
+            &step["args"].to_string(),
+            options.as_deref(),
+            None,
+            self.context.as_deref(),
+        )?;
+        self.write(&[(&*job.sql, &job.params)], false, vec![job.job_id])
+    }
+
+    /// `enqueue_bulk`: `Adapter::stage` (a JSON array in, statements out).
+    fn stage_bulk(&mut self, jobs: &Value) -> Result<Vec<String>, Error> {
+        let staged = self.adapter.stage(
+            self.host.dialect,
+            self.host.placeholder,
+            &jobs.to_string(),
+            self.context.as_deref(),
+        )?;
+        let statements: Vec<HostStatement> = staged
+            .statements
+            .iter()
+            .map(|s| (s.sql.as_str(), s.params.as_slice()))
+            .collect();
+        self.write(&statements, staged.needs_savepoint, staged.job_ids.clone())
+    }
+
+    /// Runs staged statements on the host connection. `all_or_nothing` (the bridge's
+    /// `needs_savepoint`): inside a savepoint of their own, rolled back to on failure, so the
+    /// transaction stays usable; in autocommit, inside a transaction of their own. Then the
+    /// ids go to the ledger, or, in autocommit, straight to the after-commit hook.
+    fn write(
         &mut self,
-        tx: &mut Option<OutboxTransaction<'a>>,
-        step: &Value,
-    ) -> Result<(), String> {
+        statements: &[HostStatement],
+        all_or_nothing: bool,
+        job_ids: Vec<String>,
+    ) -> Result<Vec<String>, Error> {
+        let autocommit = self.ledger.is_none();
+        let (open, undo, close) = match (all_or_nothing, autocommit) {
+            (false, _) => (None, None, None),
+            (true, false) => (
+                Some("SAVEPOINT ojs_stage"),
+                Some("ROLLBACK TO SAVEPOINT ojs_stage; RELEASE SAVEPOINT ojs_stage"),
+                Some("RELEASE SAVEPOINT ojs_stage"),
+            ),
+            (true, true) => (Some("BEGIN"), Some("ROLLBACK"), Some("COMMIT")),
+        };
+        if let Some(open) = open {
+            self.host.run(open)?;
+        }
+        for (sql, params) in statements {
+            if let Err(error) = self.host.execute(sql, params) {
+                if let Some(undo) = undo {
+                    self.host.run(undo)?;
+                }
+                return Err(error);
+            }
+        }
+        if let Some(close) = close {
+            self.host.run(close)?;
+        }
+        match self.ledger.as_mut() {
+            Some(ledger) => ledger.staged(job_ids.iter().cloned())?,
+            None => {
+                self.adapter.notify_committed(job_ids.clone());
+                self.last_commit_us = now_us();
+            }
+        }
+        Ok(job_ids)
+    }
+
+    fn ledger(&mut self) -> Result<&mut Ledger, String> {
+        self.ledger
+            .as_mut()
+            .ok_or_else(|| "no transaction is open".to_owned())
+    }
+
+    fn step(&mut self, step: &Value) -> Result<(), String> {
         let op = step["op"].as_str().ok_or("step without op")?;
         let timeout = Duration::from_millis(step["timeout_ms"].as_u64().unwrap_or(10_000));
-        let no_tx = || "no transaction is open".to_owned();
+        let text = |e: Error| e.to_string();
         match op {
             "begin" => {
-                if tx.is_some() {
+                if self.ledger.is_some() {
                     return Err("begin: a transaction is already open".into());
                 }
-                *tx = Some(self.outbox.begin().await.map_err(|e| e.to_string())?);
+                self.host.run("BEGIN").map_err(text)?;
+                self.ledger = Some(Ledger::new());
             }
-            "savepoint" => tx
-                .as_mut()
-                .ok_or_else(no_tx)?
-                .savepoint()
-                .await
-                .map_err(|e| e.to_string())?,
-            "release_savepoint" => tx
-                .as_mut()
-                .ok_or_else(no_tx)?
-                .release_savepoint()
-                .await
-                .map_err(|e| e.to_string())?,
-            "rollback_savepoint" => tx
-                .as_mut()
-                .ok_or_else(no_tx)?
-                .rollback_savepoint()
-                .await
-                .map_err(|e| e.to_string())?,
+            "savepoint" => {
+                let depth = self.ledger()?.depth();
+                self.host
+                    .run(&format!("SAVEPOINT {}", savepoint_name(depth)))
+                    .map_err(text)?;
+                self.ledger()?.savepoint().map_err(text)?;
+            }
+            "release_savepoint" => {
+                let ledger = self.ledger()?;
+                ledger.require_savepoint().map_err(text)?;
+                let name = savepoint_name(ledger.depth() - 1);
+                self.host
+                    .run(&format!("RELEASE SAVEPOINT {name}"))
+                    .map_err(text)?;
+                self.ledger()?.release().map_err(text)?;
+            }
+            "rollback_savepoint" => {
+                let ledger = self.ledger()?;
+                ledger.require_savepoint().map_err(text)?;
+                let name = savepoint_name(ledger.depth() - 1);
+                self.host
+                    .run(&format!(
+                        "ROLLBACK TO SAVEPOINT {name}; RELEASE SAVEPOINT {name}"
+                    ))
+                    .map_err(text)?;
+                self.ledger()?.rollback_savepoint().map_err(text)?;
+            }
             "commit" => {
-                let open = tx.take().ok_or_else(no_tx)?;
-                if step["crash_before_hook"].as_bool() == Some(true) {
-                    open.commit_without_hook()
-                        .await
-                        .map_err(|e| e.to_string())?;
-                } else {
-                    open.commit().await.map_err(|e| e.to_string())?;
+                let mut ledger = self.ledger.take().ok_or("no transaction is open")?;
+                self.host.run("COMMIT").map_err(text)?;
+                // A process that dies right after COMMIT never runs its after-commit hook.
+                if step["crash_before_hook"].as_bool() != Some(true) {
+                    self.adapter.committed(&mut ledger);
                 }
                 self.last_commit_us = now_us();
             }
-            "rollback" => tx
-                .take()
-                .ok_or_else(no_tx)?
-                .rollback()
-                .await
-                .map_err(|e| e.to_string())?,
-            "enqueue_after_commit" => self.stage(tx, step, false).await?,
-            "enqueue_bulk" => self.stage(tx, step, true).await?,
+            "rollback" => {
+                let mut ledger = self.ledger.take().ok_or("no transaction is open")?;
+                self.host.run("ROLLBACK").map_err(text)?;
+                ledger.rollback();
+            }
+            "enqueue_after_commit" => self.stage(step, false)?,
+            "enqueue_bulk" => self.stage(step, true)?,
             "enqueue" => {
                 let result = self
-                    .outbox
-                    .enqueue_now(job_of(step), self.context.as_ref())
-                    .await;
-                let id = result.as_ref().ok().cloned();
-                if !Self::check_error(step, &result.map(|_| ()))? {
-                    self.remember(step["ref"].as_str(), id.expect("succeeded"));
+                    .adapter
+                    .enqueue_now(&job_input(step).to_string(), self.context.as_deref());
+                if !Self::check_error(step, &result)? {
+                    self.remember(step["ref"].as_str(), result.expect("succeeded"));
                 }
             }
-            "set_context" => {
-                let context: RequestContext =
-                    serde_json::from_value(step["context"].clone()).map_err(|e| e.to_string())?;
-                self.context = Some(context);
-            }
+            "set_context" => self.context = Some(step["context"].to_string()),
             "clear_context" => self.context = None,
             "backend_fault" => {
                 let mut fault = step.clone();
                 fault.as_object_mut().expect("object").remove("op");
-                self.backend
-                    .call(reqwest::Method::POST, "/_dev/faults", Some(fault))
-                    .await?;
+                self.control(reqwest::Method::POST, "/_dev/faults", Some(fault))?;
             }
             "backend_clear_faults" => {
-                self.backend
-                    .call(reqwest::Method::DELETE, "/_dev/faults", None)
-                    .await?;
+                self.control(reqwest::Method::DELETE, "/_dev/faults", None)?;
             }
             "backend_manifest" => {
                 let body = json!({"batch_enqueue": step["batch_enqueue"]});
-                self.backend
-                    .call(reqwest::Method::POST, "/_dev/manifest", Some(body))
-                    .await?;
+                self.control(reqwest::Method::POST, "/_dev/manifest", Some(body))?;
             }
-            "relay_start" => self.outbox.start_relay(),
-            "relay_stop" => self.outbox.stop_relay().await,
-            "relay_kill" => self.outbox.kill_relay(),
-            "sleep" => {
-                tokio::time::sleep(Duration::from_millis(step["ms"].as_u64().unwrap_or(0))).await
-            }
+            "relay_start" => self.adapter.start_relay().map_err(text)?,
+            "relay_stop" => self.adapter.stop_relay(),
+            "relay_kill" => self.adapter.kill_relay(),
+            "sleep" => std::thread::sleep(Duration::from_millis(step["ms"].as_u64().unwrap_or(0))),
             "prune" => {
-                let retention =
-                    ojs_outbox::duration::parse(step["older_than"].as_str().unwrap_or("PT0S"))?;
-                self.outbox
-                    .store()
-                    .prune(retention, usize::MAX >> 1)
-                    .await
-                    .map_err(|e| e.to_string())?;
+                self.adapter
+                    .prune(step["older_than"].as_str().unwrap_or("PT0S"))
+                    .map_err(text)?;
             }
             "dead_replay" => {
-                self.outbox
-                    .store()
+                self.adapter
                     .dead_replay(step["tenant_id"].as_str())
-                    .await
-                    .map_err(|e| e.to_string())?;
+                    .map_err(text)?;
             }
             "dead_purge" => {
-                self.outbox
-                    .store()
+                self.adapter
                     .dead_purge(step["tenant_id"].as_str())
-                    .await
-                    .map_err(|e| e.to_string())?;
+                    .map_err(text)?;
             }
-            "wait_delivered" => self.wait_delivered(step, timeout).await?,
+            "wait_delivered" => self.wait_delivered(step, timeout)?,
             "wait_outbox" => {
                 let deadline = Instant::now() + timeout;
                 loop {
-                    match self.check_outbox_rows(tx, &step["rows"]).await {
+                    match self.check_outbox_rows(&step["rows"]) {
                         Ok(()) => break,
                         Err(why) if Instant::now() >= deadline => {
                             return Err(format!("wait_outbox timed out: {why}"));
                         }
-                        Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
+                        Err(_) => std::thread::sleep(Duration::from_millis(20)),
                     }
                 }
             }
-            "expect_backend" => self.expect_backend(step).await?,
+            "expect_backend" => self.expect_backend(step)?,
             "expect_requests" => {
-                let received = self.backend.received().await?;
+                let received = self.received()?;
                 for kind in ["batch", "single"] {
                     if let Some(expected) = step.get(kind).and_then(Value::as_u64) {
                         let actual = received["requests"][kind].as_u64().unwrap_or(0);
@@ -444,20 +715,15 @@ impl<'a> Run<'a> {
                 }
             }
             "expect_outbox" => {
-                self.check_outbox_rows(tx, step.get("rows").unwrap_or(&Value::Null))
-                    .await?;
+                self.check_outbox_rows(step.get("rows").unwrap_or(&Value::Null))?;
                 let absent = self.ids_of(&step["absent"])?;
                 let ids: Vec<String> = absent.iter().map(|(_, id)| id.clone()).collect();
-                let rows = self.outbox_rows(tx, &ids).await?;
+                let rows = self.outbox_rows(&ids)?;
                 if let Some((reference, _)) = absent.iter().find(|(_, id)| rows.contains_key(id)) {
                     return Err(format!("outbox still has a row for {reference:?}"));
                 }
                 if let Some(total) = step.get("total").and_then(Value::as_i64) {
-                    let actual = match tx {
-                        Some(open) => open.count_rows().await,
-                        None => self.outbox.store().count_rows().await,
-                    }
-                    .map_err(|e| e.to_string())?;
+                    let actual = self.count_rows()?;
                     if actual != total {
                         return Err(format!("expected {total} outbox rows, found {actual}"));
                     }
@@ -468,11 +734,11 @@ impl<'a> Run<'a> {
         Ok(())
     }
 
-    async fn wait_delivered(&self, step: &Value, timeout: Duration) -> Result<(), String> {
+    fn wait_delivered(&self, step: &Value, timeout: Duration) -> Result<(), String> {
         let wanted = self.ids_of(&step["refs"])?;
         let deadline = Instant::now() + timeout;
         loop {
-            let received = self.backend.received().await?;
+            let received = self.received()?;
             let stored: HashMap<&str, u64> = stored_jobs(&received)
                 .iter()
                 .filter_map(|job| {
@@ -504,40 +770,52 @@ impl<'a> Run<'a> {
                 return Ok(());
             }
             if Instant::now() >= deadline {
-                let outbox = self
-                    .outbox
-                    .store()
-                    .status()
-                    .await
-                    .map(|s| format!("{s:?}"))
-                    .unwrap_or_default();
+                let outbox = self.adapter.status_json().unwrap_or_default();
                 return Err(format!(
                     "not delivered within {timeout:?}: {missing:?}; outbox {outbox}"
                 ));
             }
-            tokio::time::sleep(Duration::from_millis(10)).await;
+            std::thread::sleep(Duration::from_millis(10));
         }
     }
 
-    /// Outbox rows as the application sees them: through its open transaction when there is
-    /// one (its own uncommitted rows included), else as committed.
-    async fn outbox_rows(
-        &self,
-        tx: &mut Option<OutboxTransaction<'a>>,
-        ids: &[String],
-    ) -> Result<HashMap<String, ojs_outbox::store::RowState>, String> {
-        match tx {
-            Some(open) => open.rows_by_job_id(ids).await,
-            None => self.outbox.store().rows_by_job_id(ids).await,
+    /// `{job_id: status}` as the application sees the rows: through the host connection while
+    /// its transaction is open (its own uncommitted rows too), else as committed, through the
+    /// bridge (`rows_json`).
+    fn outbox_rows(&mut self, ids: &[String]) -> Result<HashMap<String, String>, String> {
+        if self.ledger.is_some() {
+            let table = self.adapter.table_name().to_owned();
+            return self.host.rows(&table).map_err(|e| e.to_string());
         }
-        .map_err(|e| e.to_string())
+        let rows = self
+            .adapter
+            .rows_json(ids.to_vec())
+            .map_err(|e| e.to_string())?;
+        let rows: HashMap<String, Value> =
+            serde_json::from_str(&rows).map_err(|e| format!("rows_json: {e}"))?;
+        Ok(rows
+            .into_iter()
+            .map(|(id, row)| (id, row["status"].as_str().unwrap_or("?").to_owned()))
+            .collect())
     }
 
-    async fn check_outbox_rows(
-        &self,
-        tx: &mut Option<OutboxTransaction<'a>>,
-        rows: &Value,
-    ) -> Result<(), String> {
+    /// Rows in the outbox table, seen as `outbox_rows` sees them (committed: the sum of the
+    /// bridge's `status_json` counts).
+    fn count_rows(&mut self) -> Result<i64, String> {
+        if self.ledger.is_some() {
+            let table = self.adapter.table_name().to_owned();
+            return self.host.count(&table).map_err(|e| e.to_string());
+        }
+        let status: Value =
+            serde_json::from_str(&self.adapter.status_json().map_err(|e| e.to_string())?)
+                .map_err(|e| format!("status_json: {e}"))?;
+        Ok(["pending", "failed", "sent", "dead"]
+            .iter()
+            .map(|key| status[key].as_i64().unwrap_or(0))
+            .sum())
+    }
+
+    fn check_outbox_rows(&mut self, rows: &Value) -> Result<(), String> {
         let Some(rows) = rows.as_object() else {
             return Ok(());
         };
@@ -545,13 +823,10 @@ impl<'a> Run<'a> {
         for reference in rows.keys() {
             ids.push(self.id_of(reference)?.clone());
         }
-        let states = self.outbox_rows(tx, &ids).await?;
+        let states = self.outbox_rows(&ids)?;
         for (reference, expected) in rows {
             let id = self.id_of(reference)?;
-            let actual = states
-                .get(id)
-                .map(|s| s.status.as_str())
-                .unwrap_or("absent");
+            let actual = states.get(id).map(String::as_str).unwrap_or("absent");
             let allowed: Vec<&str> = match expected {
                 Value::Array(list) => list.iter().filter_map(Value::as_str).collect(),
                 other => other.as_str().into_iter().collect(),
@@ -565,8 +840,8 @@ impl<'a> Run<'a> {
         Ok(())
     }
 
-    async fn expect_backend(&self, step: &Value) -> Result<(), String> {
-        let received = self.backend.received().await?;
+    fn expect_backend(&self, step: &Value) -> Result<(), String> {
+        let received = self.received()?;
         let jobs = stored_jobs(&received);
         let position: HashMap<&str, usize> = jobs
             .iter()
@@ -660,18 +935,47 @@ impl<'a> Run<'a> {
         }
         Ok(())
     }
+
+    /// Before the first step: the outbox table created afresh on the host connection with the
+    /// core's DDL, as a framework migration does it, and the relay started unless the case
+    /// says `"stopped"`.
+    fn prepare(&mut self, case: &Case) -> Result<(), String> {
+        let dialect = self.host.dialect;
+        let text = |e: Error| e.to_string();
+        let drop = self.adapter.drop_table_sql(dialect).map_err(text)?;
+        self.host.run(&drop).map_err(text)?;
+        for ddl in self.adapter.create_table_sql(dialect).map_err(text)? {
+            self.host.run(&ddl).map_err(text)?;
+        }
+        if case.relay.as_deref() != Some("stopped") {
+            self.adapter.start_relay().map_err(text)?;
+        }
+        Ok(())
+    }
+
+    /// After the last step, whatever the outcome: roll back a transaction left open, stop the
+    /// relay abruptly and close the adapter and the host connection.
+    fn finish(mut self) {
+        if let Some(mut ledger) = self.ledger.take() {
+            let _ = self.host.run("ROLLBACK");
+            ledger.rollback();
+        }
+        self.adapter.kill_relay();
+        self.adapter.close();
+        self.host.close();
+    }
 }
 
 /// Runs one case against one database and the dev backend at `backend_url` (reset first).
-pub async fn run_case(case: &Case, database: &Database, backend_url: &str) -> Result<(), String> {
+/// Blocks; call it outside any async runtime (see the module doc).
+pub fn run_case(case: &Case, database: &Database, backend_url: &str) -> Result<(), String> {
+    let (database_url, table) = database.url_and_table(case);
+    let host = Host::connect(database, &database_url)?;
     let backend = Backend {
         url: backend_url.to_owned(),
         http: reqwest::Client::new(),
     };
-    backend
-        .call(reqwest::Method::POST, "/_dev/reset", None)
-        .await?;
-    let (database_url, table) = database.url_and_table(case);
+    host.block_on(backend.call(reqwest::Method::POST, "/_dev/reset", None))?;
     let mut config = suite_defaults();
     merge(
         &mut config,
@@ -680,40 +984,28 @@ pub async fn run_case(case: &Case, database: &Database, backend_url: &str) -> Re
     if let Some(patch) = &case.config {
         merge(&mut config, patch);
     }
-    let config = Config::from_value(&config).map_err(|e| format!("case config: {e}"))?;
-    let outbox = Outbox::connect(config).await.map_err(|e| e.to_string())?;
-    if let Database::Postgres { .. } = database {
-        let drop = format!("DROP TABLE IF EXISTS {table}");
-        let pool = outbox.store().postgres_pool().expect("postgres");
-        sqlx::raw_sql(sqlx::AssertSqlSafe(drop))
-            .execute(pool)
-            .await
-            .map_err(|e| e.to_string())?;
-    }
-    outbox.store().migrate().await.map_err(|e| e.to_string())?;
-    if case.relay.as_deref() != Some("stopped") {
-        outbox.start_relay();
-    }
+    let adapter = Adapter::new(&config.to_string()).map_err(|e| format!("case config: {e}"))?;
     let mut run = Run {
-        outbox: &outbox,
+        adapter,
+        host,
         backend,
+        ledger: None,
         refs: HashMap::new(),
         context: None,
         last_commit_us: 0,
     };
-    let mut tx = None;
-    let mut result = Ok(());
-    for (index, step) in case.steps.iter().enumerate() {
-        if let Err(why) = run.step(&mut tx, step).await {
-            result = Err(format!(
-                "step {index} ({}): {why}",
-                step["op"].as_str().unwrap_or("?")
-            ));
-            break;
+    let mut result = run.prepare(case);
+    if result.is_ok() {
+        for (index, step) in case.steps.iter().enumerate() {
+            if let Err(why) = run.step(step) {
+                result = Err(format!(
+                    "step {index} ({}): {why}",
+                    step["op"].as_str().unwrap_or("?")
+                ));
+                break;
+            }
         }
     }
-    drop(tx);
-    outbox.kill_relay();
-    outbox.store().close().await;
+    run.finish();
     result
 }
