@@ -386,9 +386,11 @@ impl Adapter {
         let mut job = job_from_input(input)?;
         let context = parse_context(context_json)?;
         let mut renames = Renames::default();
-        if let (true, Some(Value::Object(options))) = (self.js_options, job.options.take()) {
-            let (options, respelled) = js_options::to_spec(options)?;
-            job.options = Some(Value::Object(options));
+        if self.js_options
+            && let Some(Value::Object(options)) = &mut job.options
+        {
+            let (spec, respelled) = js_options::to_spec(std::mem::take(options))?;
+            *options = spec;
             renames = respelled;
         }
         self.with_running(|running| {
