@@ -5,23 +5,57 @@ import type { RequestHandler } from 'express';
 /** JSON a job's args, options or meta may hold. */
 export type Json = null | boolean | number | string | Json[] | { [key: string]: Json };
 
-/** Job options as the OJS spec defines them (validated by the core). */
+/** A time: a Date, or RFC 3339 text. */
+export type Timestamp = Date | string;
+/** A duration: whole milliseconds, or ISO 8601 text (`PT1M30S`). */
+export type Duration = number | string;
+type UniqueOnConflict = 'reject' | 'ignore' | 'replace' | 'replace_except_schedule';
+type JobState = 'scheduled' | 'available' | 'pending' | 'active' | 'completed' | 'retryable' | 'cancelled' | 'discarded';
+
+/**
+ * Job options (validated by the core), in the spec's names or in camelCase with millisecond
+ * durations: both send the same job; a key given both ways is refused (docs/express.md).
+ */
 export interface JobOptions {
   queue?: string;
   priority?: number;
   timeout_ms?: number;
-  delay_until?: string;
-  expires_at?: string;
+  timeoutMs?: number;
+  visibility_timeout_ms?: number;
+  visibilityTimeoutMs?: number;
+  delay_until?: Timestamp;
+  delayUntil?: Timestamp;
+  scheduled_at?: Timestamp;
+  scheduledAt?: Timestamp;
+  expires_at?: Timestamp;
+  expiresAt?: Timestamp;
+  pending?: boolean;
   retry?: {
     max_attempts?: number;
-    initial_interval?: string;
+    maxAttempts?: number;
+    initial_interval?: Duration;
+    initialInterval?: Duration;
     backoff_coefficient?: number;
-    max_interval?: string;
+    backoffCoefficient?: number;
+    max_interval?: Duration;
+    maxInterval?: Duration;
     jitter?: boolean;
     on_exhaustion?: 'discard' | 'dead_letter';
+    onExhaustion?: 'discard' | 'dead_letter';
     non_retryable_errors?: string[];
+    nonRetryableErrors?: string[];
   };
-  unique?: { keys?: string[]; period?: string; on_conflict?: 'reject' | 'ignore' | 'replace' | 'replace_except_schedule'; states?: string[] };
+  unique?: {
+    keys?: Array<'type' | 'queue' | 'args' | 'meta'>;
+    args_keys?: string[];
+    argsKeys?: string[];
+    meta_keys?: string[];
+    metaKeys?: string[];
+    period?: Duration;
+    on_conflict?: UniqueOnConflict;
+    onConflict?: UniqueOnConflict;
+    states?: JobState[];
+  };
   tags?: string[];
 }
 
@@ -207,7 +241,9 @@ export declare function createOjs(options: CreateOjsOptions): Ojs;
 export declare function createOutboxTable(knex: Knex, options?: { tableName?: string }): Promise<void>;
 /** Drops the outbox table (a knex migration's `down`). */
 export declare function dropOutboxTable(knex: Knex, options?: { tableName?: string }): Promise<void>;
-export declare function ojsMiddleware(ojs: Ojs): RequestHandler;
+/** The middleware for an adapter, or for `createOjs`'s options (the spec's §8.3 form; the adapter built is `.ojs`). */
+export declare function ojsMiddleware(ojs: Ojs): RequestHandler & { ojs: Ojs };
+export declare function ojsMiddleware(options: CreateOjsOptions): RequestHandler & { ojs: Ojs };
 
 export type ErrorCode =
   | 'INVALID_JOB_TYPE' | 'INVALID_QUEUE' | 'INVALID_ARGS' | 'INVALID_OPTIONS' | 'INVALID_META'
