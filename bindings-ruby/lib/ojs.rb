@@ -22,6 +22,7 @@ require_relative "ojs/json_value"
 require_relative "ojs/context"
 require_relative "ojs/configuration"
 require_relative "ojs/transaction_hook"
+require_relative "ojs/relay_log"
 require_relative "ojs/adapter"
 require_relative "ojs/migration"
 require_relative "ojs/schema_dumper"
@@ -59,8 +60,11 @@ module OJS
 
     attr_writer :logger
 
+    # Where the adapter logs (the relay's records, OJS::RelayLog; the development-URL notice):
+    # `config.logger` of OJS.configure, else one set with OJS.logger=, else Rails.logger when
+    # Rails has one, else a Logger on $stderr.
     def logger
-      @logger ||= defined?(::Rails) && ::Rails.respond_to?(:logger) && ::Rails.logger ? ::Rails.logger : Logger.new($stderr)
+      @configuration&.logger || @logger || default_logger
     end
 
     # --- enqueue -------------------------------------------------------------------------
@@ -163,6 +167,12 @@ module OJS
     end
 
     private
+
+    def default_logger
+      return ::Rails.logger if defined?(::Rails) && ::Rails.respond_to?(:logger) && ::Rails.logger
+
+      @stderr_logger ||= Logger.new($stderr)
+    end
 
     def job(type, args, options, meta)
       { type: type, args: args, options: options.empty? ? nil : options, meta: meta }

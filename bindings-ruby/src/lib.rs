@@ -278,3 +278,34 @@ pub async fn adapter_run_relay_until_signal(adapter: Arc<NativeAdapter>) -> Nati
 pub fn arm_stop_signals() -> NativeResult<()> {
     Ok(ojs_outbox::bridge::arm_stop_signals()?)
 }
+
+/// One record of the relay's log feed: `level` is "info", "warning" or "error"; `job_id` the
+/// job of a dead letter, else nil; `table` the outbox table of the relay that wrote it.
+#[derive(Debug, uniffi::Record)]
+pub struct LogRecord {
+    pub level: String,
+    pub message: String,
+    pub job_id: Option<String>,
+    pub table: String,
+}
+
+/// Turns the relay's log feed on for this process (`bridge::enable_log_feed`). Idempotent.
+#[uniffi::export]
+pub fn enable_log_feed() {
+    ojs_outbox::bridge::enable_log_feed();
+}
+
+/// The relay log records queued since the last call, oldest first. Synchronous and cheap (a
+/// short lock on the core's queue, no I/O): `OJS::RelayLog`'s thread calls it every 250 ms.
+#[uniffi::export]
+pub fn drain_log_feed() -> Vec<LogRecord> {
+    ojs_outbox::bridge::drain_log_feed()
+        .into_iter()
+        .map(|record| LogRecord {
+            level: record.level,
+            message: record.message,
+            job_id: record.job_id,
+            table: record.table,
+        })
+        .collect()
+}

@@ -9,6 +9,7 @@
 
 require_relative "test_helper"
 require "open3"
+require "socket"
 require "sqlite3"
 require "timeout"
 
@@ -186,6 +187,29 @@ class RailsAppTest < Minitest::Test
     end
     assert status.success?, "SIGTERM once running: #{status.inspect}\n#{output}"
     assert_match(/ojs:relay: stopped/, output)
+  end
+
+  # The relay's records while ojs:relay runs: a committed row, a backend nothing listens on.
+  # They go to config.logger (here a file, as Rails' own log/<env>.log) and, since that is not
+  # the terminal, to stderr as well.
+  def test_ojs_relay_prints_the_relay_pausing_while_it_runs
+    prepare_relay_app
+    rails("runner", 'OJS.enqueue_after_commit("email.welcome", [1])')
+    log = File.join(TestSupport::TMP, "ojs_relay.log")
+    FileUtils.rm_f(log)
+    initializer = File.join(@app, "config/initializers/ojs.rb")
+    File.write(initializer, File.read(initializer).sub("# config.logger = Rails.logger", "config.logger = Logger.new(#{log.inspect})"))
+    server = TCPServer.new("127.0.0.1", 0)
+    closed = "http://127.0.0.1:#{server.addr[1]}"
+    server.close
+    status, output = relay_process("OJS_URL" => closed) do |pid, wait_line|
+      wait_line.call(/ojs:relay: WARN outbox relay: pausing: the OJS backend cannot take jobs now/)
+      Process.kill("TERM", pid)
+    end
+    assert status.success?, "ojs:relay after SIGTERM: #{status.inspect}\n#{output}"
+    assert_match(/ojs:relay: running for table ojs_outbox/, output)
+    assert_match(/ojs:relay: stopped/, output)
+    assert_match(/WARN -- : outbox relay: pausing/, File.read(log))
   end
 end
 

@@ -15,7 +15,7 @@ module OJS
                                   Configuration::URL_SETTING, true)
       end
       notice = @native.notice
-      OJS.logger.warn(notice) if notice
+      (configuration.logger || OJS.logger).warn(notice) if notice
       @relay_lock = Mutex.new
       @relay_pid = nil
       @registry_id = @native.registry_id
@@ -180,6 +180,7 @@ module OJS
       @relay_lock.synchronize do
         return if @relay_pid == Process.pid
 
+        RelayLog.start if relay_in_process?
         OJS.native_call { Native.adapter_start_relay(native) }
         @relay_pid = Process.pid
       end
@@ -206,6 +207,7 @@ module OJS
         Native.adapter_stop_relay(native)
         @relay_pid = nil
       end
+      RelayLog.forward # the records of the stop's flush
     end
 
     # Abrupt stop, as a crash would: no flush, leases stay until they expire. For tests of
@@ -225,7 +227,10 @@ module OJS
 
     # Runs the relay as this process's only job until SIGINT/SIGTERM (`rake ojs:relay`).
     def run_relay_until_signal
+      RelayLog.start
       OJS.native_call { Native.adapter_run_relay_until_signal(native) }
+    ensure
+      RelayLog.forward
     end
 
     # --- administration (through the relay's own connection) ---------------------------

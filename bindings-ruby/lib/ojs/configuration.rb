@@ -17,6 +17,7 @@ module OJS
   #     config.relay = :in_process                # or :external (adapter.relay.mode)
   #     config.outbox_options = { poll_interval: "PT1S", batch_size: 100 } # adapter.outbox.*
   #     config.relay_options = { max_attempts: 10 }                          # adapter.relay.*
+  #     config.logger = Rails.logger              # where the relay's records go (the default)
   #   end
   class Configuration
     # How an application sets the backend URL, named by the core when it is missing.
@@ -45,6 +46,10 @@ module OJS
     # A callable `->(env) { id }` giving the current user's id for the request context; the
     # middleware falls back to `env["warden"].user.id` (Devise) when this is nil.
     attr_accessor :current_user_id
+    # The Logger the adapter writes to: the relay's pauses (warn), resumes (info) and dead
+    # letters (error, with the job id), and the development-URL notice. nil: Rails.logger when
+    # Rails is loaded, else a Logger on $stderr (OJS.logger).
+    attr_accessor :logger
 
     def initialize
       @adapter = :active_record

@@ -45,7 +45,13 @@ module OJS
           return
         end
         say("ojs:relay: running for table #{OJS.adapter.table_name}")
-        OJS.run_relay_until_signal
+        # The relay's records go to OJS.logger; when that does not write to the terminal
+        # (Rails logs to log/<env>.log) they are printed on stderr too.
+        if RelayLog.console?(OJS.logger)
+          OJS.run_relay_until_signal
+        else
+          RelayLog.echo("ojs:relay") { OJS.run_relay_until_signal }
+        end
         say("ojs:relay: stopped")
       end
 

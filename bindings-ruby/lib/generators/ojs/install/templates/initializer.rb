@@ -13,4 +13,5 @@ OJS.configure do |config|
   # config.outbox_options = { poll_interval: "PT1S", batch_size: 100 }
   # config.relay_options = { max_attempts: 10 }
   # config.current_user_id = ->(env) { env["warden"]&.user&.id }
+  # config.logger = Rails.logger       # the relay's pauses, resumes and dead letters (default)
 end
