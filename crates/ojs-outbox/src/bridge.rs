@@ -50,6 +50,72 @@ pub struct StagedJob {
     pub params: [Option<String>; 6],
 }
 
+impl StagedJob {
+    /// The staged job's one encoding across the FFI line: one text, the fields separated by
+    /// NUL characters: the INSERT text when `with_sql`, then the six parameters in the SQL's
+    /// order. Without a tenant the text ends after `job_meta` (5 parameters: the tenant is
+    /// NULL); with one it is the last field (possibly empty). No field can hold a NUL: the SQL
+    /// is the core's, the id a UUID, the type validated, args/options/meta JSON texts (which
+    /// escape control characters), and a tenant holding one is refused at validation. The SQL
+    /// is the same for every call of a dialect and placeholder style: ask for it once.
+    pub fn encode(&self, with_sql: bool) -> String {
+        let sql = with_sql.then_some(&*self.sql);
+        let [job_id, job_type, args, options, meta, tenant] = &self.params;
+        let fields =
+            [job_id, job_type, args, options, meta].map(|field| field.as_deref().unwrap_or(""));
+        let length: usize = sql
+            .iter()
+            .chain(&fields)
+            .chain(tenant.as_deref().iter())
+            .map(|field| field.len() + 1)
+            .sum();
+        let mut out = String::with_capacity(length);
+        for (index, field) in sql
+            .iter()
+            .chain(&fields)
+            .chain(tenant.as_deref().iter())
+            .enumerate()
+        {
+            if index > 0 {
+                out.push('\0');
+            }
+            out.push_str(field);
+        }
+        out
+    }
+}
+
+/// An id list's one encoding across the FFI line: the ids joined by `\n` (empty: no ids).
+pub fn encode_ids(job_ids: &[String]) -> String {
+    job_ids.join("\n")
+}
+
+/// The ids of an [`encode_ids`] text.
+pub fn decode_ids(text: &str) -> Vec<String> {
+    text.split('\n')
+        .filter(|id| !id.is_empty())
+        .map(str::to_owned)
+        .collect()
+}
+
+/// The error for a value a binding cannot turn into JSON (a `Set`, `NaN`, a Python object): the
+/// code of the part it is in (`args` → `INVALID_ARGS`, `options` → `INVALID_OPTIONS`, `meta` and
+/// `context` → `INVALID_META`, `type` → `INVALID_JOB_TYPE`), the part as the field, and the
+/// value's path (`args[0].tags`, `jobs[1].options.priority`) at the start of the message.
+pub fn unencodable(part: &str, path: &str, why: &str) -> Error {
+    let code = match part {
+        "type" => ErrorCode::InvalidJobType,
+        "options" => ErrorCode::InvalidOptions,
+        "meta" | "context" => ErrorCode::InvalidMeta,
+        _ => ErrorCode::InvalidArgs,
+    };
+    Error {
+        code,
+        field: Some(part.to_owned()),
+        message: format!("{path}: {why}"),
+    }
+}
+
 /// One job as a binding hands it over (an element of the `jobs` JSON array).
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]

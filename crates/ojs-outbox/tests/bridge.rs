@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use ojs_devserver::DevServer;
 use ojs_outbox::ErrorCode;
-use ojs_outbox::bridge::Adapter;
+use ojs_outbox::bridge::{self, Adapter};
 use serde_json::json;
 use sqlx::{Connection, SqliteConnection};
 
@@ -482,4 +482,51 @@ fn ensure_relay_starts_once_and_again_after_a_stop() {
     );
     adapter.close();
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The one encoding of a staged job, id lists and unencodable values (docs/architecture.md).
+#[test]
+fn the_ffi_encodings() {
+    let adapter = Adapter::new(&staging_only(json!({}))).unwrap();
+    let job = adapter
+        .stage_job("sqlite", "question", "a.b", "[1]", None, None, None)
+        .unwrap();
+    let plain = job.encode(false);
+    let fields: Vec<&str> = plain.split('\0').collect();
+    assert_eq!(fields, [job.job_id.as_str(), "a.b", "[1]", "{}", "{}"]);
+    let with_sql = job.encode(true);
+    let fields: Vec<&str> = with_sql.split('\0').collect();
+    assert_eq!(fields[0], &*job.sql);
+    assert_eq!(fields.len(), 6, "no tenant: five parameters after the SQL");
+    let tenant = adapter
+        .stage_job(
+            "sqlite",
+            "question",
+            "a",
+            "[]",
+            None,
+            Some(r#"{"tenant_id": ""}"#),
+            None,
+        )
+        .unwrap()
+        .encode(false);
+    assert_eq!(tenant.split('\0').count(), 6, "an empty tenant is a field");
+    assert!(tenant.ends_with('\0'));
+
+    let ids = vec!["a".to_owned(), "b".to_owned()];
+    assert_eq!(bridge::encode_ids(&ids), "a\nb");
+    assert_eq!(bridge::decode_ids("a\nb"), ids);
+    assert!(bridge::decode_ids("").is_empty());
+
+    for (part, code) in [
+        ("args", ErrorCode::InvalidArgs),
+        ("options", ErrorCode::InvalidOptions),
+        ("meta", ErrorCode::InvalidMeta),
+        ("context", ErrorCode::InvalidMeta),
+    ] {
+        let error = bridge::unencodable(part, &format!("{part}.x"), "NaN has no JSON form");
+        assert_eq!(error.code, code);
+        assert_eq!(error.field.as_deref(), Some(part));
+        assert_eq!(error.message, format!("{part}.x: NaN has no JSON form"));
+    }
 }
