@@ -66,12 +66,15 @@ pub fn is_enabled() -> bool {
     ENABLED.load(Ordering::Relaxed)
 }
 
+/// The `tracing` target of the relay's events (`OJS_LOG=ojs_outbox::relay=debug` for `ojs-relay`).
+const TARGET: &str = "ojs_outbox::relay";
+
 /// Writes one relay message: a `tracing` event at `level` and, when the feed is on, a record.
 pub fn emit(level: Level, table: &str, job_id: Option<&str>, message: String) {
     match level {
-        Level::Info => tracing::info!("{message}"),
-        Level::Warning => tracing::warn!("{message}"),
-        Level::Error => tracing::error!("{message}"),
+        Level::Info => tracing::info!(target: TARGET, "{message}"),
+        Level::Warning => tracing::warn!(target: TARGET, "{message}"),
+        Level::Error => tracing::error!(target: TARGET, "{message}"),
     }
     if !is_enabled() {
         return;
