@@ -129,7 +129,7 @@ impl Backend {
             .request(reqwest::Method::GET, "/ojs/manifest")
             .send()
             .await
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| error_chain(&e))?;
         if response.status() == reqwest::StatusCode::NOT_FOUND {
             return Ok(false); // no manifest: a Level 0 server, which has no batch endpoint
         }
