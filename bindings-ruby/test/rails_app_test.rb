@@ -190,18 +190,27 @@ class RailsAppTest < Minitest::Test
   end
 
   # The relay's records while ojs:relay runs: a committed row, a backend nothing listens on.
-  # They go to config.logger (here a file, as Rails' own log/<env>.log) and, since that is not
-  # the terminal, to stderr as well.
+  # First through Rails.logger, which the example app points at $stderr (so they are not
+  # printed twice); then through a config.logger writing to a file (as Rails' own
+  # log/<env>.log), so the command prints them on stderr as well.
   def test_ojs_relay_prints_the_relay_pausing_while_it_runs
     prepare_relay_app
     rails("runner", 'OJS.enqueue_after_commit("email.welcome", [1])')
+    server = TCPServer.new("127.0.0.1", 0)
+    closed = "http://127.0.0.1:#{server.addr[1]}"
+    server.close
+
+    status, output = relay_process("OJS_URL" => closed) do |pid, wait_line|
+      wait_line.call(/WARN -- : outbox relay: pausing: the OJS backend cannot take jobs now/)
+      Process.kill("TERM", pid)
+    end
+    assert status.success?, "ojs:relay after SIGTERM: #{status.inspect}\n#{output}"
+    assert_equal 1, output.scan("outbox relay: pausing").length, "once, through Rails.logger:\n#{output}"
+
     log = File.join(TestSupport::TMP, "ojs_relay.log")
     FileUtils.rm_f(log)
     initializer = File.join(@app, "config/initializers/ojs.rb")
     File.write(initializer, File.read(initializer).sub("# config.logger = Rails.logger", "config.logger = Logger.new(#{log.inspect})"))
-    server = TCPServer.new("127.0.0.1", 0)
-    closed = "http://127.0.0.1:#{server.addr[1]}"
-    server.close
     status, output = relay_process("OJS_URL" => closed) do |pid, wait_line|
       wait_line.call(/ojs:relay: WARN outbox relay: pausing: the OJS backend cannot take jobs now/)
       Process.kill("TERM", pid)
