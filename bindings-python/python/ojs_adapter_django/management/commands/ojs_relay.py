@@ -46,8 +46,9 @@ class Command(BaseCommand):
                           "SIGINT or SIGTERM stops it")
         self.stdout.flush()
         # The relay's records (pauses, resumes, dead letters) go to the "ojs_adapter_django.relay"
-        # logger; without a handler for it in LOGGING they are printed on stderr too.
-        with relay_log.console("ojs_relay", self.stderr):
+        # logger; without a handler for it in LOGGING they are printed on stderr too (the
+        # command's stderr stream itself: its OutputWrapper would style every line as an error).
+        with relay_log.console("ojs_relay", getattr(self.stderr, "_out", None)):
             try:
                 ojs.run_relay_until_signal(alias)
             except OJSError as exc:
