@@ -1,5 +1,5 @@
-//! `NativeAdapter`: one configured core adapter (`bridge::Adapter`) per `createOjs` call.
-//! Method names and order follow `bridge::Adapter`. `Stager` and `stage_job`: the per-call
+//! `NativeAdapter`: one configured core adapter (`bridge::Bridge`) per `createOjs` call.
+//! Method names and order follow `bridge::Bridge`. `Stager` and `stage_job`: the per-call
 //! staging hot path, a plain function on an external handle.
 
 use std::sync::{Arc, Mutex};
@@ -7,8 +7,8 @@ use std::sync::{Arc, Mutex};
 use napi::bindgen_prelude::{AsyncTask, External, ToNapiValue, TypeName};
 use napi::{Env, Task};
 use napi_derive::napi;
+use ojs_bridge::Bridge;
 use ojs_outbox::ErrorCode;
-use ojs_outbox::bridge::Adapter;
 
 use crate::error::to_js;
 
@@ -46,7 +46,7 @@ impl<T: ToNapiValue + TypeName + Send + 'static> Task for Blocking<T> {
 
 /// The core adapter behind a JavaScript handle.
 ///
-/// Deliberately missing: `bridge::Adapter::run_relay_until_signal` (and anything else that
+/// Deliberately missing: `bridge::Bridge::run_relay_until_signal` (and anything else that
 /// installs native SIGINT/SIGTERM handlers). In a Node process the signals belong to Node: a
 /// native handler chains to Node's own SIGTERM handler, which re-raises the signal at itself
 /// expecting the default action, and the pair re-deliver it forever (100% CPU, no exit).
@@ -59,9 +59,9 @@ pub struct NativeAdapter {
 }
 
 /// The adapter of a `NativeAdapter`, shared with its stagers; `None` once closed.
-type Shared = Arc<Mutex<Option<Arc<Adapter>>>>;
+type Shared = Arc<Mutex<Option<Arc<Bridge>>>>;
 
-fn current(shared: &Shared) -> Option<Arc<Adapter>> {
+fn current(shared: &Shared) -> Option<Arc<Bridge>> {
     shared
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner())
@@ -73,18 +73,18 @@ fn closed() -> ojs_outbox::Error {
 }
 
 impl NativeAdapter {
-    fn adapter(&self) -> Option<Arc<Adapter>> {
+    fn adapter(&self) -> Option<Arc<Bridge>> {
         current(&self.inner)
     }
 
-    fn sync<T>(&self, work: impl FnOnce(&Adapter) -> ojs_outbox::Result<T>) -> napi::Result<T> {
+    fn sync<T>(&self, work: impl FnOnce(&Bridge) -> ojs_outbox::Result<T>) -> napi::Result<T> {
         let adapter = self.adapter().ok_or_else(|| to_js(closed()))?;
         work(&adapter).map_err(to_js)
     }
 
     fn blocking<T: ToNapiValue + TypeName + Send + 'static>(
         &self,
-        work: impl FnOnce(&Adapter) -> ojs_outbox::Result<T> + Send + 'static,
+        work: impl FnOnce(&Bridge) -> ojs_outbox::Result<T> + Send + 'static,
     ) -> AsyncTask<Blocking<T>> {
         let adapter = self.adapter();
         Blocking::task(move || {
@@ -109,16 +109,14 @@ pub struct NativeHost {
 /// The core's top-level configuration keys as options offer them (`bridge::option_keys`).
 #[napi]
 pub fn option_keys() -> Vec<String> {
-    ojs_outbox::bridge::option_keys()
+    ojs_bridge::option_keys()
 }
 
 /// Throws the core's `INVALID_CONFIG` for an unknown option `key`, naming the closest of
 /// `accepted` when it is a near miss.
 #[napi]
 pub fn reject_option(key: String, accepted: Vec<String>) -> napi::Result<()> {
-    Err(to_js(ojs_outbox::bridge::unknown_option_error(
-        &key, &accepted,
-    )))
+    Err(to_js(ojs_bridge::unknown_option_error(&key, &accepted)))
 }
 
 #[napi]
@@ -136,7 +134,7 @@ impl NativeAdapter {
                 .unwrap_or(ojs_outbox::Host::PRODUCTION.url_setting),
             needs_backend: host.needs_backend.unwrap_or(true),
         };
-        Adapter::for_host(&config_json, &host)
+        Bridge::for_host(&config_json, &host)
             .map(|adapter| NativeAdapter {
                 // JavaScript callers may spell job options in camelCase with milliseconds.
                 inner: Arc::new(Mutex::new(Some(Arc::new(adapter.accept_js_options())))),
@@ -180,7 +178,7 @@ impl NativeAdapter {
         self.sync(|adapter| adapter.create_table_sql(&dialect))
     }
 
-    /// Validated jobs (`bridge::Adapter::stage`) as one JSON text (`Staged::to_json`:
+    /// Validated jobs (`bridge::Bridge::stage`) as one JSON text (`Staged::to_json`:
     /// `{"job_ids": [...], "statements": [{"sql", "params"}]}`). One string crossing into
     /// JavaScript (and one `JSON.parse` there) costs far less than arrays filled element by
     /// element through Node-API: a bulk of 1,000 jobs has up to 6,000 parameters.
@@ -308,7 +306,7 @@ pub struct Stager {
     placeholder: String,
 }
 
-/// One job staged (`bridge::Adapter::stage_job`, the per-call hot path of
+/// One job staged (`bridge::Bridge::stage_job`, the per-call hot path of
 /// `enqueueAfterCommit`), returned as one text: the INSERT text when `with_sql`, then the six
 /// INSERT parameters in the SQL's order (`job_id, job_type, job_args, job_options, job_meta,
 /// tenant_id`), separated by NUL characters; without a tenant the text ends after `job_meta`.

@@ -42,7 +42,7 @@ pub fn error_codes() -> Vec<NativeErrorCode> {
 /// better-sqlite3): from the PostgreSQL SQLSTATE when there is one, and the message.
 #[napi]
 pub fn database_error_code(sqlstate: Option<String>, message: String) -> String {
-    ojs_outbox::bridge::database_error_code(sqlstate.as_deref(), &message)
+    ojs_bridge::database_error_code(sqlstate.as_deref(), &message)
         .as_str()
         .to_owned()
 }

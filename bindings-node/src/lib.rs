@@ -1,4 +1,4 @@
-//! Native glue of the npm package `ojs-adapter-express`: the core's `bridge::Adapter` as a
+//! Native glue of the npm package `ojs-adapter-express`: the core's `bridge::Bridge` as a
 //! Node-API class. Only type conversion happens here: every behaviour (validation, SQL, the
 //! relay, defaults) is the core's, and the JavaScript layer (`lib/`) owns knex and Express.
 //!

@@ -17,13 +17,13 @@ pub struct LogRecord {
 /// Turns the relay's log feed on for this process. Idempotent.
 #[napi]
 pub fn enable_log_feed() {
-    ojs_outbox::bridge::enable_log_feed();
+    ojs_bridge::enable_log_feed();
 }
 
 /// The relay log records queued in this process since the last call, oldest first.
 #[napi]
 pub fn drain_log_feed() -> Vec<LogRecord> {
-    ojs_outbox::bridge::drain_log_feed()
+    ojs_bridge::drain_log_feed()
         .into_iter()
         .map(|record| LogRecord {
             level: record.level,

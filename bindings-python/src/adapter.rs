@@ -1,7 +1,7 @@
 //! `Adapter`: one configured core adapter per Django project (or per explicit configuration).
-//! Method names and order follow `ojs_outbox::bridge::Adapter`.
+//! Method names and order follow `ojs_bridge::Bridge`.
 
-use ojs_outbox::bridge;
+use ojs_bridge as bridge;
 use pyo3::prelude::*;
 
 use crate::error::to_py;
@@ -11,7 +11,7 @@ type Statement = (String, Vec<Option<String>>);
 
 #[pyclass(frozen, module = "ojs_adapter_django._native")]
 pub struct Adapter {
-    inner: bridge::Adapter,
+    inner: bridge::Bridge,
 }
 
 #[pymethods]
@@ -33,7 +33,7 @@ impl Adapter {
             needs_backend,
         };
         Ok(Adapter {
-            inner: bridge::Adapter::for_host(config_json, &host).map_err(to_py)?,
+            inner: bridge::Bridge::for_host(config_json, &host).map_err(to_py)?,
         })
     }
 

@@ -37,5 +37,5 @@ pub fn all_codes() -> Vec<(&'static str, bool)> {
 #[pyfunction]
 #[pyo3(signature = (sqlstate, message))]
 pub fn database_error_code(sqlstate: Option<&str>, message: &str) -> &'static str {
-    ojs_outbox::bridge::database_error_code(sqlstate, message).as_str()
+    ojs_bridge::database_error_code(sqlstate, message).as_str()
 }

@@ -1,4 +1,4 @@
-//! `ojs_adapter_django._native`: the core's bridge (`ojs_outbox::bridge::Adapter`) as a Python
+//! `ojs_adapter_django._native`: the core's bridge (`ojs_bridge::Bridge`) as a Python
 //! extension module. This crate only converts types: strings and lists in, strings, lists and
 //! tuples out, and the core's `Error` as one exception (`NativeError`) carrying its code, field,
 //! message and retryable flag. The Python package maps codes to its `OJSError` classes.
@@ -15,7 +15,7 @@ use pyo3::prelude::*;
 /// handler) still runs.
 #[pyfunction]
 fn arm_stop_signals() -> PyResult<()> {
-    ojs_outbox::bridge::arm_stop_signals().map_err(error::to_py)
+    ojs_bridge::arm_stop_signals().map_err(error::to_py)
 }
 
 /// Turns the relay's log feed on for this process (`bridge::enable_log_feed`): from now on the
@@ -23,7 +23,7 @@ fn arm_stop_signals() -> PyResult<()> {
 /// `drain_log_feed`. Idempotent.
 #[pyfunction]
 fn enable_log_feed() {
-    ojs_outbox::bridge::enable_log_feed();
+    ojs_bridge::enable_log_feed();
 }
 
 /// The relay log records queued since the last call, oldest first, as
@@ -31,7 +31,7 @@ fn enable_log_feed() {
 /// Never blocks on I/O.
 #[pyfunction]
 fn drain_log_feed() -> Vec<(String, String, Option<String>, String)> {
-    ojs_outbox::bridge::drain_log_feed()
+    ojs_bridge::drain_log_feed()
         .into_iter()
         .map(|record| (record.level, record.message, record.job_id, record.table))
         .collect()

@@ -28,19 +28,19 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, LazyLock, Mutex, MutexGuard};
 
-use ojs_outbox::bridge::Adapter;
+use ojs_bridge::Bridge;
 use ojs_outbox::{Error, ErrorCode};
 
 /// An adapter with the dialect and placeholder style of one host connection kind.
 struct Stager {
-    adapter: Arc<Adapter>,
+    adapter: Arc<Bridge>,
     dialect: String,
     placeholder: String,
 }
 
 #[derive(Default)]
 struct Registry {
-    adapters: HashMap<u64, Arc<Adapter>>,
+    adapters: HashMap<u64, Arc<Bridge>>,
     stagers: HashMap<u64, Arc<Stager>>,
 }
 
@@ -54,14 +54,14 @@ fn registry() -> MutexGuard<'static, Registry> {
 }
 
 /// Registers an adapter for `ojs_ruby_notify_committed`; returns its id (never 0).
-pub(crate) fn register_adapter(adapter: &Arc<Adapter>) -> u64 {
+pub(crate) fn register_adapter(adapter: &Arc<Bridge>) -> u64 {
     let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
     registry().adapters.insert(id, Arc::clone(adapter));
     id
 }
 
 /// Registers a stager for the staging functions; returns its id (never 0).
-pub(crate) fn register_stager(adapter: &Arc<Adapter>, dialect: String, placeholder: String) -> u64 {
+pub(crate) fn register_stager(adapter: &Arc<Bridge>, dialect: String, placeholder: String) -> u64 {
     let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
     let stager = Stager {
         adapter: Arc::clone(adapter),

@@ -1,4 +1,4 @@
-//! uniffi glue between the core's binding surface (`ojs_outbox::bridge::Adapter`) and the
+//! uniffi glue between the core's binding surface (`ojs_bridge::Bridge`) and the
 //! `ojs-adapter-rails` gem. It converts types and nothing else: every rule lives in the core.
 //!
 //! Shape of the line, dictated by uniffi's Ruby backend (docs toolchain.md):
@@ -15,8 +15,8 @@
 
 use std::sync::{Arc, Mutex};
 
+use ojs_bridge::Bridge;
 use ojs_outbox::ErrorCode;
-use ojs_outbox::bridge::Adapter;
 
 mod hot;
 
@@ -79,15 +79,15 @@ pub fn error_codes() -> Vec<ErrorCodeInfo> {
 /// table, else `DATABASE`.
 #[uniffi::export]
 pub fn database_error_code(sqlstate: Option<String>, message: String) -> String {
-    ojs_outbox::bridge::database_error_code(sqlstate.as_deref(), &message)
+    ojs_bridge::database_error_code(sqlstate.as_deref(), &message)
         .as_str()
         .to_owned()
 }
 
-/// One configured adapter (`bridge::Adapter`) per application.
+/// One configured adapter (`bridge::Bridge`) per application.
 #[derive(uniffi::Object)]
 pub struct NativeAdapter {
-    inner: Arc<Adapter>,
+    inner: Arc<Bridge>,
     /// This adapter's id in the registry of the C entry points (`hot.rs`).
     registry_id: u64,
     /// The stager ids it handed out for them.
@@ -121,7 +121,7 @@ impl NativeAdapter {
             url_setting: &url_setting,
             needs_backend,
         };
-        let inner = Arc::new(Adapter::for_host(&config_json, &host)?);
+        let inner = Arc::new(Bridge::for_host(&config_json, &host)?);
         Ok(Arc::new(NativeAdapter {
             registry_id: hot::register_adapter(&inner),
             inner,
@@ -178,7 +178,7 @@ impl NativeAdapter {
 /// Runs blocking core work on a thread of its own; the returned future completes with it.
 async fn off_thread<T: Send + 'static>(
     adapter: &Arc<NativeAdapter>,
-    work: impl FnOnce(&Adapter) -> T + Send + 'static,
+    work: impl FnOnce(&Bridge) -> T + Send + 'static,
 ) -> T {
     let inner = Arc::clone(&adapter.inner);
     let (sender, receiver) = tokio::sync::oneshot::channel();
@@ -272,11 +272,11 @@ pub async fn adapter_run_relay_until_signal(adapter: Arc<NativeAdapter>) -> Nati
 
 /// From now on SIGINT and SIGTERM no longer kill the process but stop
 /// `adapter_run_relay_until_signal` gracefully, also one that arrives before the relay runs
-/// (`ojs_outbox::bridge::arm_stop_signals`). Called first thing by `rake ojs:relay`, after
+/// (`ojs_bridge::arm_stop_signals`). Called first thing by `rake ojs:relay`, after
 /// its Ruby traps (the core's handlers chain to them). Idempotent.
 #[uniffi::export]
 pub fn arm_stop_signals() -> NativeResult<()> {
-    Ok(ojs_outbox::bridge::arm_stop_signals()?)
+    Ok(ojs_bridge::arm_stop_signals()?)
 }
 
 /// One record of the relay's log feed: `level` is "info", "warning" or "error"; `job_id` the
@@ -292,14 +292,14 @@ pub struct LogRecord {
 /// Turns the relay's log feed on for this process (`bridge::enable_log_feed`). Idempotent.
 #[uniffi::export]
 pub fn enable_log_feed() {
-    ojs_outbox::bridge::enable_log_feed();
+    ojs_bridge::enable_log_feed();
 }
 
 /// The relay log records queued since the last call, oldest first. Synchronous and cheap (a
 /// short lock on the core's queue, no I/O): `OJS::RelayLog`'s thread calls it every 250 ms.
 #[uniffi::export]
 pub fn drain_log_feed() -> Vec<LogRecord> {
-    ojs_outbox::bridge::drain_log_feed()
+    ojs_bridge::drain_log_feed()
         .into_iter()
         .map(|record| LogRecord {
             level: record.level,

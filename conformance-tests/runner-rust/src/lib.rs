@@ -1,5 +1,5 @@
 //! The reference runner of the conformance cases in `conformance-tests/cases/`. It drives
-//! `ojs_outbox::bridge::Adapter` exactly as a language binding does (issue 14, item 3), against
+//! `ojs_bridge::Bridge` exactly as a language binding does (issue 14, item 3), against
 //! a real database and the dev backend, which it observes only through its HTTP control API,
 //! as every other language's runner does. The Rust-native `Outbox` / `OutboxTransaction` keep
 //! their own tests in `crates/ojs-outbox/tests`.
@@ -10,11 +10,11 @@
 //!
 //! - It owns the **host connection**: one sqlx connection of its own to the case's database
 //!   (a SQLite file, or PostgreSQL), not the relay's. It creates the outbox table on it with
-//!   the core's DDL (`Adapter::drop_table_sql`, `create_table_sql`), as a migration would, and
+//!   the core's DDL (`Bridge::drop_table_sql`, `create_table_sql`), as a migration would, and
 //!   runs `BEGIN`, `SAVEPOINT`, `RELEASE SAVEPOINT`, `ROLLBACK TO SAVEPOINT`, `COMMIT` and
 //!   `ROLLBACK` on it as its own SQL.
-//! - Staging: `Adapter::stage_job` for `enqueue_after_commit` (the bindings' per-job hot path)
-//!   and `Adapter::stage` for `enqueue_bulk`, in the dialect and placeholder style the host
+//! - Staging: `Bridge::stage_job` for `enqueue_after_commit` (the bindings' per-job hot path)
+//!   and `Bridge::stage` for `enqueue_bulk`, in the dialect and placeholder style the host
 //!   declares (`sqlite` + `question`, `postgresql` + `dollar`). The runner executes the returned
 //!   statements on the host connection with text parameters; when `Staged::needs_savepoint`
 //!   says so, inside `SAVEPOINT ojs_stage`, rolled back to on failure (in autocommit, inside a
@@ -22,15 +22,15 @@
 //!   code from `bridge::database_error_code`.
 //! - Savepoint bookkeeping: a `bridge::Ledger` per host transaction (`staged` after the
 //!   statements ran, `savepoint`, `release`, `rollback_savepoint`); after the outermost
-//!   `COMMIT`, `Adapter::committed(&mut ledger)` wakes the relay; after `ROLLBACK`,
+//!   `COMMIT`, `Bridge::committed(&mut ledger)` wakes the relay; after `ROLLBACK`,
 //!   `ledger.rollback()`. `commit` with `crash_before_hook` commits and never calls
 //!   `committed`, which is what a process that dies right after COMMIT does. In autocommit
 //!   (no transaction open) the rows are committed by their own statement and
-//!   `Adapter::notify_committed` is the after-commit hook, as in the bindings.
+//!   `Bridge::notify_committed` is the after-commit hook, as in the bindings.
 //! - The request context is the JSON text the bridge takes (`RequestContext::from_json`: the
 //!   case's keys as they are; a middleware may also pass `{"headers": {...}}`), held by the
 //!   runner as a middleware holds it and passed to every stage or send.
-//! - Everything else is an `Adapter` call: `start_relay` / `stop_relay` / `kill_relay` /
+//! - Everything else is an `Bridge` call: `start_relay` / `stop_relay` / `kill_relay` /
 //!   `close`, `enqueue_now`, `prune`, `dead_replay`, `dead_purge`, and the committed view of
 //!   the outbox (`rows_json`, `status_json`). While a transaction is open, `expect_outbox` and
 //!   `wait_outbox` read through the host connection instead (test-only SELECTs), so the case
@@ -38,10 +38,10 @@
 //!
 //! # Threads and runtimes
 //!
-//! The runner is synchronous, like a binding's host language: `run_case` blocks. `Adapter`
+//! The runner is synchronous, like a binding's host language: `run_case` blocks. `Bridge`
 //! owns its own tokio runtime and blocks in its calls; the host connection (async sqlx) and the
 //! dev backend's control API (async reqwest) are driven by a current-thread runtime of the
-//! runner's own, entered with `block_on` once per host action. No `Adapter` method is ever
+//! runner's own, entered with `block_on` once per host action. No `Bridge` method is ever
 //! called inside that `block_on`, so the two runtimes never nest. The dev backend runs on a
 //! runtime of the test's own (`tests/conformance.rs`), as the separate process it stands for.
 
@@ -51,8 +51,8 @@ use std::path::{Path, PathBuf};
 use std::str::FromStr;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use ojs_bridge::{self as bridge, Bridge, Ledger};
 use ojs_outbox::Error;
-use ojs_outbox::bridge::{self, Adapter, Ledger};
 use serde_json::{Value, json};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode};
 use sqlx::{AssertSqlSafe, ConnectOptions, Connection, PgConnection, SqliteConnection};
@@ -314,7 +314,7 @@ impl Host {
     }
 
     /// Runs host-side async work (the backend's control API) to completion. Never an
-    /// `Adapter` call: that would nest the adapter's runtime inside this one.
+    /// `Bridge` call: that would nest the adapter's runtime inside this one.
     fn block_on<F: Future>(&self, work: F) -> F::Output {
         self.runtime.block_on(work)
     }
@@ -428,7 +428,7 @@ fn savepoint_name(depth: usize) -> String {
 type HostStatement<'s> = (&'s str, &'s [Option<String>]);
 
 struct Run {
-    adapter: Adapter,
+    adapter: Bridge,
     host: Host,
     backend: Backend,
     /// The open host transaction's bookkeeping; `None` when none is open (autocommit).
@@ -510,7 +510,7 @@ impl Run {
         Ok(())
     }
 
-    /// `enqueue_after_commit`: `Adapter::stage_job` (texts in, one INSERT out).
+    /// `enqueue_after_commit`: `Bridge::stage_job` (texts in, one INSERT out).
     fn stage_one(&mut self, step: &Value) -> Result<Vec<String>, Error> {
         let options = step.get("options").map(Value::to_string);
         let job = self.adapter.stage_job(
@@ -525,7 +525,7 @@ impl Run {
         self.write(&[(&*job.sql, &job.params)], false, vec![job.job_id])
     }
 
-    /// `enqueue_bulk`: `Adapter::stage` (a JSON array in, statements out).
+    /// `enqueue_bulk`: `Bridge::stage` (a JSON array in, statements out).
     fn stage_bulk(&mut self, jobs: &Value) -> Result<Vec<String>, Error> {
         let staged = self.adapter.stage(
             self.host.dialect,
@@ -984,7 +984,7 @@ pub fn run_case(case: &Case, database: &Database, backend_url: &str) -> Result<(
     if let Some(patch) = &case.config {
         merge(&mut config, patch);
     }
-    let adapter = Adapter::new(&config.to_string()).map_err(|e| format!("case config: {e}"))?;
+    let adapter = Bridge::new(&config.to_string()).map_err(|e| format!("case config: {e}"))?;
     let mut run = Run {
         adapter,
         host,

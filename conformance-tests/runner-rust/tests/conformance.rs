@@ -1,4 +1,4 @@
-//! Runs every conformance case on SQLite and PostgreSQL through the bridge (`bridge::Adapter`,
+//! Runs every conformance case on SQLite and PostgreSQL through the bridge (`bridge::Bridge`,
 //! as the bindings call it) and prints the matrix (case x database). PostgreSQL comes from `OJS_TEST_DATABASE_URL`
 //! (scripts/test.sh starts a throwaway server); without it the column is skipped, and under CI
 //! that is a failure, since CI must prove both databases.

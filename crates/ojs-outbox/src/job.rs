@@ -348,7 +348,7 @@ pub fn prepare_json(
 
 /// `prepare_json`. `args_delimited`: the args text is already known to be one well-formed JSON
 /// value (an element the caller's JSON parser delimited), so it is not parsed a second time.
-pub(crate) fn prepare_texts(
+pub fn prepare_texts(
     job_type: &str,
     args_text: &str,
     options_json: Option<&str>,

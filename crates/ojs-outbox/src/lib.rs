@@ -9,15 +9,12 @@
 pub mod admin;
 pub mod backend;
 pub mod backoff;
-pub mod bridge;
 pub mod classify;
 pub mod config;
-pub mod db_url;
 pub mod duration;
 pub mod error;
 pub mod id;
 pub mod job;
-pub mod js_options;
 pub mod ledger;
 pub mod log_feed;
 pub mod outbox;

@@ -1,7 +1,7 @@
 //! Absent PostgreSQL parts come from PGHOST, PGPORT, PGUSER, PGPASSWORD and PGDATABASE, as
 //! the host drivers read them. One test in its own binary: it sets process variables.
 
-use ojs_outbox::db_url::{ConnectionParts, from_parts};
+use ojs_bridge::db_url::{ConnectionParts, from_parts};
 
 #[test]
 fn absent_postgres_parts_come_from_the_pg_variables() {

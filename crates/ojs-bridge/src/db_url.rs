@@ -4,7 +4,7 @@
 
 use serde::Deserialize;
 
-use crate::error::{Error, ErrorCode, Result};
+use ojs_outbox::error::{Error, ErrorCode, Result};
 
 /// A framework's connection settings, as plain text. Absent PostgreSQL parts are taken from
 /// the `PGHOST`, `PGPORT`, `PGUSER`, `PGPASSWORD` and `PGDATABASE` variables, as libpq and the

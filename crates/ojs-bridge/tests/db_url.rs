@@ -1,8 +1,8 @@
 //! The relay's database URL from a framework's connection settings: one rule for Django,
 //! ActiveRecord and knex. (The PG* fallback is in db_url_env.rs: it sets variables.)
 
-use ojs_outbox::ErrorCode;
-use ojs_outbox::db_url::{ConnectionParts, from_parts};
+use ojs_bridge::ErrorCode;
+use ojs_bridge::db_url::{ConnectionParts, from_parts};
 
 fn url(json: &str) -> Result<String, ojs_outbox::Error> {
     from_parts(&ConnectionParts::from_json(json).unwrap())

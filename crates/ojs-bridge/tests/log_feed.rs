@@ -9,8 +9,8 @@
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use ojs_bridge::{self as bridge, LogRecord};
 use ojs_devserver::{DevServer, Fault};
-use ojs_outbox::bridge::{self, LogRecord};
 use ojs_outbox::{Config, NewJob, Outbox};
 use serde_json::json;
 

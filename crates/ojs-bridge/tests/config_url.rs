@@ -2,8 +2,8 @@
 //! the host framework runs in development mode (then the development URL, and a notice to log)
 //! or the handle never talks to the backend. And the near-miss names of unknown options.
 
+use ojs_bridge::{self as bridge, Bridge};
 use ojs_outbox::backend::Backend;
-use ojs_outbox::bridge::{self, Adapter};
 use ojs_outbox::{Config, DEVELOPMENT_OJS_URL, ErrorCode, Host};
 use serde_json::json;
 
@@ -33,9 +33,9 @@ fn a_configuration_without_a_url_is_invalid_and_names_the_setting() {
     let error = Config::load(&json!({}), &host).unwrap_err();
     assert_eq!(error.code, ErrorCode::InvalidConfig);
     assert!(error.message.contains(DJANGO), "{}", error.message);
-    let error = Adapter::for_host("{}", &host).err().unwrap();
+    let error = Bridge::for_host("{}", &host).err().unwrap();
     assert!(error.message.contains(DJANGO), "{}", error.message);
-    assert!(Adapter::new("{}").is_err());
+    assert!(Bridge::new("{}").is_err());
 }
 
 #[test]
@@ -52,7 +52,7 @@ fn development_mode_takes_the_development_url_and_says_so() {
         notice.contains(DEVELOPMENT_OJS_URL) && notice.contains(DJANGO),
         "{notice}"
     );
-    let adapter = Adapter::for_host("{}", &host).unwrap();
+    let adapter = Bridge::for_host("{}", &host).unwrap();
     assert_eq!(adapter.config().ojs_url, DEVELOPMENT_OJS_URL);
     assert!(adapter.notice().unwrap().contains(DJANGO));
 
@@ -75,13 +75,13 @@ fn a_handle_that_needs_no_backend_has_no_url_and_cannot_send() {
     assert_eq!(loaded.config.ojs_url, "");
     assert_eq!(loaded.notice, None);
     // The DDL needs no backend.
-    let adapter = Adapter::for_host("{}", &host).unwrap();
+    let adapter = Bridge::for_host("{}", &host).unwrap();
     assert!(!adapter.create_table_sql("sqlite").unwrap().is_empty());
     // Nor do the relay's commands that only touch the database (ojs-relay migrate, status).
     let dir = std::env::temp_dir().join(format!("ojs-no-url-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let database = format!("sqlite://{}", dir.join("app.db").display());
-    let adapter = Adapter::for_host(&json!({"database_url": database}).to_string(), &host).unwrap();
+    let adapter = Bridge::for_host(&json!({"database_url": database}).to_string(), &host).unwrap();
     adapter.migrate().unwrap();
     assert!(adapter.status_json().unwrap().contains("\"pending\":0"));
     // Every request it would make fails, naming the missing URL.

@@ -1,13 +1,13 @@
 //! The JavaScript spelling of job options: camelCase keys (`delayUntil`, `retry.maxAttempts`)
 //! and durations as whole milliseconds (`retry.initialInterval: 1000`), the forms Node
 //! developers know from BullMQ. A binding whose language writes options this way opts in
-//! ([`crate::bridge::Adapter::accept_js_options`]); the options are then respelled into the
+//! ([`crate::Bridge::accept_js_options`]); the options are then respelled into the
 //! spec's form before the one validation of `job.rs`, so the job on the wire is the same
 //! whichever form the caller used, and an error names the field as the caller spelled it.
 
 use serde_json::{Map, Value};
 
-use crate::error::{Error, ErrorCode, Result};
+use ojs_outbox::error::{Error, ErrorCode, Result};
 
 /// `(camelCase, spec)` per object: the keys whose spellings differ.
 const TOP: &[(&str, &str)] = &[

@@ -1,7 +1,26 @@
-//! The surface the language bindings (Python, Node, Ruby) call. Everything crosses as strings
-//! (JSON texts), integers and flat records; the core owns the tokio runtime, so bindings never
-//! run async code of their own. Fork-safe: a process forked after the relay started (pre-fork
-//! servers: gunicorn, Puma cluster, Node cluster) gets a fresh runtime and relay on first use.
+//! The one contract at the FFI line: what the language bindings (Python, Node, Ruby) call, and
+//! how each thing crosses. Everything crosses as text, integers and flat records; the core owns
+//! the tokio runtime, so bindings never run async code of their own. Fork-safe: a process
+//! forked after the relay started (pre-fork servers: gunicorn, Puma cluster, Node cluster) gets
+//! a fresh runtime and relay on first use.
+//!
+//! | thing | crosses as | decoded by each binding into |
+//! |---|---|---|
+//! | configuration | JSON text (spec §5.2) and a [`Host`] record | — |
+//! | a staged job ([`Bridge::stage_job`]) | [`StagedJob::encode`]: one text, fields NUL-separated: `[sql]`, `job_id`, `type`, `args`, `options`, `meta`, `[tenant]` | the INSERT's parameters |
+//! | staged jobs ([`Bridge::stage`]) | [`Staged::to_json`]: `{"job_ids", "statements": [{"sql", "params"}], "needs_savepoint"}` | statements to run, in a savepoint when told |
+//! | an error | [`Error::to_json`](ojs_outbox::Error::to_json): `{"code", "field", "message", "retryable", "family"}` | the class for `code` (docs/errors.md) |
+//! | an id list | [`encode_ids`]: the ids joined by `\n` | a list of strings |
+//! | the request context | JSON text: its keys, or `{"headers": {...}}` of [`context_header_names`] | — |
+//! | savepoint bookkeeping | a [`Ledger`] per host transaction, for hosts without a savepoint-aware hook | — |
+//! | an operator command | [`Bridge::admin`]: JSON in, a [`Report`] (stdout, stderr, exit code) out | printed as it is |
+//! | relay log records | [`drain_log_feed`]: flat [`LogRecord`]s | the framework's logger |
+
+pub mod db_url;
+pub mod js_options;
+
+pub use ojs_outbox::admin::Report;
+pub use ojs_outbox::{Error, ErrorCode, ErrorFamily, Host, Result};
 
 use std::sync::{Arc, Mutex, OnceLock};
 
@@ -9,17 +28,16 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
-use crate::config::{Config, Host, RelayMode};
-use crate::error::{Error, ErrorCode, Result};
-use crate::job::{NewJob, PreparedJob, RequestContext, prepare, prepare_json};
-use crate::js_options::{self, Renames};
-use crate::outbox::Outbox;
-use crate::sql::{Dialect, OutboxSql, Placeholder, Statement};
+use crate::js_options::Renames;
+use ojs_outbox::config::{Config, RelayMode};
+use ojs_outbox::job::{NewJob, PreparedJob, RequestContext, prepare, prepare_json};
+use ojs_outbox::outbox::Outbox;
+use ojs_outbox::sql::{Dialect, OutboxSql, Placeholder, Statement};
 
 /// The savepoint bookkeeping of one host transaction, for a binding whose host library has no
 /// savepoint-aware after-commit hook: record staged ids, savepoints, releases and rollbacks in
-/// it, and at the outermost commit hand it to [`Adapter::committed`].
-pub use crate::ledger::Ledger;
+/// it, and at the outermost commit hand it to [`Bridge::committed`].
+pub use ojs_outbox::ledger::Ledger;
 
 /// Jobs validated and turned into statements for the host connection. Serializes (for the
 /// bindings that take it as one JSON text) as `{"job_ids": [...], "statements": [{"sql": "...",
@@ -40,7 +58,7 @@ impl Staged {
     }
 }
 
-/// One job validated and turned into its single-row INSERT (`Adapter::stage_job`).
+/// One job validated and turned into its single-row INSERT (`Bridge::stage_job`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StagedJob {
     pub job_id: String,
@@ -137,7 +155,7 @@ struct Running {
 }
 
 /// One configured adapter per application (a Django settings module, an Express app, a Rails app).
-pub struct Adapter {
+pub struct Bridge {
     config: Config,
     notice: Option<String>,
     running: Mutex<Option<Arc<Running>>>,
@@ -149,19 +167,19 @@ pub struct Adapter {
     relay_started: std::sync::atomic::AtomicU64,
 }
 
-impl Adapter {
+impl Bridge {
     /// Parses the spec §5.2 configuration, not in development mode (a missing backend URL is
     /// an error naming `adapter.ojs_url`); no I/O.
-    pub fn new(config_json: &str) -> Result<Adapter> {
-        Adapter::for_host(config_json, &Host::PRODUCTION)
+    pub fn new(config_json: &str) -> Result<Bridge> {
+        Bridge::for_host(config_json, &Host::PRODUCTION)
     }
 
     /// Parses the configuration as `host` runs: the binding says whether its framework is in
     /// development mode, how its users spell the URL setting, and whether this handle talks to
     /// the backend at all (see [`Host`]). No I/O.
-    pub fn for_host(config_json: &str, host: &Host) -> Result<Adapter> {
+    pub fn for_host(config_json: &str, host: &Host) -> Result<Bridge> {
         let loaded = Config::load_json(config_json, host)?;
-        Ok(Adapter {
+        Ok(Bridge {
             config: loaded.config,
             notice: loaded.notice,
             running: Mutex::new(None),
@@ -174,7 +192,7 @@ impl Adapter {
     /// Job options may also be spelled the JavaScript way: camelCase keys and durations in
     /// milliseconds (`js_options.rs`). They are respelled into the spec's form before
     /// validation, so the job on the wire is the same; errors name the caller's spelling.
-    pub fn accept_js_options(mut self) -> Adapter {
+    pub fn accept_js_options(mut self) -> Bridge {
         self.js_options = true;
         self
     }
@@ -247,7 +265,7 @@ impl Adapter {
         let (job_ids, statements) = sql.insert_jobs(placeholder, prepared);
         Ok(Staged {
             job_ids,
-            needs_savepoint: crate::ledger::needs_savepoint(statements.len()),
+            needs_savepoint: ojs_outbox::ledger::needs_savepoint(statements.len()),
             statements,
         })
     }
@@ -378,7 +396,7 @@ impl Adapter {
     /// bindings that start the relay on first use; one atomic load when it runs already.
     pub fn ensure_relay(&self) -> Result<()> {
         use std::sync::atomic::Ordering;
-        let generation = crate::id::fork_generation() + 1;
+        let generation = ojs_outbox::id::fork_generation() + 1;
         if self.relay_started.load(Ordering::Acquire) == generation {
             return Ok(());
         }
@@ -477,7 +495,7 @@ impl Adapter {
 
     /// Deletes `sent` rows older than `older_than` (ISO-8601); returns how many.
     pub fn prune(&self, older_than: &str) -> Result<u64> {
-        let retention = crate::duration::parse(older_than)
+        let retention = ojs_outbox::duration::parse(older_than)
             .map_err(|why| Error::field(ErrorCode::InvalidConfig, "older_than", why))?;
         self.with_running(|running| {
             running
@@ -502,7 +520,7 @@ impl Adapter {
     /// Dead rows of a tenant (or all), oldest first, as a JSON array; at most `limit`
     /// (`store::DEAD_LIST_LIMIT` when `None`).
     pub fn dead_list_json(&self, tenant: Option<&str>, limit: Option<u32>) -> Result<String> {
-        let limit = limit.map_or(crate::store::DEAD_LIST_LIMIT, |limit| limit as usize);
+        let limit = limit.map_or(ojs_outbox::store::DEAD_LIST_LIMIT, |limit| limit as usize);
         self.with_running(|running| {
             let rows = running
                 .runtime
@@ -530,10 +548,10 @@ impl Adapter {
     /// A framework command line's operator command (`admin::Command` as JSON: migrate,
     /// status, dead list / replay / purge): what to print and the exit code, in the words and
     /// by the rules of `ojs-relay` (`admin.rs`), through the relay's connection.
-    pub fn admin(&self, command_json: &str) -> Result<crate::admin::Report> {
-        let command = crate::admin::Command::from_json(command_json)?;
+    pub fn admin(&self, command_json: &str) -> Result<ojs_outbox::admin::Report> {
+        let command = ojs_outbox::admin::Command::from_json(command_json)?;
         self.with_running(|running| {
-            let target = crate::admin::Target {
+            let target = ojs_outbox::admin::Target {
                 store: running.outbox.store(),
                 table: self.table_name(),
                 database_url: self.config.database_url.as_deref().unwrap_or(""),
@@ -541,7 +559,7 @@ impl Adapter {
             };
             running
                 .runtime
-                .block_on(crate::admin::execute(&target, &command))
+                .block_on(ojs_outbox::admin::execute(&target, &command))
         })
     }
 
@@ -562,10 +580,10 @@ impl Adapter {
         arm_stop_signals()?;
         self.with_running(|running| {
             running.runtime.block_on(async {
-                let stop = crate::stop_signal::wait();
+                let stop = ojs_outbox::stop_signal::wait();
                 let store = running.outbox.store().clone();
                 store.check_table().await?;
-                let relay = crate::Relay::start(
+                let relay = ojs_outbox::Relay::start(
                     store,
                     running.outbox.backend().clone(),
                     &self.config,
@@ -584,7 +602,7 @@ impl Adapter {
 /// whose options are these keys in its own case style (Express: camelCase) accepts exactly
 /// those, besides its own.
 pub fn option_keys() -> Vec<String> {
-    crate::config::OPTION_KEYS
+    ojs_outbox::config::OPTION_KEYS
         .iter()
         .map(|key| (*key).to_owned())
         .collect()
@@ -599,7 +617,7 @@ pub fn database_url_from_parts(parts_json: &str) -> Result<String> {
 /// The HTTP request headers a middleware reads for the request context, lowercase; it passes
 /// them as `{"headers": {...}}` in the context JSON (`RequestContext::from_json`).
 pub fn context_header_names() -> Vec<String> {
-    crate::job::CONTEXT_HEADERS
+    ojs_outbox::job::CONTEXT_HEADERS
         .iter()
         .map(|name| (*name).to_owned())
         .collect()
@@ -608,14 +626,14 @@ pub fn context_header_names() -> Vec<String> {
 /// The `INVALID_CONFIG` error for an option `key` that is none of `accepted` (the binding's
 /// spellings), naming the accepted spelling when `key` is a near miss of one.
 pub fn unknown_option_error(key: &str, accepted: &[String]) -> Error {
-    crate::config::unknown_option(key, accepted)
+    ojs_outbox::config::unknown_option(key, accepted)
 }
 
 /// Called first thing by a framework's relay command: from now on SIGINT and SIGTERM stop
-/// [`Adapter::run_relay_until_signal`] gracefully (before it starts, too) instead of killing the
+/// [`Bridge::run_relay_until_signal`] gracefully (before it starts, too) instead of killing the
 /// process. Idempotent.
 pub fn arm_stop_signals() -> Result<()> {
-    crate::stop_signal::arm()
+    ojs_outbox::stop_signal::arm()
 }
 
 fn parse_dialect(name: &str) -> Result<Dialect> {
@@ -680,7 +698,7 @@ fn prepare_input(
         )
     })?;
     with_options_text(js_options, texts.options.map(RawValue::get), |options| {
-        crate::job::prepare_texts(
+        ojs_outbox::job::prepare_texts(
             &job_type,
             texts.args.map_or("null", RawValue::get),
             options,
@@ -719,7 +737,7 @@ fn malformed_job<'k>(
     const KEYS: [&str; 4] = ["type", "args", "options", "meta"];
     let mut keys = keys;
     match keys.find(|key| !KEYS.contains(&key.as_str())) {
-        Some(key) if crate::job::OPTION_KEYS.contains(&key.as_str()) => Error::field(
+        Some(key) if ojs_outbox::job::OPTION_KEYS.contains(&key.as_str()) => Error::field(
             ErrorCode::InvalidArgs,
             key.as_str(),
             "unknown key of a job (type, args, options, meta): put it in \"options\"",
@@ -772,7 +790,7 @@ fn job_from_input(input: Value) -> Result<NewJob> {
 /// The code of a database error raised by a host driver (Django, knex, ActiveRecord), from its
 /// SQLSTATE (PostgreSQL) and message: the same rule the core applies to its own statements.
 pub fn database_error_code(sqlstate: Option<&str>, message: &str) -> ErrorCode {
-    crate::error::database_error_code(sqlstate, message)
+    ojs_outbox::error::database_error_code(sqlstate, message)
 }
 
 /// One record of the relay's log feed as it crosses the FFI line: `level` is `info`,
@@ -787,17 +805,17 @@ pub struct LogRecord {
     pub table: String,
 }
 
-/// Turns the relay's log feed on for this process ([`crate::log_feed`]): from now on every
+/// Turns the relay's log feed on for this process ([`ojs_outbox::log_feed`]): from now on every
 /// relay pause, resume, dead letter, refusal and database or prune failure is queued (bounded)
 /// for [`drain_log_feed`]. A binding calls it before it starts a relay whose records it drains.
 pub fn enable_log_feed() {
-    crate::log_feed::enable();
+    ojs_outbox::log_feed::enable();
 }
 
 /// The relay log records queued in this process since the last call, oldest first. Never
 /// blocks on I/O (a short lock on the queue); empty when nothing happened or the feed is off.
 pub fn drain_log_feed() -> Vec<LogRecord> {
-    crate::log_feed::drain()
+    ojs_outbox::log_feed::drain()
         .into_iter()
         .map(|record| LogRecord {
             level: record.level.as_str().to_owned(),

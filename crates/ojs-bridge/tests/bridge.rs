@@ -3,9 +3,9 @@
 
 use std::time::{Duration, Instant};
 
+use ojs_bridge::{self as bridge, Bridge};
 use ojs_devserver::DevServer;
 use ojs_outbox::ErrorCode;
-use ojs_outbox::bridge::{self, Adapter};
 use serde_json::json;
 use sqlx::{Connection, SqliteConnection};
 
@@ -18,7 +18,7 @@ fn host_connection_stages_and_the_relay_delivers_after_commit() {
     std::fs::create_dir_all(&dir).unwrap();
     let url = format!("sqlite://{}", dir.join("host.db").display());
     let config = json!({"adapter": {"ojs_url": backend.url(), "database_url": url}}).to_string();
-    let adapter = Adapter::new(&config).unwrap();
+    let adapter = Bridge::new(&config).unwrap();
 
     runtime.block_on(async {
         let mut host = SqliteConnection::connect(&format!("{url}?mode=rwc"))
@@ -103,7 +103,7 @@ fn staging_only(mut adapter: serde_json::Value) -> String {
 
 #[test]
 fn statements_follow_the_host_placeholder_style() {
-    let adapter = Adapter::new(&staging_only(
+    let adapter = Bridge::new(&staging_only(
         json!({"outbox": {"table_name": "jobs_outbox"}}),
     ))
     .unwrap();
@@ -130,7 +130,7 @@ fn statements_follow_the_host_placeholder_style() {
 
 #[test]
 fn bad_input_names_the_job_and_the_field() {
-    let adapter = Adapter::new(&staging_only(json!({}))).unwrap();
+    let adapter = Bridge::new(&staging_only(json!({}))).unwrap();
     let bulk = r#"[{"type": "ok", "args": []}, {"type": "Bad-Type", "args": []}]"#;
     let error = adapter.stage("sqlite", "question", bulk, None).unwrap_err();
     assert_eq!(error.code, ErrorCode::InvalidJobType);
@@ -190,7 +190,7 @@ fn bad_input_names_the_job_and_the_field() {
         ErrorCode::InvalidMeta
     );
     assert_eq!(
-        Adapter::new(&staging_only(json!({"outbox": {"batch_size": 0}})))
+        Bridge::new(&staging_only(json!({"outbox": {"batch_size": 0}})))
             .err()
             .unwrap()
             .code,
@@ -201,7 +201,7 @@ fn bad_input_names_the_job_and_the_field() {
 /// `stage_job` (texts) is the one-job `stage` (JSON array): same row, same errors.
 #[test]
 fn stage_job_builds_the_row_stage_builds() {
-    let adapter = Adapter::new(&staging_only(
+    let adapter = Bridge::new(&staging_only(
         json!({"outbox": {"table_name": "jobs_outbox"}}),
     ))
     .unwrap();
@@ -286,7 +286,7 @@ fn stage_job_builds_the_row_stage_builds() {
 /// option belongs), with the job's index in the message.
 #[test]
 fn an_unknown_key_of_a_bulk_job_is_named() {
-    let adapter = Adapter::new(&staging_only(json!({}))).unwrap();
+    let adapter = Bridge::new(&staging_only(json!({}))).unwrap();
     let bulk = r#"[{"type": "a", "args": []}, {"type": "a", "args": [], "queue": "email"}]"#;
     let error = adapter.stage("sqlite", "question", bulk, None).unwrap_err();
     assert_eq!(error.code, ErrorCode::InvalidArgs);
@@ -314,10 +314,10 @@ fn an_unknown_key_of_a_bulk_job_is_named() {
 #[test]
 fn js_options_stage_the_same_row_as_the_spec_spelling() {
     let config = staging_only(json!({}));
-    let js = Adapter::new(&config).unwrap().accept_js_options();
+    let js = Bridge::new(&config).unwrap().accept_js_options();
     let spec = r#"{"queue":"email","delay_until":"2030-01-01T00:00:00Z","timeout_ms":5000,"retry":{"max_attempts":3,"initial_interval":"PT1.5S","max_interval":"PT1M"},"unique":{"keys":["args"],"args_keys":["id"],"period":"PT1H","on_conflict":"ignore"}}"#;
     let camel = r#"{"queue":"email","delayUntil":"2030-01-01T00:00:00Z","timeoutMs":5000,"retry":{"maxAttempts":3,"initialInterval":1500,"maxInterval":60000},"unique":{"keys":["args"],"argsKeys":["id"],"period":3600000,"onConflict":"ignore"}}"#;
-    let stage = |adapter: &Adapter, options: &str| {
+    let stage = |adapter: &Bridge, options: &str| {
         adapter.stage_job("sqlite", "question", "a", "[1]", Some(options), None, None)
     };
     let from_spec = stage(&js, spec).unwrap();
@@ -363,7 +363,7 @@ fn js_options_stage_the_same_row_as_the_spec_spelling() {
     assert_eq!(error.code, ErrorCode::InvalidOptions);
     assert_eq!(error.field.as_deref(), Some("options.delayUntil"));
 
-    let plain = Adapter::new(&config).unwrap();
+    let plain = Bridge::new(&config).unwrap();
     let error = stage(&plain, camel).unwrap_err();
     assert_eq!(error.code, ErrorCode::InvalidOptions);
     let error = stage(&plain, r#"{"retry": {"initial_interval": 1500}}"#).unwrap_err();
@@ -381,7 +381,7 @@ fn admin_commands_report_what_to_print_and_the_exit_code() {
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     let database_url = format!("sqlite://{}", dir.join("app.db").display());
-    let adapter = Adapter::new(&staging_only(json!({
+    let adapter = Bridge::new(&staging_only(json!({
         "database_url": database_url,
         "outbox": {"table_name": "admin_outbox"},
     })))
@@ -459,7 +459,7 @@ fn ensure_relay_starts_once_and_again_after_a_stop() {
     let dir = std::env::temp_dir().join(format!("ojs-bridge-ensure-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
-    let adapter = Adapter::new(&staging_only(json!({
+    let adapter = Bridge::new(&staging_only(json!({
         "database_url": format!("sqlite://{}", dir.join("app.db").display()),
     })))
     .unwrap();
@@ -487,7 +487,7 @@ fn ensure_relay_starts_once_and_again_after_a_stop() {
 /// The one encoding of a staged job, id lists and unencodable values (docs/architecture.md).
 #[test]
 fn the_ffi_encodings() {
-    let adapter = Adapter::new(&staging_only(json!({}))).unwrap();
+    let adapter = Bridge::new(&staging_only(json!({}))).unwrap();
     let job = adapter
         .stage_job("sqlite", "question", "a.b", "[1]", None, None, None)
         .unwrap();
