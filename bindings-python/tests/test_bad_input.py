@@ -80,7 +80,7 @@ BAD_CALLS = [
     ("bulk-one-invalid-job", lambda o, a: o.enqueue_bulk([{"type": "ok.job", "args": [1]}, {"type": "Bad", "args": [2]}], using=a),
      "INVALID_JOB_TYPE", "type", InvalidJobError),
     ("bulk-unknown-job-key", lambda o, a: o.enqueue_bulk([{"type": "ok.job", "args": [1], "when": "now"}], using=a),
-     "INVALID_ARGS", "job", InvalidJobError),
+     "INVALID_ARGS", "when", InvalidJobError),
     ("bulk-job-not-a-dict", lambda o, a: o.enqueue_bulk([{"type": "ok.job", "args": [1]}, "ok.job"], using=a),
      "INVALID_ARGS", "job", InvalidJobError),
     ("bulk-args-not-json", lambda o, a: o.enqueue_bulk([{"type": "ok.job", "args": [1]}, {"type": "ok.job", "args": [Unserializable()]}], using=a),

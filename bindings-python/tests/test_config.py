@@ -71,3 +71,32 @@ def test_development_mode_uses_the_default_url_and_logs_it_once(settings, caplog
         adapter.reset()
     finally:
         backend.stop()
+
+
+def test_the_spellings_of_the_spec_example_are_accepted(settings):
+    """Spec §8.2 writes ``'url'`` and ``'outbox': {'table': ...}``: the same keys as
+    ``ojs_url`` and ``table_name``."""
+    settings.DEBUG = False
+    settings.OJS_CONFIG = {"url": "http://ojs.example:9000",
+                           "outbox": {"enabled": True, "table": "py_spec_spelling"}}
+    from django.db import connections
+
+    adapter = OJS()
+    adapter.check()
+    statements = adapter._ddl("default", "create_table_sql", connections["default"].vendor)
+    assert any("py_spec_spelling" in sql for sql in statements)
+
+
+@pytest.mark.parametrize("config, field, other", [
+    ({"ojs_url": "http://a:9000", "url": "http://b:9000"}, "adapter.ojs_url", "adapter.url"),
+    ({"url": "http://a:9000", "outbox": {"table_name": "one", "table": "two"}},
+     "adapter.outbox.table_name", "adapter.outbox.table"),
+])
+def test_both_spellings_with_different_values_are_refused_naming_both(settings, config, field,
+                                                                      other):
+    settings.DEBUG = False
+    with pytest.raises(ConfigurationError) as raised:
+        OJS(config).check()
+    assert raised.value.code == "INVALID_CONFIG"
+    assert raised.value.field == field
+    assert other in str(raised.value)
