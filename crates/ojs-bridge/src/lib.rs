@@ -551,11 +551,13 @@ impl Bridge {
     pub fn admin(&self, command_json: &str) -> Result<ojs_outbox::admin::Report> {
         let command = ojs_outbox::admin::Command::from_json(command_json)?;
         self.with_running(|running| {
+            let events = running.outbox.events();
             let target = ojs_outbox::admin::Target {
                 store: running.outbox.store(),
                 table: self.table_name(),
                 database_url: self.config.database_url.as_deref().unwrap_or(""),
                 create_table_with: &command.create_table_with,
+                events: events.as_deref(),
             };
             running
                 .runtime

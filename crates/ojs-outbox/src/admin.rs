@@ -39,9 +39,18 @@ pub struct Target<'a> {
     /// How this command line's user creates the table, named when it is missing (e.g.
     /// "`ojs-relay migrate` (same --database-url and --table)", "manage.py migrate").
     pub create_table_with: &'a str,
+    /// The bus of a relay running in this process: dead replays and purges are announced on
+    /// it (`ojs.outbox.dead_replayed`, `ojs.outbox.dead_purged`). `None` in a process of its own.
+    pub events: Option<&'a crate::events::EventBus>,
 }
 
 impl Target<'_> {
+    fn announce(&self, kind: &str, tenant: Option<&str>, count: u64) {
+        if let Some(events) = self.events.filter(|bus| bus.active()) {
+            events.relay_event(kind, tenant, json!({"tenant": tenant, "count": count}));
+        }
+    }
+
     fn database(&self) -> String {
         redact(self.database_url)
     }
@@ -229,6 +238,7 @@ pub async fn dead(target: &Target<'_>, action: &DeadAction) -> Result<Report> {
                 .dead_replay(tenant.as_deref())
                 .await
                 .map_err(explain)?;
+            target.announce("ojs.outbox.dead_replayed", tenant.as_deref(), n);
             Ok(Report::ok(format!(
                 "replayed {n} dead row(s) of {} back to pending with fresh attempts; a running relay sends them at its next poll",
                 tenant_scope(tenant.as_deref())
@@ -239,6 +249,7 @@ pub async fn dead(target: &Target<'_>, action: &DeadAction) -> Result<Report> {
             confirmed: true,
         } => {
             let n = store.dead_purge(tenant.as_deref()).await.map_err(explain)?;
+            target.announce("ojs.outbox.dead_purged", tenant.as_deref(), n);
             Ok(Report::ok(format!(
                 "purged {n} dead row(s) of {}",
                 tenant_scope(tenant.as_deref())

@@ -59,6 +59,10 @@ pub struct RelayConfig {
     pub request_timeout: Duration,
     /// How long a graceful stop may spend sending what is already claimed.
     pub shutdown_timeout: Duration,
+    /// Events a subscriber may fall behind before it is cut off (`events.rs`, tier 1).
+    pub event_buffer: usize,
+    /// Keep events this long for replay (`Last-Event-ID`, `since`; tier 2); `None`: live only.
+    pub event_retention: Option<Duration>,
 }
 
 pub const MAX_BATCH_SIZE: usize = 1000;
@@ -134,6 +138,8 @@ impl Default for Config {
                 hot_queue_capacity: 10_000,
                 request_timeout: Duration::from_secs(10),
                 shutdown_timeout: Duration::from_secs(5),
+                event_buffer: 1024,
+                event_retention: None,
             },
         }
     }
@@ -340,6 +346,23 @@ fn apply_relay(relay: &mut RelayConfig, value: &Value) -> Result<()> {
                 relay.request_timeout = positive_duration(value, field, Duration::from_millis(10))?
             }
             "shutdown_timeout" => relay.shutdown_timeout = duration_value(value, field)?,
+            "event_buffer" => {
+                relay.event_buffer = match value.as_u64() {
+                    Some(n) if (1..=1_000_000).contains(&n) => n as usize,
+                    _ => {
+                        return Err(invalid(
+                            field,
+                            &format!("must be an integer from 1 to 1000000, got {value}"),
+                        ));
+                    }
+                }
+            }
+            // `null` keeps events live only (tier 1); RFC-0005's default retention is PT1H.
+            "event_retention" if value.is_null() => relay.event_retention = None,
+            "event_retention" => {
+                relay.event_retention =
+                    Some(positive_duration(value, field, Duration::from_secs(1))?)
+            }
             _ => return Err(invalid(field, "unknown key")),
         }
     }

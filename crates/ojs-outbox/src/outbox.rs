@@ -99,6 +99,15 @@ impl Outbox {
         }
     }
 
+    /// The event bus of the relay running here, if one runs (`events.rs`).
+    pub fn events(&self) -> Option<std::sync::Arc<crate::events::EventBus>> {
+        self.relay
+            .lock()
+            .expect("relay lock")
+            .as_ref()
+            .map(Relay::events)
+    }
+
     pub fn metrics(&self) -> Option<Metrics> {
         self.relay
             .lock()

@@ -20,6 +20,7 @@ use crate::backend::Backend;
 use crate::backoff;
 use crate::classify::Outcome;
 use crate::config::Config;
+use crate::events::EventBus;
 use crate::job::{MAX_WIRE_BYTES, wire_json};
 use crate::log_feed::{self, Level};
 use crate::store::{ClaimedRow, RowStatus, Settlement, Store};
@@ -76,6 +77,7 @@ pub struct Metrics {
 pub struct Relay {
     hot: mpsc::Sender<String>,
     counters: Arc<Counters>,
+    events: Arc<EventBus>,
     stop: watch::Sender<bool>,
     task: Mutex<Option<JoinHandle<()>>>,
 }
@@ -88,7 +90,13 @@ impl Relay {
         let (hot, hot_rx) = mpsc::channel(config.relay.hot_queue_capacity);
         let (stop, stop_rx) = watch::channel(false);
         let counters = Arc::new(Counters::default());
+        let events = Arc::new(EventBus::new(
+            &config.outbox.table_name,
+            config.relay.event_buffer,
+            config.relay.event_retention,
+        ));
         let engine = Engine {
+            events: events.clone(),
             store,
             backend,
             config: config.clone(),
@@ -116,6 +124,7 @@ impl Relay {
         Relay {
             hot,
             counters,
+            events,
             stop,
             task: Mutex::new(Some(task)),
         }
@@ -135,6 +144,11 @@ impl Relay {
             }
         }
         queued
+    }
+
+    /// This relay's event bus: subscribe to it, replay from it (`events.rs`).
+    pub fn events(&self) -> Arc<EventBus> {
+        self.events.clone()
     }
 
     pub fn metrics(&self) -> Metrics {
@@ -188,6 +202,7 @@ impl Drop for Relay {
 }
 
 struct Engine {
+    events: Arc<EventBus>,
     store: Store,
     backend: Backend,
     config: Config,
@@ -433,6 +448,9 @@ impl Engine {
                 self.database_ok();
                 self.count_settled(&settlements);
                 self.log_dead_letters(&rows, &settlements);
+                if self.events.active() {
+                    self.publish_job_events(&rows, &settlements);
+                }
             }
             Err(error) => self.database_trouble(error).await,
         }
@@ -457,6 +475,61 @@ impl Engine {
             s.status == Some(RowStatus::Failed) || (s.status.is_none() && s.retry_in.is_some())
         });
         counters.retried.fetch_add(retried, Ordering::Relaxed);
+    }
+
+    /// The job events of one settled claim, per row in causal order: `job.enqueued`;
+    /// `job.failed` then `job.retrying`; (`job.failed` when an attempt was used, then)
+    /// `job.dead_lettered`. Releases and deferrals (no attempt, no decision) make none.
+    fn publish_job_events(&self, rows: &[ClaimedRow], settlements: &[Settlement]) {
+        for settlement in settlements {
+            let Some(row) = rows.iter().find(|row| row.id == settlement.id) else {
+                continue;
+            };
+            let attempt = row.attempts + i32::from(settlement.consumed_attempt);
+            let queue = json_string(&row.options_json, "queue");
+            let queue = queue.as_deref().unwrap_or("default");
+            let tenant = json_string(&row.meta_json, "tenant_id");
+            let tenant = tenant.as_deref();
+            let event = |kind: &str, data: serde_json::Value| {
+                self.events
+                    .job_event(kind, &row.job_id, &row.job_type, queue, tenant, data)
+            };
+            let error = settlement.error.as_deref();
+            match settlement.status {
+                Some(RowStatus::Sent) => event(
+                    "job.enqueued",
+                    serde_json::json!({"attempt": attempt, "deduplicated": error.is_some()}),
+                ),
+                Some(RowStatus::Failed) => {
+                    event(
+                        "job.failed",
+                        serde_json::json!({"attempt": attempt, "error": error}),
+                    );
+                    let next = crate::events::now_ms()
+                        + settlement.retry_in.unwrap_or_default().as_millis() as i64;
+                    event(
+                        "job.retrying",
+                        serde_json::json!({
+                            "attempt": attempt,
+                            "next_attempt_at": crate::events::rfc3339_ms(next),
+                        }),
+                    );
+                }
+                Some(RowStatus::Dead) => {
+                    if settlement.consumed_attempt {
+                        event(
+                            "job.failed",
+                            serde_json::json!({"attempt": attempt, "error": error}),
+                        );
+                    }
+                    event(
+                        "job.dead_lettered",
+                        serde_json::json!({"attempt": attempt, "reason": error}),
+                    );
+                }
+                _ => {}
+            }
+        }
     }
 
     /// One error record per row this claim made `dead`, with its job id, type and reason.
@@ -650,6 +723,13 @@ impl Engine {
                     seconds(paused)
                 ),
             );
+            if self.events.active() {
+                self.events.relay_event(
+                    "ojs.relay.resumed",
+                    None,
+                    serde_json::json!({"paused_ms": paused.as_millis() as u64}),
+                );
+            }
         }
         self.consecutive_pauses = 0;
         self.probe = false;
@@ -722,6 +802,17 @@ impl Engine {
                 Trouble::Refused => Level::Error,
             };
             self.log(level, None, message);
+            if self.events.active() {
+                self.events.relay_event(
+                    "ojs.relay.paused",
+                    None,
+                    serde_json::json!({
+                        "reason": reason,
+                        "refused": trouble == Trouble::Refused,
+                        "retry_in_ms": delay.as_millis() as u64,
+                    }),
+                );
+            }
         }
         self.record_error(reason.clone(), true);
         self.pause(delay);
@@ -794,6 +885,17 @@ enum Trouble {
 }
 
 /// A duration for a log line: `40 ms`, `1.5 s`, `60.0 s`.
+/// A top-level string of a JSON object text (a row's options or meta), if there is one.
+fn json_string(json: &str, key: &str) -> Option<String> {
+    match serde_json::from_str::<serde_json::Value>(json)
+        .ok()?
+        .get(key)?
+    {
+        serde_json::Value::String(text) => Some(text.clone()),
+        _ => None,
+    }
+}
+
 fn seconds(duration: Duration) -> String {
     if duration < Duration::from_secs(1) {
         format!("{} ms", duration.as_millis())

@@ -59,6 +59,7 @@ fn target<'a>(settings: &'a Settings, store: &'a Store) -> admin::Target<'a> {
         table: settings.table(),
         database_url: &settings.database_url,
         create_table_with: CREATE_TABLE_WITH,
+        events: None,
     }
 }
 

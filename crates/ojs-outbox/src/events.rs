@@ -1,0 +1,391 @@
+//! The relay's events as CloudEvents 1.0 (RFC-0005): one event per outbox row transition the
+//! relay makes, and the relay's own pauses and resumes, published on an in-process bus.
+//!
+//! - Job events, per job in causal order (one relay task makes them in order): `job.enqueued`
+//!   (the backend accepted the job), `job.failed` (one attempt failed), `job.retrying` (with
+//!   `next_attempt_at`), `job.dead_lettered` (with the reason). A retried job that dies gives
+//!   `job.failed`, `job.retrying` for each retry, then `job.failed`, `job.dead_lettered`
+//!   (seed 003's order).
+//! - Relay and operator events, under our namespace: `ojs.relay.paused`, `ojs.relay.resumed`,
+//!   `ojs.outbox.dead_replayed`, `ojs.outbox.dead_purged` (subject: the outbox table).
+//!
+//! Delivery (RFC §5): tier 1, best effort, always on: subscribers get events live, each through
+//! a bounded buffer; a subscriber that falls behind by more than the buffer is cut off with a
+//! final `ojs.stream.overflow` event (the relay never waits for a subscriber and memory stays
+//! bounded). Tier 2, opt-in (`relay.event_retention`): events are also kept in memory for the
+//! retention, and a subscriber can replay from `Last-Event-ID` or `since`. In memory, not in
+//! the database: a table would add writes to every delivered row, the cost the relay exists to
+//! avoid (docs/benchmarks.md); the price is that a restarted relay's history starts empty.
+//! Nothing is built when nobody listens and no history is kept: [`EventBus::active`].
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use tokio::sync::broadcast;
+
+/// One event.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Event {
+    /// UUIDv7: ids made by one relay sort in emission order.
+    pub id: String,
+    pub kind: String,
+    /// `/ojs/outbox/<table>`.
+    pub source: Arc<str>,
+    /// The job id, or the outbox table for relay and operator events.
+    pub subject: String,
+    /// Unix milliseconds.
+    pub time_ms: i64,
+    pub data: Value,
+    /// For filtering: the job's queue, type and tenant (none for relay events).
+    pub queue: Option<String>,
+    pub job_type: Option<String>,
+    pub tenant: Option<String>,
+}
+
+impl Event {
+    /// The CloudEvents 1.0 JSON form (structured mode).
+    pub fn to_json(&self) -> String {
+        json!({
+            "specversion": "1.0",
+            "id": self.id,
+            "type": self.kind,
+            "source": &*self.source,
+            "subject": self.subject,
+            "time": rfc3339_ms(self.time_ms),
+            "datacontenttype": "application/json",
+            "data": self.data,
+        })
+        .to_string()
+    }
+
+    /// The event as one Server-Sent Events frame (`id`, `event`, `data`, blank line).
+    pub fn sse_frame(&self) -> String {
+        format!(
+            "id: {}\nevent: {}\ndata: {}\n\n",
+            self.id,
+            self.kind,
+            self.to_json()
+        )
+    }
+}
+
+/// A subscriber's filter (RFC §4): event types (exact, or a prefix ending in `*`), queues and
+/// job types (exact), and the tenant a tenant-bound subscriber is scoped to, which also hides
+/// events that belong to no tenant (relay events). Empty lists match everything.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Filter {
+    pub types: Vec<String>,
+    pub queues: Vec<String>,
+    pub job_types: Vec<String>,
+    pub tenant: Option<String>,
+}
+
+impl Filter {
+    /// From the comma-separated query parameters of `GET /v1/events/stream`.
+    pub fn from_lists(
+        types: Option<&str>,
+        queues: Option<&str>,
+        job_types: Option<&str>,
+        tenant: Option<&str>,
+    ) -> Filter {
+        let list = |text: Option<&str>| {
+            text.unwrap_or("")
+                .split(',')
+                .map(str::trim)
+                .filter(|s| !s.is_empty())
+                .map(str::to_owned)
+                .collect()
+        };
+        Filter {
+            types: list(types),
+            queues: list(queues),
+            job_types: list(job_types),
+            tenant: tenant.filter(|t| !t.is_empty()).map(str::to_owned),
+        }
+    }
+
+    pub fn matches(&self, event: &Event) -> bool {
+        let type_ok = self.types.is_empty()
+            || self
+                .types
+                .iter()
+                .any(|pattern| match pattern.strip_suffix('*') {
+                    Some(prefix) => event.kind.starts_with(prefix),
+                    None => *pattern == event.kind,
+                });
+        let within = |wanted: &[String], value: &Option<String>| {
+            wanted.is_empty() || value.as_ref().is_some_and(|v| wanted.contains(v))
+        };
+        let tenant_ok = match &self.tenant {
+            None => true,
+            Some(tenant) => event.tenant.as_ref() == Some(tenant),
+        };
+        type_ok
+            && within(&self.queues, &event.queue)
+            && within(&self.job_types, &event.job_type)
+            && tenant_ok
+    }
+}
+
+/// Where replay starts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ReplayFrom {
+    /// The events after this id (`Last-Event-ID`).
+    AfterId(String),
+    /// The events at or after this time (Unix ms, `since`).
+    Since(i64),
+}
+
+/// The in-process bus of one relay.
+#[derive(Debug)]
+pub struct EventBus {
+    source: Arc<str>,
+    table: String,
+    sender: broadcast::Sender<Arc<Event>>,
+    history: Option<Mutex<VecDeque<Arc<Event>>>>,
+    retention: Duration,
+}
+
+impl EventBus {
+    /// `buffer`: how many events a subscriber may fall behind before it is cut off;
+    /// `retention`: keep events for replay this long (tier 2), or `None` (tier 1 only).
+    pub fn new(table: &str, buffer: usize, retention: Option<Duration>) -> EventBus {
+        let (sender, _) = broadcast::channel(buffer.max(1));
+        EventBus {
+            source: Arc::from(format!("/ojs/outbox/{table}")),
+            table: table.to_owned(),
+            sender,
+            history: retention.map(|_| Mutex::new(VecDeque::new())),
+            retention: retention.unwrap_or_default(),
+        }
+    }
+
+    /// Whether an event would reach anyone (a subscriber, or the replay history). The relay
+    /// builds events only then, so events cost nothing when nobody listens.
+    pub fn active(&self) -> bool {
+        self.history.is_some() || self.sender.receiver_count() > 0
+    }
+
+    /// Whether events are kept for replay (tier 2).
+    pub fn replays(&self) -> bool {
+        self.history.is_some()
+    }
+
+    pub fn subscribe(&self) -> broadcast::Receiver<Arc<Event>> {
+        self.sender.subscribe()
+    }
+
+    /// The kept events after `from`, oldest first (empty without tier 2). An id no longer kept
+    /// (older than the retention) replays everything kept.
+    pub fn replay(&self, from: &ReplayFrom) -> Vec<Arc<Event>> {
+        let Some(history) = &self.history else {
+            return Vec::new();
+        };
+        let history = history.lock().unwrap_or_else(|p| p.into_inner());
+        match from {
+            ReplayFrom::AfterId(id) => match history.iter().position(|e| e.id == *id) {
+                Some(at) => history.iter().skip(at + 1).cloned().collect(),
+                None => history.iter().cloned().collect(),
+            },
+            ReplayFrom::Since(ms) => history
+                .iter()
+                .filter(|e| e.time_ms >= *ms)
+                .cloned()
+                .collect(),
+        }
+    }
+
+    /// A job event.
+    pub fn job_event(
+        &self,
+        kind: &str,
+        job_id: &str,
+        job_type: &str,
+        queue: &str,
+        tenant: Option<&str>,
+        mut data: Value,
+    ) {
+        if let Value::Object(map) = &mut data {
+            map.insert("job_id".into(), json!(job_id));
+            map.insert("type".into(), json!(job_type));
+            map.insert("queue".into(), json!(queue));
+            if let Some(tenant) = tenant {
+                map.insert("tenant_id".into(), json!(tenant));
+            }
+        }
+        self.publish(Event {
+            id: crate::id::new_job_id().to_string(),
+            kind: kind.to_owned(),
+            source: self.source.clone(),
+            subject: job_id.to_owned(),
+            time_ms: now_ms(),
+            data,
+            queue: Some(queue.to_owned()),
+            job_type: Some(job_type.to_owned()),
+            tenant: tenant.map(str::to_owned),
+        });
+    }
+
+    /// A relay or operator event (subject: the outbox table). `tenant`: the tenant an
+    /// operator command was scoped to, if any.
+    pub fn relay_event(&self, kind: &str, tenant: Option<&str>, data: Value) {
+        self.publish(Event {
+            id: crate::id::new_job_id().to_string(),
+            kind: kind.to_owned(),
+            source: self.source.clone(),
+            subject: self.table.clone(),
+            time_ms: now_ms(),
+            data,
+            queue: None,
+            job_type: None,
+            tenant: tenant.map(str::to_owned),
+        });
+    }
+
+    fn publish(&self, event: Event) {
+        let event = Arc::new(event);
+        if let Some(history) = &self.history {
+            let mut history = history.lock().unwrap_or_else(|p| p.into_inner());
+            let oldest = event.time_ms - self.retention.as_millis() as i64;
+            while history.front().is_some_and(|e| e.time_ms < oldest) {
+                history.pop_front();
+            }
+            history.push_back(event.clone());
+        }
+        // No subscriber is no error.
+        let _ = self.sender.send(event);
+    }
+
+    /// The event that ends a stream whose subscriber fell `missed` events behind.
+    pub fn overflow_event(&self, missed: u64) -> Event {
+        Event {
+            id: crate::id::new_job_id().to_string(),
+            kind: "ojs.stream.overflow".to_owned(),
+            source: self.source.clone(),
+            subject: self.table.clone(),
+            time_ms: now_ms(),
+            data: json!({
+                "missed": missed,
+                "reason": "the subscriber fell behind by more than its buffer; reconnect with Last-Event-ID (replay needs relay.event_retention)",
+            }),
+            queue: None,
+            job_type: None,
+            tenant: None,
+        }
+    }
+}
+
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
+/// `2026-11-25T10:30:00.123Z`.
+pub fn rfc3339_ms(ms: i64) -> String {
+    let time = time::OffsetDateTime::from_unix_timestamp_nanos(ms as i128 * 1_000_000)
+        .unwrap_or(time::OffsetDateTime::UNIX_EPOCH);
+    format!(
+        "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:03}Z",
+        time.year(),
+        time.month() as u8,
+        time.day(),
+        time.hour(),
+        time.minute(),
+        time.second(),
+        time.millisecond()
+    )
+}
+
+/// An RFC 3339 time as Unix ms (`since`).
+pub fn parse_rfc3339_ms(text: &str) -> Option<i64> {
+    time::OffsetDateTime::parse(text, &time::format_description::well_known::Rfc3339)
+        .ok()
+        .map(|t| (t.unix_timestamp_nanos() / 1_000_000) as i64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn job(bus: &EventBus, kind: &str, queue: &str, tenant: Option<&str>) {
+        bus.job_event(
+            kind,
+            "j1",
+            "email.send",
+            queue,
+            tenant,
+            json!({"attempt": 1}),
+        );
+    }
+
+    #[test]
+    fn the_envelope_is_cloudevents_1_0() {
+        let bus = EventBus::new("ojs_outbox", 8, Some(Duration::from_secs(60)));
+        job(&bus, "job.enqueued", "email", Some("acme"));
+        let event = bus.replay(&ReplayFrom::Since(0)).remove(0);
+        let value: Value = serde_json::from_str(&event.to_json()).unwrap();
+        assert_eq!(value["specversion"], "1.0");
+        assert_eq!(value["type"], "job.enqueued");
+        assert_eq!(value["source"], "/ojs/outbox/ojs_outbox");
+        assert_eq!(value["subject"], "j1");
+        assert_eq!(value["data"]["queue"], "email");
+        assert_eq!(value["data"]["tenant_id"], "acme");
+        assert!(value["time"].as_str().unwrap().ends_with('Z'));
+        let frame = event.sse_frame();
+        assert!(frame.starts_with(&format!("id: {}\nevent: job.enqueued\ndata: {{", event.id)));
+        assert!(frame.ends_with("}\n\n"));
+    }
+
+    #[test]
+    fn filters_match_type_prefixes_queues_job_types_and_tenants() {
+        let bus = EventBus::new("t", 8, Some(Duration::from_secs(60)));
+        job(&bus, "job.enqueued", "email", Some("acme"));
+        bus.relay_event("ojs.relay.paused", None, json!({}));
+        let events = bus.replay(&ReplayFrom::Since(0));
+        let (enqueued, paused) = (&events[0], &events[1]);
+        let f = |types: &str, queues: &str, tenant: Option<&str>| {
+            Filter::from_lists(Some(types), Some(queues), None, tenant)
+        };
+        assert!(f("job.*", "", None).matches(enqueued));
+        assert!(!f("job.*", "", None).matches(paused));
+        assert!(f("job.enqueued,job.failed", "email", None).matches(enqueued));
+        assert!(!f("job.failed", "", None).matches(enqueued));
+        assert!(!f("", "reports", None).matches(enqueued));
+        assert!(f("", "", Some("acme")).matches(enqueued));
+        assert!(!f("", "", Some("other")).matches(enqueued));
+        assert!(
+            !f("", "", Some("acme")).matches(paused),
+            "relay events belong to no tenant"
+        );
+        assert!(Filter::default().matches(paused));
+    }
+
+    #[test]
+    fn replay_from_an_id_or_a_time_and_only_within_the_retention() {
+        let bus = EventBus::new("t", 8, Some(Duration::from_secs(3600)));
+        for kind in ["job.failed", "job.retrying", "job.enqueued"] {
+            job(&bus, kind, "q", None);
+        }
+        let all = bus.replay(&ReplayFrom::Since(0));
+        assert_eq!(all.len(), 3);
+        let after_first = bus.replay(&ReplayFrom::AfterId(all[0].id.clone()));
+        let kinds: Vec<&str> = after_first.iter().map(|e| e.kind.as_str()).collect();
+        assert_eq!(kinds, ["job.retrying", "job.enqueued"]);
+        assert_eq!(bus.replay(&ReplayFrom::AfterId("gone".into())).len(), 3);
+        let tier1 = EventBus::new("t", 8, None);
+        job(&tier1, "job.enqueued", "q", None);
+        assert!(tier1.replay(&ReplayFrom::Since(0)).is_empty());
+        assert!(!tier1.active(), "tier 1 without subscribers builds nothing");
+        let _subscriber = tier1.subscribe();
+        assert!(tier1.active());
+    }
+
+    #[test]
+    fn times_round_trip() {
+        let ms = 1_764_000_000_123;
+        assert_eq!(parse_rfc3339_ms(&rfc3339_ms(ms)), Some(ms));
+    }
+}
