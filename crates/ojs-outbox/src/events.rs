@@ -277,6 +277,70 @@ impl EventBus {
     }
 }
 
+/// One subscriber's stream: the replayed events first (tier 2), then live ones, filtered, as
+/// SSE frames; after it fell behind, one `ojs.stream.overflow` frame and the end. What every
+/// server of `GET /v1/events/stream` (the relay's, each framework's mount) sends.
+pub struct Subscription {
+    bus: Arc<EventBus>,
+    live: broadcast::Receiver<Arc<Event>>,
+    filter: Filter,
+    backlog: VecDeque<Arc<Event>>,
+    /// Ids already sent from the backlog, skipped when they also arrive live.
+    replayed: std::collections::HashSet<String>,
+    ended: bool,
+}
+
+impl Subscription {
+    /// Subscribes before reading the history, so no event falls between the two (one may
+    /// come twice: consumers deduplicate by id, RFC §5).
+    pub fn new(bus: Arc<EventBus>, filter: Filter, from: Option<&ReplayFrom>) -> Subscription {
+        let live = bus.subscribe();
+        let backlog: VecDeque<Arc<Event>> = from
+            .map(|from| bus.replay(from))
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|event| filter.matches(event))
+            .collect();
+        let replayed = backlog.iter().map(|event| event.id.clone()).collect();
+        Subscription {
+            bus,
+            live,
+            filter,
+            backlog,
+            replayed,
+            ended: false,
+        }
+    }
+
+    /// The next frame, waiting for one; `None` once the stream has ended.
+    pub async fn next_frame(&mut self) -> Option<String> {
+        if let Some(event) = self.backlog.pop_front() {
+            return Some(event.sse_frame());
+        }
+        if self.ended {
+            return None;
+        }
+        loop {
+            match self.live.recv().await {
+                Ok(event) => {
+                    if self.replayed.remove(&event.id) || !self.filter.matches(&event) {
+                        continue;
+                    }
+                    return Some(event.sse_frame());
+                }
+                Err(broadcast::error::RecvError::Lagged(missed)) => {
+                    self.ended = true;
+                    return Some(self.bus.overflow_event(missed).sse_frame());
+                }
+                Err(broadcast::error::RecvError::Closed) => {
+                    self.ended = true;
+                    return None;
+                }
+            }
+        }
+    }
+}
+
 pub fn now_ms() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)

@@ -19,6 +19,7 @@ pub mod job;
 pub mod ledger;
 pub mod log_feed;
 pub mod outbox;
+pub mod prometheus;
 pub mod relay;
 pub mod sql;
 pub mod stop_signal;

@@ -23,6 +23,7 @@ use crate::config::Config;
 use crate::events::EventBus;
 use crate::job::{MAX_WIRE_BYTES, wire_json};
 use crate::log_feed::{self, Level};
+use crate::prometheus::{Histogram, HistogramSnapshot};
 use crate::store::{ClaimedRow, RowStatus, Settlement, Store};
 
 const PRUNE_CHUNK: usize = 10_000;
@@ -48,6 +49,8 @@ struct Counters {
     pending: AtomicI64,
     oldest_pending_age_ms: AtomicI64,
     state: Mutex<BackendState>,
+    delivery_lag: Histogram,
+    send_duration: Histogram,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -144,6 +147,32 @@ impl Relay {
             }
         }
         queued
+    }
+
+    /// The delivery-lag and send-duration histograms (`prometheus.rs`).
+    pub fn histograms(&self) -> (HistogramSnapshot, HistogramSnapshot) {
+        (
+            self.counters.delivery_lag.snapshot(),
+            self.counters.send_duration.snapshot(),
+        )
+    }
+
+    /// The Prometheus exposition of this relay (`prometheus.rs`); `status`: counts read from
+    /// the table just now, when the caller has them.
+    pub fn prometheus_text(
+        &self,
+        table: &str,
+        status: Option<&crate::store::OutboxStatus>,
+    ) -> String {
+        let metrics = self.metrics();
+        let (delivery_lag, send_duration) = self.histograms();
+        crate::prometheus::exposition(&crate::prometheus::Sample {
+            table,
+            metrics: &metrics,
+            delivery_lag: &delivery_lag,
+            send_duration: &send_duration,
+            status,
+        })
     }
 
     /// This relay's event bus: subscribe to it, replay from it (`events.rs`).
@@ -447,6 +476,7 @@ impl Engine {
             Ok(_) => {
                 self.database_ok();
                 self.count_settled(&settlements);
+                self.record_lag(&rows, &settlements);
                 self.log_dead_letters(&rows, &settlements);
                 if self.events.active() {
                     self.publish_job_events(&rows, &settlements);
@@ -481,8 +511,10 @@ impl Engine {
     /// `job.failed` then `job.retrying`; (`job.failed` when an attempt was used, then)
     /// `job.dead_lettered`. Releases and deferrals (no attempt, no decision) make none.
     fn publish_job_events(&self, rows: &[ClaimedRow], settlements: &[Settlement]) {
+        let by_id: std::collections::HashMap<i64, &ClaimedRow> =
+            rows.iter().map(|row| (row.id, row)).collect();
         for settlement in settlements {
-            let Some(row) = rows.iter().find(|row| row.id == settlement.id) else {
+            let Some(row) = by_id.get(&settlement.id) else {
                 continue;
             };
             let attempt = row.attempts + i32::from(settlement.consumed_attempt);
@@ -528,6 +560,25 @@ impl Engine {
                     );
                 }
                 _ => {}
+            }
+        }
+    }
+
+    /// Staging to delivery, per row the backend accepted (the job id's UUIDv7 time).
+    fn record_lag(&self, rows: &[ClaimedRow], settlements: &[Settlement]) {
+        let now = crate::events::now_ms();
+        let by_id: std::collections::HashMap<i64, &ClaimedRow> =
+            rows.iter().map(|row| (row.id, row)).collect();
+        for settlement in settlements {
+            if settlement.status != Some(RowStatus::Sent) {
+                continue;
+            }
+            let Some(row) = by_id.get(&settlement.id) else {
+                continue;
+            };
+            if let Some(staged) = crate::prometheus::staged_at_ms(&row.job_id) {
+                let ms = (now - staged).max(0) as u64;
+                self.counters.delivery_lag.record(Duration::from_millis(ms));
             }
         }
     }
@@ -591,7 +642,9 @@ impl Engine {
                     }
                 },
             };
+            let started = Instant::now();
             let (outcome, named) = self.backend.send_batch(body).await;
+            self.counters.send_duration.record(started.elapsed());
             match outcome {
                 Outcome::Delivered { .. } => {
                     self.backend_ok();
@@ -629,7 +682,9 @@ impl Engine {
     }
 
     async fn send_single(&mut self, row: &ClaimedRow) -> Settlement {
+        let started = Instant::now();
         let outcome = self.backend.send_one(wire_form(row)).await;
+        self.counters.send_duration.record(started.elapsed());
         match outcome {
             Outcome::Delivered { deduplicated } => {
                 self.backend_ok();

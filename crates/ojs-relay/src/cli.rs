@@ -68,6 +68,24 @@ pub struct RunArgs {
     /// How often to look for due rows, as an ISO-8601 duration (e.g. PT1S, PT0.2S).
     #[arg(long, value_name = "ISO8601")]
     pub poll_interval: Option<String>,
+
+    /// Serve the operator's HTTP surface on this address (e.g. 127.0.0.1:9464): the event
+    /// stream (GET /v1/events/stream), GET /metrics, GET /healthz and GET /readyz.
+    #[arg(long, value_name = "ADDR")]
+    pub listen: Option<std::net::SocketAddr>,
+
+    /// Require `Authorization: Bearer TOKEN` on the HTTP surface (all but /healthz).
+    #[arg(
+        long,
+        env = "OJS_RELAY_TOKEN",
+        hide_env_values = true,
+        value_name = "TOKEN"
+    )]
+    pub token: Option<String>,
+
+    /// A token that reads only TENANT's events (repeatable), e.g. acme=s3cret.
+    #[arg(long, value_name = "TENANT=TOKEN")]
+    pub tenant_token: Vec<String>,
 }
 
 #[derive(Debug, Subcommand)]

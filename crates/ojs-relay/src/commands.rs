@@ -109,7 +109,8 @@ pub async fn dead(settings: &Settings, command: &DeadCommand) -> Result<i32> {
     Ok(print(report?))
 }
 
-pub async fn run(settings: &Settings) -> Result<i32> {
+pub async fn run(settings: &Settings, args: &crate::cli::RunArgs) -> Result<i32> {
+    let access = access(args)?;
     let signal_error = |e: std::io::Error| {
         Error::new(
             ErrorCode::RelayShutDown,
@@ -150,7 +151,31 @@ pub async fn run(settings: &Settings) -> Result<i32> {
             )
         }
     }
-    let relay = Relay::start(store.clone(), backend, config, false);
+    let relay = std::sync::Arc::new(Relay::start(store.clone(), backend.clone(), config, false));
+    if let Some(addr) = args.listen {
+        let listener = tokio::net::TcpListener::bind(addr).await.map_err(|e| {
+            Error::field(
+                ErrorCode::InvalidConfig,
+                "--listen",
+                format!("cannot listen on {addr}: {e}"),
+            )
+        })?;
+        let surface = std::sync::Arc::new(crate::http::Surface {
+            relay: relay.clone(),
+            store: store.clone(),
+            backend,
+            table: settings.table().to_owned(),
+            access,
+        });
+        let app = crate::http::router(surface);
+        tracing::info!(
+            "serving the event stream, /metrics, /healthz and /readyz on http://{}",
+            listener.local_addr().map_or(addr, |a| a)
+        );
+        tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+    }
     tracing::info!(
         "relay started: database {}, table {:?}, backend {}, batch size {}, poll interval {}, lease {}",
         redact(&settings.database_url),
@@ -182,6 +207,36 @@ pub async fn run(settings: &Settings) -> Result<i32> {
     store.close().await;
     tracing::info!("relay stopped");
     Ok(0)
+}
+
+/// The HTTP surface's tokens from the flags.
+fn access(args: &crate::cli::RunArgs) -> Result<crate::http::Access> {
+    let mut tenant_tokens = std::collections::HashMap::new();
+    for pair in &args.tenant_token {
+        match pair.split_once('=') {
+            Some((tenant, token)) if !tenant.is_empty() && !token.is_empty() => {
+                tenant_tokens.insert(token.to_owned(), tenant.to_owned());
+            }
+            _ => {
+                return Err(Error::field(
+                    ErrorCode::InvalidConfig,
+                    "--tenant-token",
+                    format!("{pair:?} is not TENANT=TOKEN"),
+                ));
+            }
+        }
+    }
+    if args.listen.is_none() && (args.token.is_some() || !tenant_tokens.is_empty()) {
+        return Err(Error::field(
+            ErrorCode::InvalidConfig,
+            "--token",
+            "tokens protect the HTTP surface, which only --listen ADDR serves",
+        ));
+    }
+    Ok(crate::http::Access {
+        token: args.token.clone().filter(|t| !t.is_empty()),
+        tenant_tokens,
+    })
 }
 
 fn forced(config: &ojs_outbox::Config) -> Error {

@@ -6,6 +6,7 @@
 
 mod cli;
 mod commands;
+mod http;
 mod settings;
 
 use std::io::IsTerminal;
@@ -46,7 +47,7 @@ async fn dispatch(cli: &Cli) -> ojs_outbox::Result<i32> {
     let settings = settings::build(cli, run_args)?;
     match &cli.command {
         Command::Migrate => commands::migrate(&settings).await,
-        Command::Run(_) => commands::run(&settings).await,
+        Command::Run(args) => commands::run(&settings, args).await,
         Command::Status { json } => commands::status(&settings, *json).await,
         Command::Dead { command } => commands::dead(&settings, command).await,
     }

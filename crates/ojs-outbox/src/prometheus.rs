@@ -1,0 +1,253 @@
+//! The relay's metrics in the Prometheus text exposition format (version 0.0.4): counters,
+//! gauges and two histograms, named by Prometheus conventions (`ojs_` prefix, base units,
+//! `_total` counters, `_seconds` durations), labelled by outbox table. The core writes the text
+//! once; `ojs-relay run --listen` and each framework's mount only serve it.
+
+use std::fmt::Write;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use crate::relay::Metrics;
+use crate::store::OutboxStatus;
+
+/// Upper bounds of the histogram buckets, in seconds: 1 ms to 60 s.
+pub const BUCKETS: [f64; 14] = [
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0, 30.0, 60.0,
+];
+
+/// A histogram of durations, recorded with a few relaxed atomic additions.
+#[derive(Debug, Default)]
+pub struct Histogram {
+    /// Per bucket (not cumulative); the last slot is `+Inf`.
+    counts: [AtomicU64; BUCKETS.len() + 1],
+    sum_micros: AtomicU64,
+}
+
+/// A copy of a histogram's counts.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct HistogramSnapshot {
+    pub counts: Vec<u64>,
+    pub sum_micros: u64,
+}
+
+impl Histogram {
+    pub fn record(&self, duration: Duration) {
+        let seconds = duration.as_secs_f64();
+        let slot = BUCKETS
+            .iter()
+            .position(|bound| seconds <= *bound)
+            .unwrap_or(BUCKETS.len());
+        self.counts[slot].fetch_add(1, Ordering::Relaxed);
+        self.sum_micros
+            .fetch_add(duration.as_micros() as u64, Ordering::Relaxed);
+    }
+
+    pub fn snapshot(&self) -> HistogramSnapshot {
+        HistogramSnapshot {
+            counts: self
+                .counts
+                .iter()
+                .map(|c| c.load(Ordering::Relaxed))
+                .collect(),
+            sum_micros: self.sum_micros.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// What one exposition shows about one relay.
+pub struct Sample<'a> {
+    pub table: &'a str,
+    pub metrics: &'a Metrics,
+    /// Time from staging (the job id's UUIDv7 time, just before COMMIT) to the backend's answer.
+    pub delivery_lag: &'a HistogramSnapshot,
+    /// One HTTP request to the backend (a single job or a batch).
+    pub send_duration: &'a HistogramSnapshot,
+    /// Counts read from the table just now (readable only with a database).
+    pub status: Option<&'a OutboxStatus>,
+}
+
+/// The exposition text (`Content-Type: text/plain; version=0.0.4`).
+pub fn exposition(sample: &Sample<'_>) -> String {
+    let mut out = String::new();
+    let table = escape(sample.table);
+    let m = sample.metrics;
+    let mut family = |name: &str, kind: &str, help: &str, lines: &[(String, String)]| {
+        let _ = writeln!(out, "# HELP {name} {help}");
+        let _ = writeln!(out, "# TYPE {name} {kind}");
+        for (labels, value) in lines {
+            let _ = writeln!(out, "{name}{{table=\"{table}\"{labels}}} {value}");
+        }
+    };
+    let one = |value: String| vec![(String::new(), value)];
+    family(
+        "ojs_relay_jobs_sent_total",
+        "counter",
+        "Jobs the backend accepted (including deduplicated ones).",
+        &one(m.sent.to_string()),
+    );
+    family(
+        "ojs_relay_jobs_deduplicated_total",
+        "counter",
+        "Jobs the backend already held (unique policy or an earlier attempt).",
+        &one(m.deduplicated.to_string()),
+    );
+    family(
+        "ojs_relay_job_retries_total",
+        "counter",
+        "Failed attempts and deferrals that will be tried again.",
+        &one(m.retried.to_string()),
+    );
+    family(
+        "ojs_relay_jobs_dead_total",
+        "counter",
+        "Jobs dead-lettered (refused for good, or out of attempts).",
+        &one(m.dead.to_string()),
+    );
+    family(
+        "ojs_relay_wakeups_dropped_total",
+        "counter",
+        "Committed job ids dropped by a full hot queue (the poller sends those rows).",
+        &one(m.hot_dropped.to_string()),
+    );
+    family(
+        "ojs_relay_jobs_in_flight",
+        "gauge",
+        "Rows this relay has claimed and not settled.",
+        &one(m.in_flight.to_string()),
+    );
+    family(
+        "ojs_relay_backend_up",
+        "gauge",
+        "1 when the last answer of the OJS backend was usable, 0 when not, -1 before any.",
+        &one(match m.backend_healthy {
+            Some(true) => "1".into(),
+            Some(false) => "0".into(),
+            None => "-1".into(),
+        }),
+    );
+    let (pending, oldest_ms) = match sample.status {
+        Some(s) => (s.pending + s.failed, s.oldest_pending_age_ms),
+        None => (m.pending, m.oldest_pending_age_ms),
+    };
+    family(
+        "ojs_outbox_backlog_jobs",
+        "gauge",
+        "Rows waiting to be sent (pending and failed).",
+        &one(pending.to_string()),
+    );
+    family(
+        "ojs_outbox_oldest_pending_age_seconds",
+        "gauge",
+        "Age of the oldest row waiting to be sent.",
+        &one(seconds(oldest_ms.max(0) as u64 * 1000)),
+    );
+    if let Some(s) = sample.status {
+        family(
+            "ojs_outbox_rows",
+            "gauge",
+            "Outbox rows by status.",
+            &[
+                (",status=\"pending\"".into(), s.pending.to_string()),
+                (",status=\"failed\"".into(), s.failed.to_string()),
+                (",status=\"sent\"".into(), s.sent.to_string()),
+                (",status=\"dead\"".into(), s.dead.to_string()),
+            ],
+        );
+    }
+    histogram(
+        &mut out,
+        &table,
+        "ojs_relay_delivery_lag_seconds",
+        "Time from staging (just before COMMIT) to the backend accepting the job.",
+        sample.delivery_lag,
+    );
+    histogram(
+        &mut out,
+        &table,
+        "ojs_relay_send_duration_seconds",
+        "Duration of one request to the OJS backend (one job or one batch).",
+        sample.send_duration,
+    );
+    out
+}
+
+fn histogram(out: &mut String, table: &str, name: &str, help: &str, h: &HistogramSnapshot) {
+    let _ = writeln!(out, "# HELP {name} {help}");
+    let _ = writeln!(out, "# TYPE {name} histogram");
+    let mut cumulative = 0;
+    for (i, bound) in BUCKETS.iter().enumerate() {
+        cumulative += h.counts.get(i).copied().unwrap_or(0);
+        let _ = writeln!(
+            out,
+            "{name}_bucket{{table=\"{table}\",le=\"{bound}\"}} {cumulative}"
+        );
+    }
+    cumulative += h.counts.get(BUCKETS.len()).copied().unwrap_or(0);
+    let _ = writeln!(
+        out,
+        "{name}_bucket{{table=\"{table}\",le=\"+Inf\"}} {cumulative}"
+    );
+    let _ = writeln!(
+        out,
+        "{name}_sum{{table=\"{table}\"}} {}",
+        seconds(h.sum_micros)
+    );
+    let _ = writeln!(out, "{name}_count{{table=\"{table}\"}} {cumulative}");
+}
+
+fn seconds(micros: u64) -> String {
+    format!("{}", micros as f64 / 1_000_000.0)
+}
+
+/// A label value with `\`, `"` and newlines escaped.
+fn escape(value: &str) -> String {
+    value
+        .replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+/// The staging time of a job id (UUIDv7: its first 48 bits are Unix milliseconds).
+pub fn staged_at_ms(job_id: &str) -> Option<i64> {
+    let hex: String = job_id.chars().filter(|c| *c != '-').take(12).collect();
+    i64::from_str_radix(&hex, 16).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn buckets_are_cumulative_and_the_count_is_the_inf_bucket() {
+        let h = Histogram::default();
+        h.record(Duration::from_micros(500));
+        h.record(Duration::from_millis(7));
+        h.record(Duration::from_secs(120));
+        let text = exposition(&Sample {
+            table: "t",
+            metrics: &Metrics::default(),
+            delivery_lag: &h.snapshot(),
+            send_duration: &HistogramSnapshot::default(),
+            status: None,
+        });
+        assert!(
+            text.contains("ojs_relay_delivery_lag_seconds_bucket{table=\"t\",le=\"0.001\"} 1\n")
+        );
+        assert!(
+            text.contains("ojs_relay_delivery_lag_seconds_bucket{table=\"t\",le=\"0.01\"} 2\n")
+        );
+        assert!(
+            text.contains("ojs_relay_delivery_lag_seconds_bucket{table=\"t\",le=\"+Inf\"} 3\n")
+        );
+        assert!(text.contains("ojs_relay_delivery_lag_seconds_count{table=\"t\"} 3\n"));
+        assert!(text.contains("ojs_relay_backend_up{table=\"t\"} -1\n"));
+    }
+
+    #[test]
+    fn a_job_id_carries_its_staging_time() {
+        let before = crate::events::now_ms();
+        let id = crate::id::new_job_id().to_string();
+        let at = staged_at_ms(&id).unwrap();
+        assert!((before..=before + 1000).contains(&at), "{at} vs {before}");
+    }
+}

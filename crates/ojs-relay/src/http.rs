@@ -1,0 +1,202 @@
+//! `ojs-relay run --listen ADDR`: the relay's HTTP surface for operators.
+//!
+//! - `GET /v1/events/stream`: the relay's events as Server-Sent Events (RFC-0005 §1), filtered
+//!   by `types` (`job.*` globs), `queues`, `job_types` and `tenant`, replayed from
+//!   `Last-Event-ID` or `since` when `relay.event_retention` keeps events;
+//! - `GET /metrics`: the Prometheus text exposition;
+//! - `GET /healthz`: the process answers; `GET /readyz`: database reachable, outbox table
+//!   present, backend reachable.
+//!
+//! With `--token`, every path but `/healthz` needs `Authorization: Bearer <token>`; a token of
+//! `--tenant-token TENANT=TOKEN` sees only that tenant's events (seed 003) and nothing else.
+//! The core makes the stream and the text (`events::Subscription`, `Relay::prometheus_text`);
+//! this module only serves them.
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::extract::{Query, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Json, Router};
+use ojs_outbox::backend::Backend;
+use ojs_outbox::events::{Filter, ReplayFrom, Subscription, parse_rfc3339_ms};
+use ojs_outbox::{Relay, Store};
+use serde_json::json;
+
+/// Who may read what.
+#[derive(Debug, Clone, Default)]
+pub struct Access {
+    /// The operator's token; `None`: no authentication (listen on a private address).
+    pub token: Option<String>,
+    /// Tenant-bound tokens: token -> tenant.
+    pub tenant_tokens: HashMap<String, String>,
+}
+
+enum Caller {
+    Operator,
+    Tenant(String),
+}
+
+impl Access {
+    fn caller(&self, headers: &HeaderMap) -> Option<Caller> {
+        if self.token.is_none() && self.tenant_tokens.is_empty() {
+            return Some(Caller::Operator);
+        }
+        let given = headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))?;
+        if self.token.as_deref() == Some(given) {
+            return Some(Caller::Operator);
+        }
+        self.tenant_tokens
+            .get(given)
+            .map(|tenant| Caller::Tenant(tenant.clone()))
+    }
+}
+
+pub struct Surface {
+    pub relay: Arc<Relay>,
+    pub store: Store,
+    pub backend: Backend,
+    pub table: String,
+    pub access: Access,
+}
+
+pub fn router(surface: Arc<Surface>) -> Router {
+    Router::new()
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics))
+        .route("/v1/events/stream", get(events))
+        .with_state(surface)
+}
+
+fn refused(status: StatusCode, why: &str) -> Response {
+    (
+        status,
+        Json(json!({"error": {"code": "unauthorized", "message": why}})),
+    )
+        .into_response()
+}
+
+/// The refusal of a caller who is not the operator, if it is not.
+fn operator_only(surface: &Surface, headers: &HeaderMap) -> Option<Response> {
+    match surface.access.caller(headers) {
+        Some(Caller::Operator) => None,
+        Some(Caller::Tenant(_)) => Some(refused(
+            StatusCode::FORBIDDEN,
+            "a tenant token reads only /v1/events/stream",
+        )),
+        None => Some(refused(
+            StatusCode::UNAUTHORIZED,
+            "Authorization: Bearer <token> required",
+        )),
+    }
+}
+
+async fn readyz(State(surface): State<Arc<Surface>>, headers: HeaderMap) -> Response {
+    if let Some(refusal) = operator_only(&surface, &headers) {
+        return refusal;
+    }
+    let table = surface.store.check_table().await;
+    let backend = surface.backend.health().await;
+    let verdict = |result: Result<(), String>| match result {
+        Ok(()) => json!("ok"),
+        Err(why) => json!(why),
+    };
+    let ready = table.is_ok() && backend.is_ok();
+    let body = json!({
+        "ready": ready,
+        "database": verdict(table.map_err(|e| e.message)),
+        "backend": verdict(backend.map_err(|e| e.message)),
+    });
+    let status = if ready {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    (status, Json(body)).into_response()
+}
+
+async fn metrics(State(surface): State<Arc<Surface>>, headers: HeaderMap) -> Response {
+    if let Some(refusal) = operator_only(&surface, &headers) {
+        return refusal;
+    }
+    let status = surface.store.status().await.ok();
+    let text = surface
+        .relay
+        .prometheus_text(&surface.table, status.as_ref());
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response()
+}
+
+async fn events(
+    State(surface): State<Arc<Surface>>,
+    headers: HeaderMap,
+    Query(query): Query<HashMap<String, String>>,
+) -> Response {
+    let tenant = match surface.access.caller(&headers) {
+        None => {
+            return refused(
+                StatusCode::UNAUTHORIZED,
+                "Authorization: Bearer <token> required",
+            );
+        }
+        Some(Caller::Operator) => query.get("tenant").cloned(),
+        Some(Caller::Tenant(own)) => {
+            if query.get("tenant").is_some_and(|asked| *asked != own) {
+                return refused(
+                    StatusCode::FORBIDDEN,
+                    "this token reads only its own tenant",
+                );
+            }
+            Some(own)
+        }
+    };
+    let filter = Filter::from_lists(
+        query.get("types").map(String::as_str),
+        query.get("queues").map(String::as_str),
+        query.get("job_types").map(String::as_str),
+        tenant.as_deref(),
+    );
+    let from = match (
+        headers
+            .get("last-event-id")
+            .and_then(|v| v.to_str().ok())
+            .filter(|v| !v.is_empty()),
+        query.get("since"),
+    ) {
+        (Some(id), _) => Some(ReplayFrom::AfterId(id.to_owned())),
+        (None, Some(since)) => match parse_rfc3339_ms(since) {
+            Some(ms) => Some(ReplayFrom::Since(ms)),
+            None => {
+                return (
+                    StatusCode::BAD_REQUEST,
+                    Json(json!({"error": {"code": "invalid_request",
+                        "message": format!("since: {since:?} is not an RFC 3339 time")}})),
+                )
+                    .into_response();
+            }
+        },
+        (None, None) => None,
+    };
+    let subscription = Subscription::new(surface.relay.events(), filter, from.as_ref());
+    let frames = futures_util::stream::unfold(subscription, |mut subscription| async move {
+        subscription
+            .next_frame()
+            .await
+            .map(|frame| (Ok::<_, Infallible>(frame), subscription))
+    });
+    (
+        [
+            (header::CONTENT_TYPE, "text/event-stream"),
+            (header::CACHE_CONTROL, "no-cache"),
+        ],
+        Body::from_stream(frames),
+    )
+        .into_response()
+}
