@@ -115,7 +115,8 @@ impl DevServer {
         serde_json::from_slice(&json).expect("the devserver writes valid received JSON")
     }
 
-    /// Stored job count, delivery total and request counters (`GET /_dev/stats`).
+    /// Counts of held and replaced jobs, delivery total and request counters
+    /// (`GET /_dev/stats`).
     pub fn stats(&self) -> Stats {
         self.app.state().stats()
     }
