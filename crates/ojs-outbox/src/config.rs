@@ -63,6 +63,8 @@ pub struct RelayConfig {
     pub event_buffer: usize,
     /// Keep events this long for replay (`Last-Event-ID`, `since`; tier 2); `None`: live only.
     pub event_retention: Option<Duration>,
+    /// At most this many events kept for replay, the oldest dropped first (memory bound).
+    pub event_history: usize,
 }
 
 pub const MAX_BATCH_SIZE: usize = 1000;
@@ -140,6 +142,7 @@ impl Default for Config {
                 shutdown_timeout: Duration::from_secs(5),
                 event_buffer: 1024,
                 event_retention: None,
+                event_history: 100_000,
             },
         }
     }
@@ -353,6 +356,17 @@ fn apply_relay(relay: &mut RelayConfig, value: &Value) -> Result<()> {
                         return Err(invalid(
                             field,
                             &format!("must be an integer from 1 to 1000000, got {value}"),
+                        ));
+                    }
+                }
+            }
+            "event_history" => {
+                relay.event_history = match value.as_u64() {
+                    Some(n) if (1..=10_000_000).contains(&n) => n as usize,
+                    _ => {
+                        return Err(invalid(
+                            field,
+                            &format!("must be an integer from 1 to 10000000, got {value}"),
                         ));
                     }
                 }

@@ -13,7 +13,8 @@
 //! a bounded buffer; a subscriber that falls behind by more than the buffer is cut off with a
 //! final `ojs.stream.overflow` event (the relay never waits for a subscriber and memory stays
 //! bounded). Tier 2, opt-in (`relay.event_retention`): events are also kept in memory for the
-//! retention, and a subscriber can replay from `Last-Event-ID` or `since`. In memory, not in
+//! retention (at most `relay.event_history` of them, the oldest dropped first), and a
+//! subscriber can replay from `Last-Event-ID` or `since`. In memory, not in
 //! the database: a table would add writes to every delivered row, the cost the relay exists to
 //! avoid (docs/benchmarks.md); the price is that a restarted relay's history starts empty.
 //! Nothing is built when nobody listens and no history is kept: [`EventBus::active`].
@@ -146,12 +147,19 @@ pub struct EventBus {
     sender: broadcast::Sender<Arc<Event>>,
     history: Option<Mutex<VecDeque<Arc<Event>>>>,
     retention: Duration,
+    history_limit: usize,
 }
 
 impl EventBus {
     /// `buffer`: how many events a subscriber may fall behind before it is cut off;
-    /// `retention`: keep events for replay this long (tier 2), or `None` (tier 1 only).
-    pub fn new(table: &str, buffer: usize, retention: Option<Duration>) -> EventBus {
+    /// `retention`: keep events for replay this long (tier 2), or `None` (tier 1 only), and at
+    /// most `history_limit` of them.
+    pub fn new(
+        table: &str,
+        buffer: usize,
+        retention: Option<Duration>,
+        history_limit: usize,
+    ) -> EventBus {
         let (sender, _) = broadcast::channel(buffer.max(1));
         EventBus {
             source: Arc::from(format!("/ojs/outbox/{table}")),
@@ -159,6 +167,7 @@ impl EventBus {
             sender,
             history: retention.map(|_| Mutex::new(VecDeque::new())),
             retention: retention.unwrap_or_default(),
+            history_limit: history_limit.max(1),
         }
     }
 
@@ -249,7 +258,9 @@ impl EventBus {
         if let Some(history) = &self.history {
             let mut history = history.lock().unwrap_or_else(|p| p.into_inner());
             let oldest = event.time_ms - self.retention.as_millis() as i64;
-            while history.front().is_some_and(|e| e.time_ms < oldest) {
+            while history.front().is_some_and(|e| e.time_ms < oldest)
+                || history.len() >= self.history_limit
+            {
                 history.pop_front();
             }
             history.push_back(event.clone());
@@ -260,20 +271,24 @@ impl EventBus {
 
     /// The event that ends a stream whose subscriber fell `missed` events behind.
     pub fn overflow_event(&self, missed: u64) -> Event {
-        Event {
-            id: crate::id::new_job_id().to_string(),
-            kind: "ojs.stream.overflow".to_owned(),
-            source: self.source.clone(),
-            subject: self.table.clone(),
-            time_ms: now_ms(),
-            data: json!({
-                "missed": missed,
-                "reason": "the subscriber fell behind by more than its buffer; reconnect with Last-Event-ID (replay needs relay.event_retention)",
-            }),
-            queue: None,
-            job_type: None,
-            tenant: None,
-        }
+        overflow(&self.source, &self.table, missed)
+    }
+}
+
+fn overflow(source: &Arc<str>, table: &str, missed: u64) -> Event {
+    Event {
+        id: crate::id::new_job_id().to_string(),
+        kind: "ojs.stream.overflow".to_owned(),
+        source: source.clone(),
+        subject: table.to_owned(),
+        time_ms: now_ms(),
+        data: json!({
+            "missed": missed,
+            "reason": "the subscriber fell behind by more than its buffer; reconnect with Last-Event-ID (replay needs relay.event_retention)",
+        }),
+        queue: None,
+        job_type: None,
+        tenant: None,
     }
 }
 
@@ -281,7 +296,9 @@ impl EventBus {
 /// SSE frames; after it fell behind, one `ojs.stream.overflow` frame and the end. What every
 /// server of `GET /v1/events/stream` (the relay's, each framework's mount) sends.
 pub struct Subscription {
-    bus: Arc<EventBus>,
+    /// Names the stream's own last event; not the bus (the stream ends when the relay does).
+    source: Arc<str>,
+    table: String,
     live: broadcast::Receiver<Arc<Event>>,
     filter: Filter,
     backlog: VecDeque<Arc<Event>>,
@@ -303,7 +320,8 @@ impl Subscription {
             .collect();
         let replayed = backlog.iter().map(|event| event.id.clone()).collect();
         Subscription {
-            bus,
+            source: bus.source.clone(),
+            table: bus.table.clone(),
             live,
             filter,
             backlog,
@@ -330,7 +348,7 @@ impl Subscription {
                 }
                 Err(broadcast::error::RecvError::Lagged(missed)) => {
                     self.ended = true;
-                    return Some(self.bus.overflow_event(missed).sse_frame());
+                    return Some(overflow(&self.source, &self.table, missed).sse_frame());
                 }
                 Err(broadcast::error::RecvError::Closed) => {
                     self.ended = true;
@@ -387,7 +405,7 @@ mod tests {
 
     #[test]
     fn the_envelope_is_cloudevents_1_0() {
-        let bus = EventBus::new("ojs_outbox", 8, Some(Duration::from_secs(60)));
+        let bus = EventBus::new("ojs_outbox", 8, Some(Duration::from_secs(60)), 100);
         job(&bus, "job.enqueued", "email", Some("acme"));
         let event = bus.replay(&ReplayFrom::Since(0)).remove(0);
         let value: Value = serde_json::from_str(&event.to_json()).unwrap();
@@ -405,7 +423,7 @@ mod tests {
 
     #[test]
     fn filters_match_type_prefixes_queues_job_types_and_tenants() {
-        let bus = EventBus::new("t", 8, Some(Duration::from_secs(60)));
+        let bus = EventBus::new("t", 8, Some(Duration::from_secs(60)), 100);
         job(&bus, "job.enqueued", "email", Some("acme"));
         bus.relay_event("ojs.relay.paused", None, json!({}));
         let events = bus.replay(&ReplayFrom::Since(0));
@@ -429,7 +447,7 @@ mod tests {
 
     #[test]
     fn replay_from_an_id_or_a_time_and_only_within_the_retention() {
-        let bus = EventBus::new("t", 8, Some(Duration::from_secs(3600)));
+        let bus = EventBus::new("t", 8, Some(Duration::from_secs(3600)), 100);
         for kind in ["job.failed", "job.retrying", "job.enqueued"] {
             job(&bus, kind, "q", None);
         }
@@ -439,7 +457,17 @@ mod tests {
         let kinds: Vec<&str> = after_first.iter().map(|e| e.kind.as_str()).collect();
         assert_eq!(kinds, ["job.retrying", "job.enqueued"]);
         assert_eq!(bus.replay(&ReplayFrom::AfterId("gone".into())).len(), 3);
-        let tier1 = EventBus::new("t", 8, None);
+        let capped = EventBus::new("t", 8, Some(Duration::from_secs(3600)), 2);
+        for kind in ["a", "b", "c"] {
+            job(&capped, kind, "q", None);
+        }
+        let kept: Vec<String> = capped
+            .replay(&ReplayFrom::Since(0))
+            .iter()
+            .map(|e| e.kind.clone())
+            .collect();
+        assert_eq!(kept, ["b", "c"], "the oldest goes beyond the limit");
+        let tier1 = EventBus::new("t", 8, None, 100);
         job(&tier1, "job.enqueued", "q", None);
         assert!(tier1.replay(&ReplayFrom::Since(0)).is_empty());
         assert!(!tier1.active(), "tier 1 without subscribers builds nothing");

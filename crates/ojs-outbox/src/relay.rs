@@ -97,6 +97,7 @@ impl Relay {
             &config.outbox.table_name,
             config.relay.event_buffer,
             config.relay.event_retention,
+            config.relay.event_history,
         ));
         let engine = Engine {
             events: events.clone(),

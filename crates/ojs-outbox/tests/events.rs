@@ -184,3 +184,36 @@ async fn a_subscriber_that_falls_behind_is_cut_off_and_the_relay_goes_on() {
     backend.shutdown().await;
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[tokio::test]
+async fn a_stream_ends_when_its_relay_is_gone() {
+    let backend = DevServer::start(0).await.unwrap();
+    let (outbox, dir) = outbox("end", &backend, json!({})).await;
+    let bus = outbox.events().unwrap();
+    let mut subscription = ojs_outbox::events::Subscription::new(
+        bus,
+        ojs_outbox::events::Filter::default(),
+        None,
+    );
+    let reader = tokio::spawn(async move {
+        let mut frames = 0;
+        while subscription.next_frame().await.is_some() {
+            frames += 1;
+        }
+        frames
+    });
+    enqueue(&outbox, "one.job", json!({})).await;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while outbox.store().status().await.unwrap().sent < 1 {
+        assert!(Instant::now() < deadline);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    outbox.stop_relay().await;
+    let frames = tokio::time::timeout(Duration::from_secs(10), reader)
+        .await
+        .expect("the stream ended with its relay")
+        .unwrap();
+    assert_eq!(frames, 1);
+    backend.shutdown().await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
