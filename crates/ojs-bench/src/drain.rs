@@ -53,6 +53,38 @@ pub struct DrainArgs {
     /// JSON lines are appended here.
     #[arg(long, default_value = "target/bench/results.jsonl")]
     pub out: PathBuf,
+    /// Also measure what events cost (issue 15): drains at the largest batch size with events
+    /// off, with one live subscriber (tier 1) and with a subscriber plus replay history (tier
+    /// 2), interleaved (off, live, retained, ... off) `--event-rounds` times. Empty: skipped.
+    #[arg(long, value_delimiter = ',', default_value = "")]
+    pub event_modes: Vec<String>,
+    /// Rounds of the event-cost drains; each mode's median is compared.
+    #[arg(long, default_value_t = 3)]
+    pub event_rounds: usize,
+}
+
+/// What listens to the relay's events during a drain.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Events {
+    /// Nobody: the relay builds no event.
+    Off,
+    /// One subscriber reading every SSE frame (tier 1).
+    Live,
+    /// The same, and the replay history kept (tier 2, `relay.event_retention` PT1H).
+    Retained,
+}
+
+impl Events {
+    fn parse(name: &str) -> BoxResult<Events> {
+        match name {
+            "off" => Ok(Events::Off),
+            "live" => Ok(Events::Live),
+            "retained" => Ok(Events::Retained),
+            other => Err(err(format!(
+                "--event-modes: {other:?} is not off, live or retained"
+            ))),
+        }
+    }
 }
 
 struct RunResult {
@@ -85,11 +117,31 @@ pub async fn run(args: DrainArgs) -> BoxResult<()> {
         } else {
             args.rows
         };
-        let result = relay_run(&args, &admin, &devserver, batch_size, rows, false).await?;
+        let result = relay_run(
+            &args,
+            &admin,
+            &devserver,
+            batch_size,
+            rows,
+            false,
+            Events::Off,
+        )
+        .await?;
         results.push(result);
     }
     if args.sync_off_variant && args.batch_sizes.contains(&1) {
-        results.push(relay_run(&args, &admin, &devserver, 1, args.batch1_rows, true).await?);
+        results.push(
+            relay_run(
+                &args,
+                &admin,
+                &devserver,
+                1,
+                args.batch1_rows,
+                true,
+                Events::Off,
+            )
+            .await?,
+        );
     }
     let last_baseline = baseline_run(&args, &admin, &devserver, "last").await?;
     let baselines = [first_baseline, last_baseline];
@@ -140,6 +192,10 @@ pub async fn run(args: DrainArgs) -> BoxResult<()> {
         &table,
     );
 
+    if !args.event_modes.is_empty() && !args.event_modes.iter().all(String::is_empty) {
+        event_costs(&args, &admin, &devserver).await?;
+    }
+
     if args.profile_rows > 0 {
         let biggest = args.batch_sizes.iter().copied().max().unwrap_or(500);
         let mut rows = Vec::new();
@@ -172,6 +228,87 @@ pub async fn run(args: DrainArgs) -> BoxResult<()> {
             &rows,
         );
     }
+    Ok(())
+}
+
+/// The drain at the largest batch size with events off, live and retained, interleaved
+/// `event_rounds` times and closed by one more run with events off; each mode's median
+/// against the median with events off (the machine drifts: interleaving spreads it).
+async fn event_costs(
+    args: &DrainArgs,
+    admin: &sqlx::PgPool,
+    devserver: &DevServer,
+) -> BoxResult<()> {
+    let batch_size = args.batch_sizes.iter().copied().max().unwrap_or(500);
+    let mut modes: Vec<Events> = Vec::new();
+    for name in args.event_modes.iter().filter(|n| !n.is_empty()) {
+        modes.push(Events::parse(name)?);
+    }
+    let mut order = Vec::new();
+    for _ in 0..args.event_rounds.max(1) {
+        order.push(Events::Off);
+        order.extend(modes.iter().copied().filter(|m| *m != Events::Off));
+    }
+    order.push(Events::Off);
+    let mut runs = Vec::new();
+    for mode in order {
+        let result = relay_run(args, admin, devserver, batch_size, args.rows, false, mode).await?;
+        runs.push((mode, result));
+    }
+    let median = |mode: Events| {
+        let mut rates: Vec<f64> = runs
+            .iter()
+            .filter(|(m, _)| *m == mode)
+            .map(|(_, r)| r.jobs_per_s)
+            .collect();
+        rates.sort_by(f64::total_cmp);
+        rates[rates.len() / 2]
+    };
+    let off_median = median(Events::Off);
+    let mut table = Vec::new();
+    for (mode, result) in &runs {
+        let ratio = result.jobs_per_s / off_median;
+        let mut record = result.record.clone();
+        record["bench"] = json!("drain_events");
+        record["events"] = json!(format!("{mode:?}").to_lowercase());
+        record["ratio_vs_events_off"] = json!(round3(ratio));
+        emit(&args.out, record)?;
+        table.push(vec![
+            format!("{mode:?}").to_lowercase(),
+            batch_size.to_string(),
+            result.rows.to_string(),
+            format!("{:.0}", result.jobs_per_s),
+            format!("{ratio:.3}"),
+            format!("{}", result.record["events_received"]),
+        ]);
+    }
+    print_table(
+        "drain with events (PostgreSQL, fsync on): off / one live subscriber (tier 1) / live + replay history (tier 2), each run against the median with events off",
+        &["events", "batch", "rows", "jobs/s", "vs off", "events read"],
+        &table,
+    );
+    let mut summary = Vec::new();
+    for mode in [Events::Off, Events::Live, Events::Retained] {
+        if runs.iter().any(|(m, _)| *m == mode) {
+            let ratio = median(mode) / off_median;
+            summary.push(vec![
+                format!("{mode:?}").to_lowercase(),
+                format!("{:.0}", median(mode)),
+                format!("{ratio:.3}"),
+                format!("{:+.1}%", (1.0 - ratio) * 100.0),
+            ]);
+            emit(
+                &args.out,
+                json!({"bench": "drain_events_summary", "events": format!("{mode:?}").to_lowercase(),
+                       "median_jobs_per_s": round1(median(mode)), "ratio_vs_events_off": round3(ratio)}),
+            )?;
+        }
+    }
+    print_table(
+        "event cost: median jobs/s per mode and its cost against events off",
+        &["events", "median jobs/s", "vs off", "cost"],
+        &summary,
+    );
     Ok(())
 }
 
@@ -226,6 +363,7 @@ async fn relay_run(
     batch_size: usize,
     rows: usize,
     sync_off: bool,
+    events: Events,
 ) -> BoxResult<RunResult> {
     let table = table_name(&format!(
         "drain_{batch_size}{}",
@@ -240,6 +378,10 @@ async fn relay_run(
     let mut config = config_for(&relay_url, &devserver.url, &table);
     config.outbox.batch_size = batch_size;
     config.outbox.poll_interval = Duration::from_millis(args.poll_interval_ms);
+    if events == Events::Retained {
+        config.relay.event_retention = Some(Duration::from_secs(3600));
+        config.relay.event_history = rows * 2;
+    }
     let store = Store::connect(&relay_url, &table).await?;
     let synchronous_commit: String = match store.postgres_pool() {
         Some(pool) => {
@@ -270,6 +412,23 @@ async fn relay_run(
     let cpu_before = CpuSample::take("self", devserver.pid(), postmaster);
     let started = Instant::now();
     let relay = Relay::start(store.clone(), backend, &config, false);
+    // A subscriber that reads every frame, as an SSE connection would.
+    let reader = (events != Events::Off).then(|| {
+        let mut subscription = ojs_outbox::events::Subscription::new(
+            relay.events(),
+            ojs_outbox::events::Filter::default(),
+            None,
+        );
+        tokio::spawn(async move {
+            let mut count = 0u64;
+            while let Some(frame) = subscription.next_frame().await {
+                if frame.starts_with("id: ") {
+                    count += 1;
+                }
+            }
+            count
+        })
+    });
     let timeout = Duration::from_secs(600);
     let received_at = devserver
         .wait_for_jobs(rows as u64, Duration::from_millis(20), timeout)
@@ -290,6 +449,11 @@ async fn relay_run(
     };
     let metrics = relay.metrics();
     relay.shutdown().await;
+    drop(relay);
+    let events_received = match reader {
+        Some(reader) => json!(reader.await.unwrap_or(0)),
+        None => json!(null),
+    };
 
     let seconds = (received_at - started).as_secs_f64();
     let stats = devserver.stats().await?;
@@ -315,6 +479,7 @@ async fn relay_run(
         "relay_metrics": {"sent": metrics.sent, "retried": metrics.retried, "dead": metrics.dead},
         "cpu": cpu_before.delta(&cpu_after),
         "staging_seconds": round3(staged.as_secs_f64()),
+        "events_received": events_received,
     });
     drop_table(admin, &table).await?;
     Ok(RunResult {
