@@ -13,6 +13,7 @@ pub mod classify;
 pub mod config;
 pub mod duration;
 pub mod error;
+pub mod event_client;
 pub mod events;
 pub mod id;
 pub mod job;

@@ -175,6 +175,51 @@ async fn metrics_health_and_a_tenant_scoped_replayable_event_stream() {
     );
     assert_eq!(get(&stream, None, None).await.status(), 401);
 
+    // The SDKs' client (the core's event_client) reads the same stream, and resumes after an id.
+    let subscribe = |last: Option<&str>| {
+        let mut options = json!({"url": format!("{base}/v1/events/stream"), "token": "ta",
+                                 "types": ["job.*"], "since": "1970-01-01T00:00:00Z"});
+        if let Some(last) = last {
+            options["last_event_id"] = json!(last);
+        }
+        ojs_outbox::event_client::EventClient::start(
+            ojs_outbox::event_client::EventSubscription::from_json(&options.to_string()).unwrap(),
+        )
+    };
+    let mut client = subscribe(None);
+    let mut got = Vec::new();
+    while got.len() < 3 {
+        let event = tokio::time::timeout(Duration::from_secs(20), client.next())
+            .await
+            .expect("an event")
+            .expect("open")
+            .expect("accepted");
+        got.push(event.id);
+    }
+    assert_eq!(
+        got,
+        acme.iter().map(|(id, _, _)| id.clone()).collect::<Vec<_>>()
+    );
+    let mut resumed = subscribe(Some(&got[0]));
+    let next = tokio::time::timeout(Duration::from_secs(20), resumed.next())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert_eq!(next.id, got[1], "resumes after the given id");
+    let mut refused = {
+        let options = json!({"url": format!("{base}/v1/events/stream"), "token": "wrong"});
+        ojs_outbox::event_client::EventClient::start(
+            ojs_outbox::event_client::EventSubscription::from_json(&options.to_string()).unwrap(),
+        )
+    };
+    let error = tokio::time::timeout(Duration::from_secs(20), refused.next())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap_err();
+    assert!(error.message.contains("401"), "{}", error.message);
+
     assert!(relay.terminate(Duration::from_secs(30)).await.success());
     backend.shutdown().await;
 }
