@@ -165,22 +165,18 @@ async fn read_forever(
                 failures = 0;
                 let mut response = response;
                 let mut parser = Parser::default();
-                loop {
-                    match response.chunk().await {
-                        Ok(Some(bytes)) => {
-                            for event in parser.push(&bytes) {
-                                if !seen.insert(&event.id) {
-                                    continue;
-                                }
-                                if !event.id.is_empty() {
-                                    last_id = Some(event.id.clone());
-                                }
-                                if sender.send(Ok(event)).await.is_err() {
-                                    return; // the consumer is gone
-                                }
-                            }
+                // Until the server ends or drops the stream: then reconnect.
+                while let Ok(Some(bytes)) = response.chunk().await {
+                    for event in parser.push(&bytes) {
+                        if !seen.insert(&event.id) {
+                            continue;
                         }
-                        Ok(None) | Err(_) => break, // dropped: reconnect
+                        if !event.id.is_empty() {
+                            last_id = Some(event.id.clone());
+                        }
+                        if sender.send(Ok(event)).await.is_err() {
+                            return; // the consumer is gone
+                        }
                     }
                 }
             }
