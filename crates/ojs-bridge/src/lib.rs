@@ -17,6 +17,7 @@
 //! | relay log records | [`drain_log_feed`]: flat [`LogRecord`]s | the framework's logger |
 
 pub mod db_url;
+pub mod events;
 pub mod js_options;
 
 pub use ojs_outbox::admin::Report;
@@ -483,6 +484,42 @@ impl Bridge {
                 .block_on(running.outbox.enqueue_now(job, context.as_ref()))
         })
         .map_err(|error| renames.caller_error(error))
+    }
+
+    /// The Prometheus exposition of the relay running in this process (what a framework's
+    /// `/metrics` mount serves); `None` when none runs here.
+    pub fn metrics_text(&self) -> Option<String> {
+        let running = self.running_here()?;
+        running.runtime.block_on(running.outbox.prometheus_text())
+    }
+
+    /// A subscriber of this process's relay events, as SSE frames (what a framework's
+    /// `/v1/events/stream` mount serves); `request_json` is an `events::StreamRequest`.
+    /// Fails with `RELAY_SHUT_DOWN` when no relay runs here.
+    pub fn relay_events(&self, request_json: &str) -> Result<events::RelayFrames> {
+        let request: events::StreamRequest = serde_json::from_str(request_json)
+            .map_err(|e| Error::field(ErrorCode::InvalidConfig, "request", e.to_string()))?;
+        let running = self.running_here().ok_or_else(|| {
+            Error::new(
+                ErrorCode::RelayShutDown,
+                "no relay runs in this process: its events stream from the process that runs it",
+            )
+        })?;
+        let bus = running.outbox.events().ok_or_else(|| {
+            Error::new(
+                ErrorCode::RelayShutDown,
+                "the relay of this process is stopped",
+            )
+        })?;
+        events::RelayFrames::open(bus, &request, running.runtime.handle().clone())
+    }
+
+    /// An SDK's event client (`event_client::EventSubscription` as JSON: `url` of any OJS
+    /// event stream, `token`, filters, `since`, `last_event_id`); reconnects and resumes itself.
+    pub fn subscribe_events(&self, options_json: &str) -> Result<events::EventFeed> {
+        self.with_running(|running| {
+            events::EventFeed::open(options_json, running.runtime.handle().clone())
+        })
     }
 
     /// The relay's metrics as JSON (`null` when no relay runs in this process).

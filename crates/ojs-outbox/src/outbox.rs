@@ -99,6 +99,16 @@ impl Outbox {
         }
     }
 
+    /// The Prometheus exposition of the relay running here, with the table's counts read now
+    /// (`prometheus.rs`); `None` when no relay runs here.
+    pub async fn prometheus_text(&self) -> Option<String> {
+        let status = self.store.status().await.ok();
+        let relay = self.relay.lock().expect("relay lock");
+        relay
+            .as_ref()
+            .map(|relay| relay.prometheus_text(&self.config.outbox.table_name, status.as_ref()))
+    }
+
     /// The event bus of the relay running here, if one runs (`events.rs`).
     pub fn events(&self) -> Option<std::sync::Arc<crate::events::EventBus>> {
         self.relay

@@ -1,0 +1,146 @@
+//! The event stream across the FFI line (issue 15): what a framework's mount serves (the
+//! in-process relay's frames, [`RelayFrames`]) and what an SDK's event client reads (any OJS
+//! event stream, [`EventFeed`]). Both block the calling host thread for at most a timeout, so a
+//! binding can poll them from a thread (Python, Ruby) or a worker (Node) without callbacks.
+
+use std::sync::Mutex;
+use std::time::Duration;
+
+use ojs_outbox::Result;
+use ojs_outbox::event_client::{EventClient, EventSubscription};
+use ojs_outbox::events::{Filter, ReplayFrom, Subscription, parse_rfc3339_ms};
+use serde::Deserialize;
+
+/// What a mount asks for, from its request (JSON): the query parameters of
+/// `GET /v1/events/stream`, the `Last-Event-ID` header, and the tenant the caller is scoped to
+/// (the framework's authorization decides that; it wins over a `tenant` parameter).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StreamRequest {
+    #[serde(default)]
+    pub types: Option<String>,
+    #[serde(default)]
+    pub queues: Option<String>,
+    #[serde(default)]
+    pub job_types: Option<String>,
+    #[serde(default)]
+    pub tenant: Option<String>,
+    #[serde(default)]
+    pub since: Option<String>,
+    #[serde(default)]
+    pub last_event_id: Option<String>,
+}
+
+/// The next thing a stream has: a frame to write, nothing yet (write a keep-alive comment if
+/// you like), or the end (close the response).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Next {
+    Frame(String),
+    Idle,
+    End,
+}
+
+impl Next {
+    /// The FFI form: the frame, `""` when idle, `None` at the end.
+    pub fn into_option(self) -> Option<String> {
+        match self {
+            Next::Frame(frame) => Some(frame),
+            Next::Idle => Some(String::new()),
+            Next::End => None,
+        }
+    }
+}
+
+/// One subscriber of the in-process relay's events, as SSE frames.
+pub struct RelayFrames {
+    pub(crate) subscription: Mutex<Subscription>,
+    pub(crate) runtime: tokio::runtime::Handle,
+}
+
+impl RelayFrames {
+    pub(crate) fn open(
+        bus: std::sync::Arc<ojs_outbox::events::EventBus>,
+        request: &StreamRequest,
+        runtime: tokio::runtime::Handle,
+    ) -> Result<RelayFrames> {
+        let filter = Filter::from_lists(
+            request.types.as_deref(),
+            request.queues.as_deref(),
+            request.job_types.as_deref(),
+            request.tenant.as_deref(),
+        );
+        let from = match (&request.last_event_id, &request.since) {
+            (Some(id), _) if !id.is_empty() => Some(ReplayFrom::AfterId(id.clone())),
+            (_, Some(since)) => Some(ReplayFrom::Since(parse_rfc3339_ms(since).ok_or_else(
+                || {
+                    ojs_outbox::Error::field(
+                        ojs_outbox::ErrorCode::InvalidConfig,
+                        "since",
+                        format!("{since:?} is not an RFC 3339 time"),
+                    )
+                },
+            )?)),
+            _ => None,
+        };
+        Ok(RelayFrames {
+            subscription: Mutex::new(Subscription::new(bus, filter, from.as_ref())),
+            runtime,
+        })
+    }
+
+    /// Waits up to `timeout_ms` for the next frame.
+    pub fn next(&self, timeout_ms: u64) -> Next {
+        let mut subscription = self.subscription.lock().unwrap_or_else(|p| p.into_inner());
+        // The timer belongs to the runtime: build it inside.
+        let wait = async {
+            tokio::time::timeout(Duration::from_millis(timeout_ms), subscription.next_frame()).await
+        };
+        match self.runtime.block_on(wait) {
+            Ok(Some(frame)) => Next::Frame(frame),
+            Ok(None) => Next::End,
+            Err(_) => Next::Idle,
+        }
+    }
+}
+
+/// An SDK's subscription to an OJS event stream (a backend's or a relay's): reconnects and
+/// resumes by itself (`event_client.rs`).
+pub struct EventFeed {
+    pub(crate) client: Mutex<EventClient>,
+    pub(crate) runtime: tokio::runtime::Handle,
+}
+
+impl EventFeed {
+    pub(crate) fn open(options_json: &str, runtime: tokio::runtime::Handle) -> Result<EventFeed> {
+        let subscription = EventSubscription::from_json(options_json)?;
+        let client = {
+            let _entered = runtime.enter();
+            EventClient::start(subscription)
+        };
+        Ok(EventFeed {
+            client: Mutex::new(client),
+            runtime,
+        })
+    }
+
+    /// Waits up to `timeout_ms` for the next event: its CloudEvents JSON text; `""` when none
+    /// came in time; `None` once closed. A refusal by the server is an error, and final.
+    pub fn next(&self, timeout_ms: u64) -> Result<Option<String>> {
+        let mut client = self.client.lock().unwrap_or_else(|p| p.into_inner());
+        let wait =
+            async { tokio::time::timeout(Duration::from_millis(timeout_ms), client.next()).await };
+        match self.runtime.block_on(wait) {
+            Ok(Some(Ok(event))) => Ok(Some(event.data)),
+            Ok(Some(Err(error))) => Err(error),
+            Ok(None) => Ok(None),
+            Err(_) => Ok(Some(String::new())),
+        }
+    }
+
+    pub fn close(&self) {
+        self.client
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .close();
+    }
+}
