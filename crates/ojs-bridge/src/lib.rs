@@ -15,6 +15,8 @@
 //! | savepoint bookkeeping | a [`Ledger`] per host transaction, for hosts without a savepoint-aware hook | — |
 //! | an operator command | [`Bridge::admin`]: JSON in, a [`Report`] (stdout, stderr, exit code) out | printed as it is |
 //! | relay log records | [`drain_log_feed`]: flat [`LogRecord`]s | the framework's logger |
+//! | relay events (a mount) | [`Bridge::relay_events`] → [`events::RelayFrames`]: SSE frame text per `next` | written to the response as it is |
+//! | an event client (an SDK) | [`Bridge::subscribe_events`] → [`events::EventFeed`]: CloudEvents JSON text per `next` | the language's iterator |
 
 pub mod db_url;
 pub mod events;
