@@ -190,11 +190,8 @@ async fn a_stream_ends_when_its_relay_is_gone() {
     let backend = DevServer::start(0).await.unwrap();
     let (outbox, dir) = outbox("end", &backend, json!({})).await;
     let bus = outbox.events().unwrap();
-    let mut subscription = ojs_outbox::events::Subscription::new(
-        bus,
-        ojs_outbox::events::Filter::default(),
-        None,
-    );
+    let mut subscription =
+        ojs_outbox::events::Subscription::new(bus, ojs_outbox::events::Filter::default(), None);
     let reader = tokio::spawn(async move {
         let mut frames = 0;
         while subscription.next_frame().await.is_some() {
