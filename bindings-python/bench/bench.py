@@ -67,9 +67,9 @@ def main():
         with connections[name].cursor() as cursor:
             cursor.execute(f"DROP TABLE IF EXISTS {TABLE}")
         adapter.create_outbox_table(name)
-        (_, statements) = adapter.adapter(name).stage(
+        staged = adapter.bridge(name).stage(
             connections[name].vendor, "percent", json.dumps([{"type": "email.welcome", "args": [1]}]))
-        insert_sql = statements[0][0]
+        insert_sql = json.loads(staged)["statements"][0]["sql"]
 
         def raw(cursor):
             for i in range(JOBS):

@@ -1,21 +1,20 @@
-//! `Adapter`: one configured core adapter per Django project (or per explicit configuration).
-//! Method names and order follow `ojs_bridge::Bridge`.
+//! `Bridge`: one configured core bridge (`ojs_bridge::Bridge`) per Django database alias (or
+//! per explicit configuration). Method names and order follow `ojs_bridge::Bridge`; each value
+//! crosses in the bridge's one encoding (its crate doc): a staged job as `StagedJob::encode`,
+//! staged jobs as `Staged::to_json`, id lists as `encode_ids` text, errors as `Error::to_json`.
 
 use ojs_bridge as bridge;
 use pyo3::prelude::*;
 
 use crate::error::to_py;
 
-/// One staging statement for the host cursor: SQL text and its parameters (text or None).
-type Statement = (String, Vec<Option<String>>);
-
 #[pyclass(frozen, module = "ojs_adapter_django._native")]
-pub struct Adapter {
+pub struct Bridge {
     inner: bridge::Bridge,
 }
 
 #[pymethods]
-impl Adapter {
+impl Bridge {
     /// Parses the spec §5.2 configuration (JSON text) as the host runs (`config::Host`):
     /// `development` (Django's `DEBUG`), `url_setting` (named when the backend URL is
     /// missing), `needs_backend` (false for a DDL-only handle). No I/O.
@@ -27,12 +26,12 @@ impl Adapter {
         url_setting: &str,
         needs_backend: bool,
     ) -> PyResult<Self> {
-        let host = ojs_outbox::Host {
+        let host = bridge::Host {
             development,
             url_setting,
             needs_backend,
         };
-        Ok(Adapter {
+        Ok(Bridge {
             inner: bridge::Bridge::for_host(config_json, &host).map_err(to_py)?,
         })
     }
@@ -58,8 +57,12 @@ impl Adapter {
         self.inner.create_table_sql(dialect).map_err(to_py)
     }
 
-    /// Validates the jobs (JSON array text) and returns `(job_ids, [(sql, params), ...])` for
-    /// the host cursor. Pure computation: keeps the GIL (it is on the hot path).
+    fn drop_table_sql(&self, dialect: &str) -> PyResult<String> {
+        self.inner.drop_table_sql(dialect).map_err(to_py)
+    }
+
+    /// Validates the jobs (JSON array text) and returns `Staged::to_json`: `{"job_ids",
+    /// "statements": [{"sql", "params"}], "needs_savepoint"}`. Pure computation: keeps the GIL.
     #[pyo3(signature = (dialect, placeholder, jobs_json, context_json=None))]
     fn stage(
         &self,
@@ -67,22 +70,17 @@ impl Adapter {
         placeholder: &str,
         jobs_json: &str,
         context_json: Option<&str>,
-    ) -> PyResult<(Vec<String>, Vec<Statement>)> {
-        let staged = self
-            .inner
+    ) -> PyResult<String> {
+        self.inner
             .stage(dialect, placeholder, jobs_json, context_json)
-            .map_err(to_py)?;
-        let statements = staged
-            .statements
-            .into_iter()
-            .map(|statement| (statement.sql, statement.params))
-            .collect();
-        Ok((staged.job_ids, statements))
+            .map(|staged| staged.to_json())
+            .map_err(to_py)
     }
 
-    /// `stage` for one job given as JSON texts (the per-call hot path): returns
-    /// `(job_id, sql, params)`. Keeps the GIL: pure computation of a few microseconds.
-    #[pyo3(signature = (dialect, placeholder, job_type, args_json, options_json=None, meta_json=None, context_json=None))]
+    /// `stage` for one job given as JSON texts (the per-call hot path): `StagedJob::encode`,
+    /// one NUL-separated text, the INSERT first when `with_sql` (ask for it once per dialect).
+    /// Keeps the GIL: pure computation of a few microseconds.
+    #[pyo3(signature = (dialect, placeholder, job_type, args_json, options_json=None, meta_json=None, context_json=None, with_sql=false))]
     #[allow(clippy::too_many_arguments)]
     fn stage_job(
         &self,
@@ -93,9 +91,9 @@ impl Adapter {
         options_json: Option<&str>,
         meta_json: Option<&str>,
         context_json: Option<&str>,
-    ) -> PyResult<(String, String, Vec<Option<String>>)> {
-        let staged = self
-            .inner
+        with_sql: bool,
+    ) -> PyResult<String> {
+        self.inner
             .stage_job(
                 dialect,
                 placeholder,
@@ -105,16 +103,27 @@ impl Adapter {
                 meta_json,
                 context_json,
             )
-            .map_err(to_py)?;
-        Ok((staged.job_id, staged.sql.to_string(), staged.params.into()))
+            .map(|staged| staged.encode(with_sql))
+            .map_err(to_py)
     }
 
     fn start_relay(&self, py: Python<'_>) -> PyResult<()> {
         py.detach(|| self.inner.start_relay()).map_err(to_py)
     }
 
+    /// Starts the in-process relay once per process, and again in a forked child; one atomic
+    /// load when it runs already (the per-enqueue call).
+    fn ensure_relay(&self, py: Python<'_>) -> PyResult<()> {
+        py.detach(|| self.inner.ensure_relay()).map_err(to_py)
+    }
+
     fn stop_relay(&self, py: Python<'_>) {
         py.detach(|| self.inner.stop_relay())
+    }
+
+    /// Stops the relay and closes this process's pool and runtime (settings changed).
+    fn close(&self, py: Python<'_>) {
+        py.detach(|| self.inner.close())
     }
 
     /// Abrupt stop, as a crash: no flush, leases stay until they expire (recovery tests).
@@ -122,18 +131,10 @@ impl Adapter {
         py.detach(|| self.inner.kill_relay())
     }
 
-    /// Deletes sent rows older than an ISO-8601 duration; returns how many.
-    fn prune(&self, py: Python<'_>, older_than: &str) -> PyResult<u64> {
-        py.detach(|| self.inner.prune(older_than)).map_err(to_py)
-    }
-
-    fn drop_table_sql(&self, dialect: &str) -> PyResult<String> {
-        self.inner.drop_table_sql(dialect).map_err(to_py)
-    }
-
-    /// The after-commit wake-up. Detached: it may wait for the core's lock while another
-    /// thread's admin call holds it.
-    fn notify_committed(&self, py: Python<'_>, job_ids: Vec<String>) {
+    /// The after-commit wake-up for an `encode_ids` text. Detached: it may wait for the core's
+    /// lock while another thread's admin call holds it.
+    fn notify_committed(&self, py: Python<'_>, job_ids: &str) {
+        let job_ids = bridge::decode_ids(job_ids);
         py.detach(|| self.inner.notify_committed(job_ids))
     }
 
@@ -150,6 +151,11 @@ impl Adapter {
 
     fn metrics_json(&self, py: Python<'_>) -> String {
         py.detach(|| self.inner.metrics_json())
+    }
+
+    /// Deletes sent rows older than an ISO-8601 duration; returns how many.
+    fn prune(&self, py: Python<'_>, older_than: &str) -> PyResult<u64> {
+        py.detach(|| self.inner.prune(older_than)).map_err(to_py)
     }
 
     fn migrate(&self, py: Python<'_>) -> PyResult<()> {
@@ -181,7 +187,17 @@ impl Adapter {
         py.detach(|| self.inner.dead_purge(tenant)).map_err(to_py)
     }
 
-    fn rows_json(&self, py: Python<'_>, job_ids: Vec<String>) -> PyResult<String> {
+    /// An operator command (`admin::Command` as JSON) run by the core's rules and words:
+    /// `(exit_code, stdout, stderr)`, printed as they are by `manage.py ojs_outbox`.
+    fn admin(&self, py: Python<'_>, command_json: &str) -> PyResult<(i32, String, String)> {
+        py.detach(|| self.inner.admin(command_json))
+            .map(|report| (report.exit_code, report.stdout, report.stderr))
+            .map_err(to_py)
+    }
+
+    /// The committed state of the rows of an `encode_ids` text, as JSON.
+    fn rows_json(&self, py: Python<'_>, job_ids: &str) -> PyResult<String> {
+        let job_ids = bridge::decode_ids(job_ids);
         py.detach(|| self.inner.rows_json(job_ids)).map_err(to_py)
     }
 

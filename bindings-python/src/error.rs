@@ -1,7 +1,8 @@
-//! The core's `Error` crossing into Python: one exception type whose args are
-//! `(code, field, message, retryable)`, all taken from the core (`docs/errors.md`).
+//! The core's `Error` crossing into Python in its one encoding (`Error::to_json`): one
+//! exception type, `NativeError`, whose only argument is that JSON text. The Python package
+//! decodes it into the class of its code (`errors.py`, docs/errors.md).
 
-use ojs_outbox::{Error, ErrorCode};
+use ojs_outbox::Error;
 use pyo3::PyErr;
 use pyo3::create_exception;
 use pyo3::exceptions::PyException;
@@ -11,31 +12,33 @@ create_exception!(
     _native,
     NativeError,
     PyException,
-    "A core error: args are (code, field, message, retryable)."
+    "A core error: args[0] is its JSON text {\"code\", \"field\", \"message\", \"retryable\", \"family\"}."
 );
 
 pub fn to_py(error: Error) -> PyErr {
-    NativeError::new_err((
-        error.code.as_str(),
-        error.field,
-        error.message,
-        error.code.retryable(),
-    ))
+    NativeError::new_err(error.to_json())
 }
 
-/// Every code with its retryable flag, so the Python layer names its classes without restating
-/// which codes are retryable.
-pub fn all_codes() -> Vec<(&'static str, bool)> {
-    ErrorCode::ALL
-        .iter()
-        .map(|code| (code.as_str(), code.retryable()))
-        .collect()
-}
-
-/// The core's code for a failure of Django's own cursor, from the driver's SQLSTATE
-/// (PostgreSQL) and message: a missing outbox table is `OUTBOX_TABLE_MISSING`, as in the core.
+/// Every code with its family and retryable flag, as JSON (`error::codes_json`): what the
+/// package's tests check its classes against.
 #[pyfunction]
-#[pyo3(signature = (sqlstate, message))]
-pub fn database_error_code(sqlstate: Option<&str>, message: &str) -> &'static str {
-    ojs_bridge::database_error_code(sqlstate, message).as_str()
+pub fn codes_json() -> String {
+    ojs_outbox::error::codes_json()
+}
+
+/// The error, as JSON text, for a failure of Django's own cursor: its code from the driver's
+/// SQLSTATE (PostgreSQL) and message by the core's rule (a missing outbox table is
+/// `OUTBOX_TABLE_MISSING`, anything else `DATABASE`), with `message`.
+#[pyfunction]
+#[pyo3(signature = (sqlstate, driver_message, message))]
+pub fn database_error(sqlstate: Option<&str>, driver_message: &str, message: String) -> String {
+    let code = ojs_bridge::database_error_code(sqlstate, driver_message);
+    Error::new(code, message).to_json()
+}
+
+/// The error, as JSON text, for a value that cannot become JSON: the code of its `part` is the
+/// core's (`bridge::unencodable`); `path` is where the value is, `why` what is wrong with it.
+#[pyfunction]
+pub fn unencodable(part: &str, path: &str, why: &str) -> String {
+    ojs_bridge::unencodable(part, path, why).to_json()
 }

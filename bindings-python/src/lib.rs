@@ -1,15 +1,28 @@
 //! `ojs_adapter_django._native`: the core's bridge (`ojs_bridge::Bridge`) as a Python
-//! extension module. This crate only converts types: strings and lists in, strings, lists and
-//! tuples out, and the core's `Error` as one exception (`NativeError`) carrying its code, field,
-//! message and retryable flag. The Python package maps codes to its `OJSError` classes.
+//! extension module. This crate only converts types: text, integers and flat tuples cross, each
+//! in the bridge's one encoding (`crates/ojs-bridge`, its crate doc), and the core's `Error` as
+//! one exception (`NativeError`) carrying `Error::to_json`. The Python package decodes them.
 //! Every call that may wait on the database, the backend or the relay releases the GIL.
 
-mod adapter;
+mod bridge;
 mod error;
 
 use pyo3::prelude::*;
 
-/// From now on SIGINT and SIGTERM stop `Adapter.run_relay_until_signal` gracefully (also when
+/// The relay's database URL from Django's connection settings (`db_url::ConnectionParts` as
+/// JSON), by the core's one rule.
+#[pyfunction]
+fn database_url_from_parts(parts_json: &str) -> PyResult<String> {
+    ojs_bridge::database_url_from_parts(parts_json).map_err(error::to_py)
+}
+
+/// The HTTP request headers the middleware passes as `{"headers": {...}}`, lowercase.
+#[pyfunction]
+fn context_header_names() -> Vec<String> {
+    ojs_bridge::context_header_names()
+}
+
+/// From now on SIGINT and SIGTERM stop `Bridge.run_relay_until_signal` gracefully (also when
 /// they arrive before it runs) instead of killing the process; `manage.py ojs_relay` calls it
 /// first thing. Process-wide and idempotent; a handler installed before (Python's SIGINT
 /// handler) still runs.
@@ -39,10 +52,14 @@ fn drain_log_feed() -> Vec<(String, String, Option<String>, String)> {
 
 #[pymodule]
 fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
-    module.add_class::<adapter::Adapter>()?;
+    module.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    module.add_class::<bridge::Bridge>()?;
     module.add("NativeError", module.py().get_type::<error::NativeError>())?;
-    module.add("ERROR_CODES", error::all_codes())?;
-    module.add_function(wrap_pyfunction!(error::database_error_code, module)?)?;
+    module.add_function(wrap_pyfunction!(error::codes_json, module)?)?;
+    module.add_function(wrap_pyfunction!(error::database_error, module)?)?;
+    module.add_function(wrap_pyfunction!(error::unencodable, module)?)?;
+    module.add_function(wrap_pyfunction!(database_url_from_parts, module)?)?;
+    module.add_function(wrap_pyfunction!(context_header_names, module)?)?;
     module.add_function(wrap_pyfunction!(arm_stop_signals, module)?)?;
     module.add_function(wrap_pyfunction!(enable_log_feed, module)?)?;
     module.add_function(wrap_pyfunction!(drain_log_feed, module)?)?;

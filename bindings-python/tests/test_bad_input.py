@@ -11,9 +11,14 @@ from django.db import connections, transaction
 from ojs_adapter_django import (
     OJS,
     ConfigurationError,
-    InvalidJobError,
+    InvalidArgsError,
+    InvalidJobTypeError,
+    InvalidMetaError,
+    InvalidOptionsError,
+    InvalidQueueError,
     OJSError,
     PayloadTooLargeError,
+    ValidationError,
     errors,
     request_context,
 )
@@ -36,61 +41,61 @@ def _circular() -> list:
 # (id, call, code, field, class): call(ojs, alias) makes the invalid call.
 BAD_CALLS = [
     ("type-with-capitals", lambda o, a: o.enqueue_after_commit("Email.Welcome", [1], using=a),
-     "INVALID_JOB_TYPE", "type", InvalidJobError),
+     "INVALID_JOB_TYPE", "type", InvalidJobTypeError),
     ("type-segment-starting-with-hyphen", lambda o, a: o.enqueue_after_commit("email.-welcome", [1], using=a),
-     "INVALID_JOB_TYPE", "type", InvalidJobError),
+     "INVALID_JOB_TYPE", "type", InvalidJobTypeError),
     ("type-empty", lambda o, a: o.enqueue_after_commit("", [1], using=a),
-     "INVALID_JOB_TYPE", "type", InvalidJobError),
+     "INVALID_JOB_TYPE", "type", InvalidJobTypeError),
     ("type-not-a-string", lambda o, a: o.enqueue_after_commit(5, [1], using=a),
-     "INVALID_JOB_TYPE", "type", InvalidJobError),
+     "INVALID_JOB_TYPE", "type", InvalidJobTypeError),
     ("args-missing", lambda o, a: o.enqueue_after_commit("email.welcome", using=a),
-     "INVALID_ARGS", "args", InvalidJobError),
+     "INVALID_ARGS", "args", InvalidArgsError),
     ("args-not-an-array", lambda o, a: o.enqueue_after_commit("email.welcome", {"id": 1}, using=a),
-     "INVALID_ARGS", "args", InvalidJobError),
+     "INVALID_ARGS", "args", InvalidArgsError),
     ("args-not-json", lambda o, a: o.enqueue_after_commit("email.welcome", [Unserializable()], using=a),
-     "INVALID_ARGS", "args", InvalidJobError),
+     "INVALID_ARGS", "args", InvalidArgsError),
     ("args-circular", lambda o, a: o.enqueue_after_commit("email.welcome", _circular(), using=a),
-     "INVALID_ARGS", "args", InvalidJobError),
+     "INVALID_ARGS", "args", InvalidArgsError),
     ("args-nan", lambda o, a: o.enqueue_after_commit("email.welcome", [float("nan")], using=a),
-     "INVALID_ARGS", "args", InvalidJobError),
+     "INVALID_ARGS", "args", InvalidArgsError),
     ("queue-capitals", lambda o, a: o.enqueue_after_commit("email.welcome", [1], queue="Email", using=a),
-     "INVALID_QUEUE", "options.queue", InvalidJobError),
+     "INVALID_QUEUE", "options.queue", InvalidQueueError),
     ("queue-empty", lambda o, a: o.enqueue_after_commit("email.welcome", [1], queue="", using=a),
-     "INVALID_QUEUE", "options.queue", InvalidJobError),
+     "INVALID_QUEUE", "options.queue", InvalidQueueError),
     ("priority-out-of-range", lambda o, a: o.enqueue_after_commit("email.welcome", [1], priority=101, using=a),
-     "INVALID_OPTIONS", "options.priority", InvalidJobError),
+     "INVALID_OPTIONS", "options.priority", InvalidOptionsError),
     ("unknown-option", lambda o, a: o.enqueue_after_commit("email.welcome", [1], colour="red", using=a),
-     "INVALID_OPTIONS", "options.colour", InvalidJobError),
+     "INVALID_OPTIONS", "options.colour", InvalidOptionsError),
     ("timeout-negative", lambda o, a: o.enqueue_after_commit("email.welcome", [1], timeout_ms=-5, using=a),
-     "INVALID_OPTIONS", "options.timeout_ms", InvalidJobError),
+     "INVALID_OPTIONS", "options.timeout_ms", InvalidOptionsError),
     ("delay-until-not-rfc3339", lambda o, a: o.enqueue_after_commit("email.welcome", [1], delay_until="tomorrow", using=a),
-     "INVALID_OPTIONS", "options.delay_until", InvalidJobError),
+     "INVALID_OPTIONS", "options.delay_until", InvalidOptionsError),
     ("retry-coefficient-below-one", lambda o, a: o.enqueue_after_commit("email.welcome", [1], retry={"backoff_coefficient": 0.5}, using=a),
-     "INVALID_OPTIONS", "options.retry.backoff_coefficient", InvalidJobError),
+     "INVALID_OPTIONS", "options.retry.backoff_coefficient", InvalidOptionsError),
     ("option-not-json", lambda o, a: o.enqueue_after_commit("email.welcome", [1], tags={"a", "b"}, using=a),
-     "INVALID_OPTIONS", "options", InvalidJobError),
+     "INVALID_OPTIONS", "options", InvalidOptionsError),
     ("meta-not-an-object", lambda o, a: o.enqueue_after_commit("email.welcome", [1], meta="x", using=a),
-     "INVALID_META", "meta", InvalidJobError),
+     "INVALID_META", "meta", InvalidMetaError),
     ("meta-tenant-not-a-string", lambda o, a: o.enqueue_after_commit("email.welcome", [1], meta={"tenant_id": 5}, using=a),
-     "INVALID_META", "meta.tenant_id", InvalidJobError),
+     "INVALID_META", "meta.tenant_id", InvalidMetaError),
     ("meta-not-json", lambda o, a: o.enqueue_after_commit("email.welcome", [1], meta={"k": Unserializable()}, using=a),
-     "INVALID_META", "meta", InvalidJobError),
+     "INVALID_META", "meta", InvalidMetaError),
     ("payload-over-1-mib", lambda o, a: o.enqueue_after_commit("email.welcome", ["x" * (1 << 20)], using=a),
      "PAYLOAD_TOO_LARGE", "args", PayloadTooLargeError),
     ("bulk-one-invalid-job", lambda o, a: o.enqueue_bulk([{"type": "ok.job", "args": [1]}, {"type": "Bad", "args": [2]}], using=a),
-     "INVALID_JOB_TYPE", "type", InvalidJobError),
+     "INVALID_JOB_TYPE", "type", InvalidJobTypeError),
     ("bulk-unknown-job-key", lambda o, a: o.enqueue_bulk([{"type": "ok.job", "args": [1], "when": "now"}], using=a),
-     "INVALID_ARGS", "when", InvalidJobError),
+     "INVALID_ARGS", "when", InvalidArgsError),
     ("bulk-job-not-a-dict", lambda o, a: o.enqueue_bulk([{"type": "ok.job", "args": [1]}, "ok.job"], using=a),
-     "INVALID_ARGS", "job", InvalidJobError),
+     "INVALID_ARGS", "job", InvalidArgsError),
     ("bulk-args-not-json", lambda o, a: o.enqueue_bulk([{"type": "ok.job", "args": [1]}, {"type": "ok.job", "args": [Unserializable()]}], using=a),
-     "INVALID_ARGS", "args", InvalidJobError),
+     "INVALID_ARGS", "args", InvalidArgsError),
     ("context-unknown-key", lambda o, a: _with_context(lambda: o.enqueue_after_commit("email.welcome", [1], using=a), user=1),
-     "INVALID_META", "context", InvalidJobError),
+     "INVALID_META", "context", InvalidMetaError),
     ("immediate-enqueue-bad-type", lambda o, a: o.enqueue("Bad Type", [1], using=a),
-     "INVALID_JOB_TYPE", "type", InvalidJobError),
+     "INVALID_JOB_TYPE", "type", InvalidJobTypeError),
     ("immediate-enqueue-bad-queue", lambda o, a: o.enqueue("email.welcome", [1], queue="UPPER", using=a),
-     "INVALID_QUEUE", "options.queue", InvalidJobError),
+     "INVALID_QUEUE", "options.queue", InvalidQueueError),
 ]
 
 
@@ -116,6 +121,7 @@ def test_bad_input_raises_its_code_and_stages_nothing(name, call, code, field, c
         with pytest.raises(cls) as raised:
             call(outbox, alias)
         error = raised.value
+        assert type(error) is cls and isinstance(error, ValidationError)
         assert isinstance(error, OJSError)
         assert error.code == code, error
         assert error.field == field, error
@@ -173,12 +179,85 @@ def test_bad_settings_fail_the_system_check(settings):
     assert "adapter.outbox.poll_interval" in messages[0].msg
 
 
-def test_every_core_code_has_a_class_keeping_the_code_and_retryable_flag():
-    for code, retryable in _native.ERROR_CODES:
-        cls = errors.CLASS_BY_CODE[code]
-        error = errors.error(code, "message", "field")
-        assert type(error) is cls and error.code == code and error.retryable is retryable
-    assert type(errors.error("SOMETHING_NEW", "m")) is OJSError
+#: docs/errors.md, the Python column: the class of each code and of each family.
+DOCUMENTED_CLASSES = {
+    "INVALID_JOB_TYPE": "InvalidJobTypeError",
+    "INVALID_QUEUE": "InvalidQueueError",
+    "INVALID_ARGS": "InvalidArgsError",
+    "INVALID_OPTIONS": "InvalidOptionsError",
+    "INVALID_META": "InvalidMetaError",
+    "PAYLOAD_TOO_LARGE": "PayloadTooLargeError",
+    "INVALID_CONFIG": "InvalidConfigError",
+    "INVALID_DATABASE_URL": "InvalidDatabaseUrlError",
+    "OUTBOX_TABLE_MISSING": "OutboxTableMissingError",
+    "DATABASE": "DatabaseError",
+    "BACKEND_UNAVAILABLE": "BackendUnavailableError",
+    "BACKEND_REJECTED": "BackendRejectedError",
+    "NO_TRANSACTION": "NoTransactionError",
+    "RELAY_SHUT_DOWN": "RelayShutDownError",
+}
+DOCUMENTED_FAMILIES = {
+    "validation": "ValidationError",
+    "configuration": "ConfigurationError",
+    "database": "DatabaseError",
+    "backend": "BackendError",
+    "transaction": "NoTransactionError",
+    "relay": "RelayShutDownError",
+}
+
+
+def test_every_core_code_decodes_to_its_documented_class_under_its_family():
+    import json
+
+    import ojs_adapter_django
+
+    codes = json.loads(_native.codes_json())
+    assert {entry["code"] for entry in codes} == set(DOCUMENTED_CLASSES), "docs/errors.md table"
+    for entry in codes:
+        code, family = entry["code"], entry["family"]
+        cls = getattr(errors, DOCUMENTED_CLASSES[code])
+        family_cls = getattr(errors, DOCUMENTED_FAMILIES[family])
+        assert getattr(ojs_adapter_django, cls.__name__) is cls, "exported by the package"
+        assert issubclass(cls, family_cls) and issubclass(family_cls, OJSError), code
+        error = errors.decode(json.dumps({"code": code, "field": "f", "message": "m",
+                                          "retryable": entry["retryable"], "family": family}))
+        assert type(error) is cls, code
+        assert (error.code, error.field, str(error), error.retryable) == (
+            code, "f", "m", entry["retryable"])
+    assert issubclass(errors.ConfigurationError, ImproperlyConfigured)
+    # A code this version does not know yet: the class of its family, else OJSError.
+    unknown = errors.decode('{"code": "NEW_ONE", "field": null, "message": "m", '
+                            '"retryable": false, "family": "backend"}')
+    assert type(unknown) is errors.BackendError and unknown.code == "NEW_ONE"
+    assert type(errors.decode('{"code": "X", "message": "m", "family": "new"}')) is OJSError
+
+
+@pytest.mark.parametrize("call,code,field,where", [
+    (lambda o, a: o.enqueue_after_commit("email.welcome", [1, {"tags": {1, 2}}], using=a),
+     "INVALID_ARGS", "args", "args[1].tags: cannot be converted to JSON"),
+    (lambda o, a: o.enqueue_after_commit("email.welcome", [1], retry={"max_attempts": float("nan")}, using=a),
+     "INVALID_OPTIONS", "options", "options.retry.max_attempts: cannot be converted to JSON"),
+    (lambda o, a: o.enqueue_after_commit("email.welcome", [1], meta={"odd key": Unserializable()}, using=a),
+     "INVALID_META", "meta", 'meta["odd key"]: cannot be converted to JSON'),
+    (lambda o, a: o.enqueue_after_commit("email.welcome", _circular(), using=a),
+     "INVALID_ARGS", "args", "args[0]: refers to an object that contains it"),
+    (lambda o, a: o.enqueue_bulk([{"type": "ok.job", "args": [1]}, {"type": "ok.job", "args": [1, Unserializable()]}], using=a),
+     "INVALID_ARGS", "args", "jobs[1].args[1]: cannot be converted to JSON"),
+    (lambda o, a: o.enqueue_bulk([{"type": "ok.job", "args": [1]}, object()], using=a),
+     "INVALID_ARGS", "job", "jobs[1]: cannot be converted to JSON"),
+    (lambda o, a: o.enqueue_after_commit(object(), [1], using=a),
+     "INVALID_JOB_TYPE", "type", "type: cannot be converted to JSON"),
+], ids=["args-nested", "option-nested", "meta-odd-key", "args-cycle", "bulk-args", "bulk-job",
+        "type-object"])
+def test_a_value_json_cannot_hold_is_named_by_its_path_with_the_core_code(call, code, field, where):
+    """Python finds where the value is; the core decides the code and field (``unencodable``)."""
+    ojs = OJS({"ojs_url": "http://127.0.0.1:9", "outbox": {"table_name": TABLE}}, auto_start=False)
+    with pytest.raises(OJSError) as raised:
+        call(ojs, "default")
+    error = raised.value
+    assert (error.code, error.field) == (code, field), error
+    assert type(error) is errors.CLASS_BY_CODE[code]
+    assert str(error).startswith(where), error
 
 
 @pytest.mark.django_db(transaction=True, databases=["default", "pg"])
@@ -196,6 +275,13 @@ def test_staging_without_the_outbox_table_names_the_missing_table(alias, backend
             assert raised.value.code == "OUTBOX_TABLE_MISSING"
             assert "py_no_such_outbox" in str(raised.value)
             assert raised.value.__cause__ is not None
+        # The operator commands name the table, the database and Django's way to create it.
+        with pytest.raises(errors.OutboxTableMissingError) as raised:
+            ojs.admin({"command": "status"}, using=alias)
+        assert "py_no_such_outbox" in str(raised.value)
+        assert "manage.py migrate ojs_adapter_django" in str(raised.value)
+        if alias != "default":
+            assert f"--database {alias}" in str(raised.value)
     finally:
         ojs.reset()
     assert backend.received()["requests"] == {"single": 0, "batch": 0, "get": 0}

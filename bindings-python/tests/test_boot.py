@@ -65,7 +65,7 @@ def test_runserver_starts_the_relay_before_any_request(backend):
     adapter, ids = staged_without_relay(backend, "py_boot_serve")
 
     def sent():
-        return {row["status"] for row in adapter.rows(ids).values()} == {"sent"}
+        return {row["status"] for row in adapter.outbox_rows(ids).values()} == {"sent"}
 
     server = subprocess.Popen(
         [sys.executable, MANAGE, "runserver", "--noreload", f"127.0.0.1:{free_port()}"],
@@ -94,7 +94,7 @@ def test_a_management_command_starts_no_relay(backend, command):
                           text=True, timeout=WAIT)
     assert done.returncode == 0, done.stderr
     assert "METRICS None" in done.stdout, done.stdout + done.stderr
-    assert {row["status"] for row in adapter.rows(ids).values()} == {"pending"}
+    assert {row["status"] for row in adapter.outbox_rows(ids).values()} == {"pending"}
 
 
 CHILD = """

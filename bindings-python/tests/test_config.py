@@ -57,7 +57,7 @@ def test_development_mode_uses_the_default_url_and_logs_it_once(settings, caplog
     backend = Devserver(port=8080)
     try:
         assert backend.url.endswith(":8080"), backend.url
-        adapter = OJS(autostart_relay=False)
+        adapter = OJS(auto_start=False)
         with caplog.at_level(logging.WARNING, logger="ojs_adapter_django"):
             adapter.check()
             job_id = adapter.enqueue("dev.default", [1])
@@ -100,3 +100,50 @@ def test_both_spellings_with_different_values_are_refused_naming_both(settings, 
     assert raised.value.code == "INVALID_CONFIG"
     assert raised.value.field == field
     assert other in str(raised.value)
+
+
+def test_the_old_lifecycle_option_is_an_error_not_ignored():
+    with pytest.raises(TypeError, match="autostart_relay"):
+        OJS({"ojs_url": "http://x"}, autostart_relay=False)
+    assert OJS({"ojs_url": "http://x"}, auto_start=False)._auto_start is False
+
+
+def test_the_relay_database_url_is_the_core_derivation_of_databases(settings, tmp_path):
+    """``database_url`` absent: built by the core (``database_url_from_parts``) from
+    ``DATABASES[alias]``; a relative SQLite file is relative to ``settings.BASE_DIR``."""
+    from ojs_adapter_django.conf import database_url
+    from ojs_adapter_django.errors import InvalidDatabaseUrlError
+
+    settings.BASE_DIR = tmp_path
+    sqlite = {"ENGINE": "django.db.backends.sqlite3", "NAME": "db.sqlite3"}
+    assert database_url(sqlite) == f"sqlite://{tmp_path}/db.sqlite3"
+    assert database_url({**sqlite, "NAME": "/abs/x.db"}) == "sqlite:///abs/x.db"
+    pg = {"ENGINE": "django.db.backends.postgresql", "NAME": "app", "USER": "u", "PASSWORD": "p w",
+          "HOST": "db.internal", "PORT": 5433, "OPTIONS": {"sslmode": "require"}}
+    assert database_url(pg) == "postgres://u:p%20w@db.internal:5433/app?sslmode=require"
+    assert database_url({**pg, "HOST": "/var/run/postgresql", "PORT": "", "OPTIONS": {}}) == \
+        "postgres://u:p%20w@localhost/app?host=/var/run/postgresql"
+    for bad in ({**sqlite, "NAME": ":memory:"}, {"ENGINE": "django.db.backends.mysql", "NAME": "x"}):
+        with pytest.raises(InvalidDatabaseUrlError) as raised:
+            database_url(bad)
+        assert isinstance(raised.value, ConfigurationError)
+        assert raised.value.code == "INVALID_DATABASE_URL"
+        assert 'OJS_CONFIG["database_url"]' in str(raised.value)
+
+
+def test_the_version_is_the_workspace_version():
+    """One version: the workspace's [workspace.package] (root Cargo.toml), which maturin gives
+    the wheel (pyproject's version is dynamic) and the native module carries."""
+    import re
+    from importlib.metadata import version
+
+    import ojs_adapter_django
+    from support import REPO
+
+    cargo = (REPO / "Cargo.toml").read_text()
+    workspace = re.search(r'\[workspace\.package\][^\[]*?\nversion = "([^"]+)"', cargo).group(1)
+    assert ojs_adapter_django.__version__ == workspace
+    assert version("ojs-adapter-django") == workspace
+    pyproject = (REPO / "bindings-python/pyproject.toml").read_text()
+    assert 'dynamic = ["version"]' in pyproject
+    assert not re.search(r'(?m)^version\s*=', pyproject), "no second version in pyproject.toml"

@@ -89,7 +89,7 @@ class Run:
         self.table = f"py_case_{slug[:40]}"
         config = merge(suite_defaults(), {"ojs_url": backend.url, "outbox": {"table_name": self.table}})
         merge(config, case.get("config") or {})
-        self.ojs = OJS(config, autostart_relay=False)
+        self.ojs = OJS(config, auto_start=False)
 
     # -- helpers -----------------------------------------------------------------------
 
@@ -116,12 +116,12 @@ class Run:
         if self.atomics:
             return outbox_rows(self.alias, self.table)
         ids = list(self.refs.values())
-        return {job_id: row["status"] for job_id, row in self.ojs.rows(ids, using=self.alias).items()}
+        return {job_id: row["status"] for job_id, row in self.ojs.outbox_rows(ids, using=self.alias).items()}
 
     def check_rows(self, expected: Optional[dict]) -> None:
         if not expected:
             return
-        rows = self.rows()
+        rows = self.outbox_rows()
         for ref, allowed in expected.items():
             actual = rows.get(self.id_of(ref), "absent")
             allowed = allowed if isinstance(allowed, list) else [allowed]
@@ -243,7 +243,7 @@ class Run:
         elif op == "expect_outbox":
             self.check_rows(step.get("rows"))
             if step.get("absent"):
-                rows = self.rows() if self.atomics else outbox_rows(self.alias, self.table)
+                rows = self.outbox_rows() if self.atomics else outbox_rows(self.alias, self.table)
                 for ref in step["absent"]:
                     if self.id_of(ref) in rows:
                         raise CaseFailed(f"outbox still has a row for {ref!r}")

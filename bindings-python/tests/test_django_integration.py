@@ -108,7 +108,7 @@ def test_autocommit_writes_and_wakes_the_relay_at_once(alias, backend):
         assert connections[alias].get_autocommit()
         job_id = adapter.enqueue_after_commit("email.welcome", [1], using=alias)
         # Committed by the INSERT itself: another connection (the core's) sees it at once.
-        assert adapter.rows([job_id], using=alias)[job_id]["status"] in ("pending", "sent")
+        assert adapter.outbox_rows([job_id], using=alias)[job_id]["status"] in ("pending", "sent")
         # The poller leaves the row alone (own_ojs): only the immediate wake-up delivers it.
         backend.wait_for([job_id])
     finally:
@@ -126,7 +126,7 @@ def test_using_writes_in_that_database_and_its_relay_reads_it(backend):
             assert outbox_rows("pg", "py_using") == {job_id: "pending"}
             assert outbox_count("default", "py_using") == 0
         backend.wait_for([job_id])
-        wait_until(lambda: adapter.rows([job_id], using="pg")[job_id]["status"] == "sent")
+        wait_until(lambda: adapter.outbox_rows([job_id], using="pg")[job_id]["status"] == "sent")
         assert outbox_count("default", "py_using") == 0
     finally:
         adapter.reset()
@@ -169,7 +169,7 @@ def test_savepoints_follow_django_nested_atomic(alias, backend):
                 released = adapter.enqueue_after_commit("job.released", [3], using=alias)
             # A released savepoint commits nothing: the relay's own connection cannot see the
             # rows, so nothing can be sent before the outermost commit.
-            assert adapter.rows([outer, released], using=alias) == {}
+            assert adapter.outbox_rows([outer, released], using=alias) == {}
             assert backend.jobs() == [], "a released savepoint relays nothing"
         jobs = backend.wait_for([outer, released])
         assert [job["type"] for job in jobs] == ["job.outer", "job.released"]
@@ -258,7 +258,7 @@ def test_external_mode_starts_no_relay_and_ojs_relay_command_delivers(backend):
         ids = [adapter.enqueue_after_commit("email.welcome", [i]) for i in range(3)]
         assert adapter.metrics() is None, "no relay runs in this process"
         # No relay runs anywhere yet, and only the command's will read this table.
-        assert {adapter.rows(ids)[job_id]["status"] for job_id in ids} == {"pending"}
+        assert {adapter.outbox_rows(ids)[job_id]["status"] for job_id in ids} == {"pending"}
         assert all(backend.job(job_id) is None for job_id in ids)
         relay = ojs_relay(backend, "py_external", stdout=subprocess.PIPE,
                           stderr=subprocess.STDOUT, text=True)
@@ -271,7 +271,7 @@ def test_external_mode_starts_no_relay_and_ojs_relay_command_delivers(backend):
         assert "ojs_relay: relaying py_external" in output
         assert "ojs_relay: stopped" in output
         # A graceful stop: the relay's settlements are committed before it exits.
-        assert {r["status"] for r in adapter.rows(ids).values()} == {"sent"}
+        assert {r["status"] for r in adapter.outbox_rows(ids).values()} == {"sent"}
     finally:
         adapter.reset()
 
@@ -335,32 +335,56 @@ def test_ojs_outbox_command_lists_replays_and_purges_dead_rows_by_tenant(backend
                                            "match_type": "poison.job"})
     ids = {tenant: ojs.enqueue_after_commit("poison.job", [tenant], meta={"tenant_id": tenant})
            for tenant in ("t1", "t2", "t3")}
-    wait_until(lambda: {r["status"] for r in ojs.rows(list(ids.values())).values()} == {"dead"},
+    wait_until(lambda: {r["status"] for r in ojs.outbox_rows(list(ids.values())).values()} == {"dead"},
                what="three dead rows")
 
     out = io.StringIO()
-    call_command("ojs_outbox", "dead", "list", "--tenant", "t1", stdout=out)
+    call_command("ojs_outbox", "dead", "list", "--tenant", "t1", "--json", stdout=out)
     listed = json.loads(out.getvalue())
     assert [row["job_id"] for row in listed] == [ids["t1"]]
+    # The default is the core's table (the same text as `ojs-relay dead list`).
+    out = io.StringIO()
+    call_command("ojs_outbox", "dead", "list", "--tenant", "t1", stdout=out)
+    table = out.getvalue()
+    assert table.startswith('1 dead row(s) of tenant "t1"'), table
+    assert ids["t1"] in table and ids["t2"] not in table
 
     out = io.StringIO()
-    call_command("ojs_outbox", "status", stdout=out)
+    call_command("ojs_outbox", "status", "--json", stdout=out)
     assert json.loads(out.getvalue())["dead"] == 3
+    out = io.StringIO()
+    call_command("ojs_outbox", "status", stdout=out)
+    assert out.getvalue().startswith('outbox table "py_outbox" in sqlite://'), out.getvalue()
+    assert [line.split()[-1] for line in out.getvalue().splitlines()
+            if line.strip().startswith("dead ")] == ["3"]
 
     backend.call("DELETE", "/_dev/faults")
     out = io.StringIO()
     call_command("ojs_outbox", "dead", "replay", "--tenant", "t1", stdout=out)
-    assert "replayed 1 dead rows" in out.getvalue()
+    assert out.getvalue().startswith('replayed 1 dead row(s) of tenant "t1"'), out.getvalue()
     backend.wait_for([ids["t1"]])
 
     from django.core.management.base import CommandError
 
-    with pytest.raises(CommandError):
-        call_command("ojs_outbox", "dead", "purge", "--tenant", "t2")
+    # Without --yes the core refuses, says how many rows it would delete, deletes none: exit 2.
+    err = io.StringIO()
+    with pytest.raises(CommandError) as refused:
+        call_command("ojs_outbox", "dead", "purge", "--tenant", "t2", stderr=err)
+    assert refused.value.returncode == 2
+    assert "this would delete 1 dead row(s)" in str(refused.value)
+    assert "nothing was deleted" in err.getvalue()
+    assert ojs.outbox_rows([ids["t2"]])[ids["t2"]]["status"] == "dead"
+    # From the command line: the core's text unchanged on stderr, its exit code.
+    done = subprocess.run([sys.executable, MANAGE, "ojs_outbox", "dead", "purge", "--tenant", "t3"],
+                          env={**os.environ, "OJS_TEST_OJS_URL": backend.url},
+                          capture_output=True, text=True, timeout=WAIT)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.startswith('refusing to purge without --yes: this would delete 1 dead '
+                                  'row(s) of tenant "t3"'), done.stderr
     out = io.StringIO()
     call_command("ojs_outbox", "dead", "purge", "--tenant", "t2", "--yes", stdout=out)
-    assert "purged 1 dead rows" in out.getvalue()
-    rows = ojs.rows(list(ids.values()))
+    assert out.getvalue().startswith('purged 1 dead row(s) of tenant "t2"'), out.getvalue()
+    rows = ojs.outbox_rows(list(ids.values()))
     assert ids["t2"] not in rows and rows[ids["t3"]]["status"] == "dead"
     assert backend.job(ids["t3"]) is None
 

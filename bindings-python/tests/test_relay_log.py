@@ -83,7 +83,7 @@ def test_a_dead_letter_is_logged_as_an_error_with_its_job_id(alias, backend, cap
         assert record.job_id == job_id
         assert job_id in record.getMessage() and "poison.job" in record.getMessage()
         assert "invalid_request" in record.getMessage()
-        assert adapter.rows([job_id], using=alias)[job_id]["status"] == "dead"
+        assert adapter.outbox_rows([job_id], using=alias)[job_id]["status"] == "dead"
     finally:
         backend.call("DELETE", "/_dev/faults")
         adapter.reset()

@@ -18,21 +18,30 @@ from .context import (
     request_context,
     set_request_context,
 )
+from . import _native
 from .errors import (
     BackendError,
     BackendRejectedError,
     BackendUnavailableError,
     ConfigurationError,
-    InvalidJobError,
+    DatabaseError,
+    InvalidArgsError,
+    InvalidConfigError,
+    InvalidDatabaseUrlError,
+    InvalidJobTypeError,
+    InvalidMetaError,
+    InvalidOptionsError,
+    InvalidQueueError,
     NoTransactionError,
     OJSError,
-    OutboxDatabaseError,
     OutboxTableMissingError,
     PayloadTooLargeError,
     RelayShutDownError,
+    ValidationError,
 )
 
-__version__ = "0.1.0"
+#: The workspace's version (root Cargo.toml), the one the native module was built with.
+__version__: str = _native.__version__
 
 __all__ = [
     "OJS",
@@ -45,11 +54,18 @@ __all__ = [
     "get_request_context",
     "clear_request_context",
     "OJSError",
-    "InvalidJobError",
+    "ValidationError",
+    "InvalidJobTypeError",
+    "InvalidQueueError",
+    "InvalidArgsError",
+    "InvalidOptionsError",
+    "InvalidMetaError",
     "PayloadTooLargeError",
     "ConfigurationError",
+    "InvalidConfigError",
+    "InvalidDatabaseUrlError",
+    "DatabaseError",
     "OutboxTableMissingError",
-    "OutboxDatabaseError",
     "BackendError",
     "BackendUnavailableError",
     "BackendRejectedError",

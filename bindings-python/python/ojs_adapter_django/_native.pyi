@@ -1,16 +1,34 @@
-"""Type stubs of the native module (bindings-python/src). Everything crosses as text: JSON for
-configuration, jobs, context and results."""
+"""Type stubs of the native module (bindings-python/src): the core's bridge (``ojs_bridge``).
+Everything crosses as text in the bridge's encodings: JSON for configuration, jobs, context,
+staged jobs (bulk), results and errors; a NUL-separated text for one staged job; ids joined by
+``"\\n"``."""
 
 from typing import Optional
 
-#: (code, retryable) for every core error code.
-ERROR_CODES: list[tuple[str, bool]]
+#: The workspace's version ([workspace.package] of the root Cargo.toml).
+__version__: str
 
-def database_error_code(sqlstate: Optional[str], message: str) -> str:
-    """The core's code for a failure of the host cursor (OUTBOX_TABLE_MISSING or DATABASE)."""
+def codes_json() -> str:
+    """Every core error code with its family and retryable flag: ``[{"code", "family",
+    "retryable"}]`` (``error::codes_json``)."""
+
+def database_error(sqlstate: Optional[str], driver_message: str, message: str) -> str:
+    """The error JSON for a failure of the host cursor: OUTBOX_TABLE_MISSING or DATABASE by the
+    core's rule on the driver's SQLSTATE and message, with ``message``."""
+
+def unencodable(part: str, path: str, why: str) -> str:
+    """The error JSON for a value that cannot become JSON, at ``path`` in the job's ``part``
+    (``bridge::unencodable``: the core decides the code)."""
+
+def database_url_from_parts(parts_json: str) -> str:
+    """The relay's database URL from connection settings (``db_url::ConnectionParts`` JSON).
+    Raises NativeError (INVALID_DATABASE_URL) when it cannot be derived."""
+
+def context_header_names() -> list[str]:
+    """The request headers the core reads for the context, lowercase."""
 
 def arm_stop_signals() -> None:
-    """SIGINT/SIGTERM stop ``Adapter.run_relay_until_signal`` gracefully from now on, also when
+    """SIGINT/SIGTERM stop ``Bridge.run_relay_until_signal`` gracefully from now on, also when
     they arrive before it runs. Process-wide, idempotent. Raises NativeError (RELAY_SHUT_DOWN)
     when the handlers cannot be installed."""
 
@@ -22,11 +40,12 @@ def drain_log_feed() -> list[tuple[str, str, Optional[str], str]]:
     table)``, ``level`` one of "info", "warning", "error". Never blocks on I/O."""
 
 class NativeError(Exception):
-    """A core error; ``args`` is ``(code, field, message, retryable)``."""
+    """A core error; ``args[0]`` is its JSON text (``Error::to_json``: code, field, message,
+    retryable, family), decoded by ``errors.from_native``."""
 
-    args: tuple[str, Optional[str], str, bool]  # type: ignore[assignment]
+    args: tuple[str]  # type: ignore[assignment]
 
-class Adapter:
+class Bridge:
     def __init__(self, config_json: str, development: bool = False,
                  url_setting: str = 'OJS_CONFIG["ojs_url"]', needs_backend: bool = True) -> None: ...
     @property
@@ -36,13 +55,16 @@ class Adapter:
     @property
     def relay_in_process(self) -> bool: ...
     def create_table_sql(self, dialect: str) -> list[str]: ...
+    def drop_table_sql(self, dialect: str) -> str: ...
     def stage(
         self,
         dialect: str,
         placeholder: str,
         jobs_json: str,
         context_json: Optional[str] = None,
-    ) -> tuple[list[str], list[tuple[str, list[Optional[str]]]]]: ...
+    ) -> str:
+        """``Staged::to_json``: ``{"job_ids", "statements": [{"sql", "params"}],
+        "needs_savepoint"}``."""
     def stage_job(
         self,
         dialect: str,
@@ -52,19 +74,25 @@ class Adapter:
         options_json: Optional[str] = None,
         meta_json: Optional[str] = None,
         context_json: Optional[str] = None,
-    ) -> tuple[str, str, list[Optional[str]]]: ...
+        with_sql: bool = False,
+    ) -> str:
+        """``StagedJob::encode(with_sql)``: ``[sql]``, job_id, type, args, options, meta,
+        ``[tenant]``, NUL-separated."""
     def start_relay(self) -> None: ...
+    def ensure_relay(self) -> None: ...
     def stop_relay(self) -> None: ...
+    def close(self) -> None: ...
     def kill_relay(self) -> None: ...
-    def prune(self, older_than: str) -> int: ...
-    def drop_table_sql(self, dialect: str) -> str: ...
-    def notify_committed(self, job_ids: list[str]) -> None: ...
+    def notify_committed(self, job_ids: str) -> None: ...
     def enqueue_now(self, job_json: str, context_json: Optional[str] = None) -> str: ...
     def metrics_json(self) -> str: ...
+    def prune(self, older_than: str) -> int: ...
     def migrate(self) -> None: ...
     def status_json(self) -> str: ...
     def dead_list_json(self, tenant: Optional[str] = None, limit: Optional[int] = None) -> str: ...
     def dead_replay(self, tenant: Optional[str] = None) -> int: ...
     def dead_purge(self, tenant: Optional[str] = None) -> int: ...
-    def rows_json(self, job_ids: list[str]) -> str: ...
+    def admin(self, command_json: str) -> tuple[int, str, str]:
+        """``(exit_code, stdout, stderr)`` of an operator command (``admin::Command`` JSON)."""
+    def rows_json(self, job_ids: str) -> str: ...
     def run_relay_until_signal(self) -> None: ...

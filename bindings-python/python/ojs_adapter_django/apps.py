@@ -74,13 +74,17 @@ def check_config(app_configs: object = None, **kwargs: object) -> list:
 
     from .client import URL_SETTING
 
+    from .errors import OJSError, from_native
+
     try:
         text = config_json(getattr(settings, "OJS_CONFIG", None),
                            connections[DEFAULT_DB_ALIAS].settings_dict, DEFAULT_DB_ALIAS)
-        _native.Adapter(text, bool(getattr(settings, "DEBUG", False)), URL_SETTING)
+        _native.Bridge(text, bool(getattr(settings, "DEBUG", False)), URL_SETTING)
+    except OJSError as error:
+        return [checks.Error(f"OJS_CONFIG: [{error.code}] {error}", id="ojs_adapter_django.E001")]
     except ImproperlyConfigured as exc:
         return [checks.Error(str(exc), id="ojs_adapter_django.E001")]
     except _native.NativeError as native:
-        code, field, message, _ = native.args
-        return [checks.Error(f"OJS_CONFIG: [{code}] {message}", id="ojs_adapter_django.E001")]
+        error = from_native(native)
+        return [checks.Error(f"OJS_CONFIG: [{error.code}] {error}", id="ojs_adapter_django.E001")]
     return []

@@ -1,16 +1,18 @@
 """The public API: ``ojs.enqueue``, ``ojs.enqueue_after_commit``, ``ojs.enqueue_bulk`` and the
-relay/admin calls, on top of the native core adapter.
+relay/admin calls, on top of the native core bridge (``_native.Bridge``).
 
 Staging: the core validates the jobs and returns its INSERT; this module runs it on
-``connections[using].cursor()``, inside whatever transaction Django has open, and registers the
-wake-up with ``transaction.on_commit``, so Django's own savepoint rules apply: a rolled-back
-savepoint drops its rows (the database) and its wake-ups (Django), a released one relays
-nothing until the outermost commit, and in autocommit the wake-up runs at once.
+``connections[using].cursor()``, inside whatever transaction Django has open (in a savepoint of
+its own when the core says the statements need one), and registers the wake-up with
+``transaction.on_commit``, so Django's own savepoint rules apply: a rolled-back savepoint drops
+its rows (the database) and its wake-ups (Django), a released one relays nothing until the
+outermost commit, and in autocommit the wake-up runs at once.
 
-One core adapter exists per database alias, because the relay reads the outbox of that
-database through its own connection. A serving process starts the default alias's relay when
-Django is ready (``apps.py``, ``OJS.start_at_boot``); any other relay starts in its process on
-first use.
+One bridge exists per database alias, because the relay reads the outbox of that database
+through its own connection. With ``auto_start`` (the default) a serving process starts the
+default alias's relay when Django is ready (``apps.py``, ``OJS.start_at_boot``), and any
+in-process relay starts in its process on first use (``Bridge.ensure_relay``: once per process,
+again after a fork).
 """
 
 from __future__ import annotations
@@ -25,13 +27,14 @@ from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
 
 from django.core.exceptions import ImproperlyConfigured
 from django.core.serializers.json import DjangoJSONEncoder
-from django.db import DEFAULT_DB_ALIAS, DatabaseError, connections, transaction
+from django.db import DEFAULT_DB_ALIAS, connections, transaction
+from django.db import DatabaseError as DjangoDatabaseError
 from django.db.transaction import TransactionManagementError
 
 from . import _native, relay_log
 from .conf import config_json
 from .context import context_json
-from .errors import ConfigurationError, OJSError, error, from_native
+from .errors import ConfigurationError, OJSError, decode, from_native
 
 logger = logging.getLogger("ojs_adapter_django")
 
@@ -67,33 +70,93 @@ _dumps = _compact_encoder()
 #: What a value JSON cannot hold raises while encoding.
 _UNENCODABLE = (TypeError, ValueError, RecursionError)
 
+#: The key types JSON objects take (the encoder turns the non-string ones into strings).
+_KEY_TYPES = (str, int, float, bool, type(None))
+
+
+def _path(path: str, key: Any, in_list: bool) -> str:
+    """``key`` appended to a path: ``[i]`` for an index, ``.name`` for an identifier,
+    ``["other key"]`` otherwise."""
+    if in_list:
+        return f"{path}[{key}]"
+    if isinstance(key, str) and key.isidentifier():
+        return f"{path}.{key}" if path else key
+    return f"{path}[{json.dumps(str(key))}]"
+
+
+def _find_unencodable(value: Any, path: str, ancestors: tuple = ()) -> Optional[tuple[str, str]]:
+    """The first value under ``value`` that JSON cannot hold, as ``(path, why)``; None when the
+    encoder's failure is not below one value (then the caller names ``path`` itself)."""
+    if isinstance(value, (dict, list, tuple)):
+        if id(value) in ancestors:
+            return path, "refers to an object that contains it (a cycle has no JSON form)"
+        ancestors = (*ancestors, id(value))
+        is_dict = isinstance(value, dict)
+        for key, item in (value.items() if is_dict else enumerate(value)):
+            if is_dict and not isinstance(key, _KEY_TYPES):
+                return path, f"has a key of type {type(key).__name__}, which JSON cannot hold"
+            found = _find_unencodable(item, _path(path, key, not is_dict), ancestors)
+            if found is not None:
+                return found
+        return None
+    try:
+        _dumps(value)
+    except _UNENCODABLE as exc:
+        return path, f"cannot be converted to JSON: {exc}"
+    return None
+
+
+def _unencodable(part: str, value: Any, path: str, cause: BaseException) -> OJSError:
+    """The error for ``value`` (the job's ``part``, at ``path``) that the encoder refused with
+    ``cause``: Python finds where the value is, the core decides the code (``unencodable``)."""
+    try:
+        found = _find_unencodable(value, path)
+    except RecursionError:
+        found = None
+    where, why = found or (path, f"cannot be converted to JSON: {cause}")
+    return decode(_native.unencodable(part, where, why))
+
 
 def _jobs_json(jobs: Sequence[Mapping[str, Any]]) -> str:
     """The jobs as the core takes them. A value JSON cannot hold is reported with the core's
-    code for its part (INVALID_ARGS / INVALID_OPTIONS / INVALID_META) and its field."""
+    code for its part and its path (``jobs[1].args[0]`` in a bulk of several)."""
     try:
         return _dumps(jobs)
-    except _UNENCODABLE:
-        pass
-    codes = {"args": "INVALID_ARGS", "options": "INVALID_OPTIONS", "meta": "INVALID_META"}
+    except _UNENCODABLE as exc:
+        cause = exc
+    many = len(jobs) > 1
     for index, job in enumerate(jobs):
+        path = f"jobs[{index}]" if many else ""
+        try:
+            _dumps(job)
+            continue
+        except _UNENCODABLE as exc:
+            cause = exc
         if not isinstance(job, Mapping):
-            raise error("INVALID_ARGS", f"jobs[{index}]: job: must be a dict, got {type(job).__name__}", "job")
-        for part, code in codes.items():
+            raise _unencodable("job", job, path or "job", cause)
+        for part, value in job.items():
             try:
-                _dumps(job.get(part))
+                _dumps(value)
             except _UNENCODABLE as exc:
-                prefix = f"jobs[{index}]: " if len(jobs) > 1 else ""
-                raise error(code, f"{prefix}{part}: cannot be converted to JSON: {exc}", part) from None
-    raise error("INVALID_ARGS", "jobs: cannot be converted to JSON", "jobs")
+                raise _unencodable(str(part), value, _path(path, part, False), exc) from None
+    raise _unencodable("jobs", jobs, "jobs", cause)
 
 
-def _part_json(value: Any, part: str, code: str) -> str:
-    """One part of a job (args, options or meta) as JSON text, or the core's code for it."""
+def _part_json(value: Any, part: str) -> str:
+    """One part of a job (args, options or meta) as JSON text, or the core's error for it."""
     try:
         return _dumps(value)
     except _UNENCODABLE as exc:
-        raise error(code, f"{part}: cannot be converted to JSON: {exc}", part) from None
+        raise _unencodable(part, value, part, exc) from None
+
+
+def _staged_job(text: str) -> list[Optional[str]]:
+    """A ``StagedJob::encode`` text without its SQL: the INSERT's six parameters (``job_id``,
+    ``type``, ``args``, ``options``, ``meta``, ``tenant``; five fields mean no tenant)."""
+    params: list[Optional[str]] = text.split("\0")  # type: ignore[assignment]
+    if len(params) == 5:
+        params.append(None)
+    return params
 
 
 def _staging_cursor(connection: Any) -> Any:
@@ -113,18 +176,18 @@ def _staging_cursor(connection: Any) -> Any:
 class _Wake:
     """The after-commit wake-up of the jobs staged one after another at one savepoint level."""
 
-    __slots__ = ("ojs", "adapter", "job_ids")
+    __slots__ = ("ojs", "bridge", "job_ids")
 
-    def __init__(self, ojs: "OJS", adapter: _native.Adapter, job_ids: list[str]) -> None:
+    def __init__(self, ojs: "OJS", bridge: _native.Bridge, job_ids: list[str]) -> None:
         self.ojs = ojs
-        self.adapter = adapter
+        self.bridge = bridge
         self.job_ids = job_ids
 
     def __call__(self) -> None:
-        self.ojs._wake(self.adapter, self.job_ids)
+        self.ojs._wake(self.bridge, self.job_ids)
 
 
-def _wake_at_commit(ojs: "OJS", connection: Any, adapter: _native.Adapter,
+def _wake_at_commit(ojs: "OJS", connection: Any, bridge: _native.Bridge,
                     job_ids: list[str]) -> None:
     """``on_commit`` for these ids. When the last callback of the transaction is our wake-up,
     registered under the same savepoints, the ids join it: Django would run or drop a new
@@ -133,19 +196,19 @@ def _wake_at_commit(ojs: "OJS", connection: Any, adapter: _native.Adapter,
     if hooks:
         last = hooks[-1]
         wake = last[1]
-        if (wake.__class__ is _Wake and wake.adapter is adapter
+        if (wake.__class__ is _Wake and wake.bridge is bridge
                 and last[0] == set(connection.savepoint_ids)):
             wake.job_ids.extend(job_ids)
             return
-    connection.on_commit(_Wake(ojs, adapter, list(job_ids)))
+    connection.on_commit(_Wake(ojs, bridge, list(job_ids)))
 
 
-def _staging_error(exc: DatabaseError) -> OJSError:
+def _staging_error(exc: DjangoDatabaseError) -> OJSError:
     """A failure of Django's cursor, with the core's code (OUTBOX_TABLE_MISSING or DATABASE)."""
     cause = exc.__cause__
     sqlstate = getattr(cause, "sqlstate", None) or getattr(cause, "pgcode", None)
-    code = _native.database_error_code(sqlstate, str(exc))
-    return error(code, f"staging the outbox rows failed: {exc}")
+    return decode(_native.database_error(sqlstate, str(exc),
+                                         f"staging the outbox rows failed: {exc}"))
 
 
 def _job(job_type: Any, args: Any, options: Mapping[str, Any], meta: Any) -> dict:
@@ -161,15 +224,19 @@ class OJS:
     """A configured adapter. ``ojs`` (module level) reads ``settings.OJS_CONFIG``; tests and
     multi-tenant setups may build their own with an explicit configuration dict."""
 
-    def __init__(self, config: Any = _SETTINGS, *, autostart_relay: bool = True) -> None:
+    def __init__(self, config: Any = _SETTINGS, *, auto_start: bool = True) -> None:
         """``config``: the spec §5.2 dict (default: ``settings.OJS_CONFIG``).
-        ``autostart_relay=False``: enqueueing does not start the in-process relay; call
-        ``start_relay()`` yourself."""
+        ``auto_start``: True (default): the in-process relay starts by itself, when a serving
+        process is ready (``start_at_boot``) or else on the first enqueue, and again in a
+        forked child; False: only when you call ``start_relay()``."""
         self._config = config
-        self._autostart_relay = autostart_relay
+        self._auto_start = auto_start
         self._lock = threading.Lock()
-        self._adapters: dict[str, _native.Adapter] = {}
-        self._relay_pid: dict[str, int] = {}
+        self._bridges: dict[str, _native.Bridge] = {}
+        #: The aliases whose in-process relay starts by itself (auto_start, relay in_process).
+        self._auto_aliases: set[str] = set()
+        #: The single-row INSERT of each alias, asked of the core once (``StagedJob::encode``).
+        self._insert_sql: dict[str, str] = {}
         self._atexit_registered = False
         self._fork_hook_registered = False
 
@@ -182,117 +249,122 @@ class OJS:
             return getattr(settings, "OJS_CONFIG", None)
         return self._config
 
-    def adapter(self, using: Optional[str] = None) -> _native.Adapter:
-        """The core adapter of a database alias (built on first use)."""
+    def bridge(self, using: Optional[str] = None) -> _native.Bridge:
+        """The core bridge of a database alias (built on first use)."""
         alias = using or DEFAULT_DB_ALIAS
-        adapter = self._adapters.get(alias)
-        if adapter is not None:
-            return adapter
+        bridge = self._bridges.get(alias)
+        if bridge is not None:
+            return bridge
         with self._lock:
-            adapter = self._adapters.get(alias)
-            if adapter is None:
-                adapter = self._build(alias)
-                if adapter.notice:
-                    logger.warning("%s", adapter.notice)
-                self._adapters[alias] = adapter
-            return adapter
+            bridge = self._bridges.get(alias)
+            if bridge is None:
+                bridge = self._build(alias)
+                if bridge.notice:
+                    logger.warning("%s", bridge.notice)
+                if bridge.relay_in_process:
+                    if self._auto_start:
+                        self._auto_aliases.add(alias)
+                    if not self._atexit_registered:
+                        self._atexit_registered = True
+                        atexit.register(self.stop_relay)
+                self._bridges[alias] = bridge
+            return bridge
 
-    def _build(self, alias: str, *, needs_backend: bool = True) -> _native.Adapter:
-        """A core adapter of an alias, parsed as this project runs: development mode is
+    def _build(self, alias: str, *, needs_backend: bool = True) -> _native.Bridge:
+        """A bridge of an alias, parsed as this project runs: development mode is
         ``settings.DEBUG`` (the core's rule then gives a missing URL its development default)."""
         from django.conf import settings
 
         text = config_json(self._raw_config(), connections[alias].settings_dict, alias)
         setting = URL_SETTING if self._config is _SETTINGS else EXPLICIT_URL_SETTING
         try:
-            return _native.Adapter(text, bool(getattr(settings, "DEBUG", False)), setting,
-                                   needs_backend)
+            return _native.Bridge(text, bool(getattr(settings, "DEBUG", False)), setting,
+                                  needs_backend)
         except _native.NativeError as native:
             raise from_native(native) from None
 
     def check(self, using: Optional[str] = None) -> None:
         """Raises ConfigurationError (an ImproperlyConfigured) when the configuration is bad."""
-        self.adapter(using)
+        self.bridge(using)
 
     def reset(self) -> None:
-        """Stops this process's relays and forgets the adapters (settings changed)."""
+        """Stops this process's relays and forgets the bridges (settings changed)."""
         self.stop_relay()
         with self._lock:
-            self._adapters.clear()
-            self._relay_pid.clear()
+            self._bridges.clear()
+            self._auto_aliases.clear()
+            self._insert_sql.clear()
 
     # -- relay lifecycle (FA-R003) -------------------------------------------------------
 
     def start_relay(self, using: Optional[str] = None) -> None:
         """Starts the in-process relay of an alias in this process (a no-op in external mode).
-        Called on first enqueue; safe to call again, also after a fork."""
-        alias = using or DEFAULT_DB_ALIAS
-        adapter = self.adapter(alias)
-        pid = os.getpid()
-        if self._relay_pid.get(alias) == pid:
-            return
-        if adapter.relay_in_process:
-            # Its pauses, resumes and dead letters go to logging ("ojs_adapter_django.relay").
-            relay_log.start()
-            try:
-                adapter.start_relay()
-            except _native.NativeError as native:
-                raise from_native(native) from None
-            if not self._atexit_registered:
-                self._atexit_registered = True
-                atexit.register(self.stop_relay)
-        # Recorded in external mode too: enqueueing then skips this method altogether.
-        self._relay_pid[alias] = pid
+        Safe to call again, also after a fork."""
+        bridge = self.bridge(using)
+        if bridge.relay_in_process:
+            self._ensure_relay(bridge)
+
+    @staticmethod
+    def _ensure_relay(bridge: _native.Bridge) -> None:
+        """The relay of ``bridge`` in this process, started unless it runs (one atomic load
+        then), with its log records going to logging ("ojs_adapter_django.relay")."""
+        relay_log.start()
+        try:
+            bridge.ensure_relay()
+        except _native.NativeError as native:
+            raise from_native(native) from None
 
     def start_at_boot(self) -> None:
         """Starts the default alias's in-process relay now, and again in every child process
         forked from this one (pre-fork servers: gunicorn ``--preload``, uWSGI), so no request
         pays for the start. What ``AppConfig.ready`` calls in a serving process. A bad
         configuration raises (the server fails to start); a relay that cannot start is logged
-        and retried on the next enqueue. Nothing happens with ``autostart_relay=False``."""
-        if not self._autostart_relay:
+        and retried on the next enqueue. Nothing happens with ``auto_start=False``."""
+        if not self._auto_start:
             return
-        self._start_relay_lazily(DEFAULT_DB_ALIAS)
+        self._start_by_itself(DEFAULT_DB_ALIAS)
         if not self._fork_hook_registered:
             self._fork_hook_registered = True
             os.register_at_fork(after_in_child=self._start_after_fork)
 
     def _start_after_fork(self) -> None:
         try:
-            self._start_relay_lazily(DEFAULT_DB_ALIAS)
+            self._start_by_itself(DEFAULT_DB_ALIAS)
         except Exception as exc:  # a fork hook must not raise
             logger.error("ojs: the in-process relay did not start after fork: %s", exc)
 
-    def _start_relay_lazily(self, alias: str) -> None:
+    def _start_by_itself(self, alias: str, bridge: Optional[_native.Bridge] = None) -> None:
+        """``auto_start``: the relay of ``alias`` runs in this process, or the reason it does
+        not is logged (a bad configuration raises)."""
+        bridge = bridge or self.bridge(alias)
+        if alias not in self._auto_aliases:
+            return
         try:
-            self.start_relay(alias)
+            self._ensure_relay(bridge)
         except ConfigurationError:
             raise
         except OJSError as exc:
             # The row is durable either way: the relay started by a later enqueue (or by
-            # another process) sends it. Not marked as started, so the next enqueue retries.
+            # another process) sends it. Not started, so the next enqueue tries again.
             logger.error("ojs: the in-process relay for %r did not start (retried on the next "
                          "enqueue): %s", alias, exc)
 
     def stop_relay(self, using: Optional[str] = None) -> None:
         """Graceful stop of this process's relay(s): flushes what was notified, releases leases.
         The relay's last log records (those of the flush) are logged before it returns."""
-        aliases = [using or DEFAULT_DB_ALIAS] if using else list(self._adapters)
+        aliases = [using or DEFAULT_DB_ALIAS] if using else list(self._bridges)
         for alias in aliases:
-            adapter = self._adapters.get(alias)
-            if adapter is not None:
-                adapter.stop_relay()
-            self._relay_pid.pop(alias, None)
+            bridge = self._bridges.get(alias)
+            if bridge is not None:
+                bridge.stop_relay()
         relay_log.forward()
 
     def kill_relay(self, using: Optional[str] = None) -> None:
         """Abrupt stop, as a crash would: no flush, leases stay until they expire. For tests of
         crash recovery; applications use ``stop_relay``."""
-        alias = using or DEFAULT_DB_ALIAS
-        adapter = self._adapters.get(alias)
-        if adapter is not None:
-            adapter.kill_relay()
-        self._relay_pid.pop(alias, None)
+        bridge = self._bridges.get(using or DEFAULT_DB_ALIAS)
+        if bridge is not None:
+            bridge.kill_relay()
 
     # -- enqueue (spec §5.1) -------------------------------------------------------------
 
@@ -300,10 +372,10 @@ class OJS:
                 using: Optional[str] = None, **options: Any) -> str:
         """Sends one job to the backend now, outside any transaction; returns its id.
         Raises BackendUnavailableError / BackendRejectedError when the backend does not take it."""
-        adapter = self.adapter(using)
+        bridge = self.bridge(using)
         job_json = _jobs_json([_job(type, args, options, meta)])[1:-1]
         try:
-            return adapter.enqueue_now(job_json, context_json())
+            return bridge.enqueue_now(job_json, context_json())
         except _native.NativeError as native:
             raise from_native(native) from None
 
@@ -315,25 +387,29 @@ class OJS:
             # The core words the error for a type that is not a string.
             return self._stage([_job(type, args, options, meta)], using)[0]
         alias = using or DEFAULT_DB_ALIAS
-        adapter = self._adapters.get(alias) or self.adapter(alias)
+        bridge = self._bridges.get(alias) or self.bridge(alias)
         connection = connections[alias]
-        args_json = _part_json(args, "args", "INVALID_ARGS")
-        options_json = _part_json(options, "options", "INVALID_OPTIONS") if options else None
-        meta_json = None if meta is None else _part_json(meta, "meta", "INVALID_META")
+        args_json = _part_json(args, "args")
+        options_json = _part_json(options, "options") if options else None
+        meta_json = None if meta is None else _part_json(meta, "meta")
+        sql = self._insert_sql.get(alias)
         try:
-            job_id, sql, params = adapter.stage_job(
-                connection.vendor, PLACEHOLDER, type, args_json, options_json, meta_json,
-                context_json(),
-            )
+            staged = bridge.stage_job(connection.vendor, PLACEHOLDER, type, args_json,
+                                      options_json, meta_json, context_json(), sql is None)
         except _native.NativeError as native:
             raise from_native(native) from None
-        self._write(connection, alias, adapter, [(sql, params)], [job_id])
+        if sql is None:
+            sql, staged = staged.split("\0", 1)
+            self._insert_sql[alias] = sql
+        params = _staged_job(staged)
+        job_id: str = params[0]  # type: ignore[assignment]
+        self._write(connection, alias, bridge, ((sql, params),), [job_id], False)
         return job_id
 
     def enqueue_bulk(self, jobs: Iterable[Mapping[str, Any]], *,
                      using: Optional[str] = None) -> list[str]:
-        """Stages several jobs (dicts with ``type``, ``args``, optional ``options``, ``meta``)
-        with one INSERT, all or none; after-commit semantics. Returns the ids in order."""
+        """Stages several jobs (dicts with ``type``, ``args``, optional ``options``, ``meta``),
+        all or none; after-commit semantics. Returns the ids in order."""
         jobs = list(jobs)
         if not jobs:
             return []
@@ -341,65 +417,69 @@ class OJS:
 
     def _stage(self, jobs: Sequence[Mapping[str, Any]], using: Optional[str]) -> list[str]:
         alias = using or DEFAULT_DB_ALIAS
-        adapter = self.adapter(alias)
+        bridge = self.bridge(alias)
         connection = connections[alias]
         try:
-            job_ids, statements = adapter.stage(
-                connection.vendor, PLACEHOLDER, _jobs_json(jobs), context_json()
-            )
+            staged = json.loads(bridge.stage(connection.vendor, PLACEHOLDER, _jobs_json(jobs),
+                                             context_json()))
         except _native.NativeError as native:
             raise from_native(native) from None
-        self._write(connection, alias, adapter, statements, job_ids)
+        statements = [(statement["sql"], statement["params"])
+                      for statement in staged["statements"]]
+        job_ids = staged["job_ids"]
+        self._write(connection, alias, bridge, statements, job_ids, staged["needs_savepoint"])
         return job_ids
 
-    def _write(self, connection: Any, alias: str, adapter: _native.Adapter,
-               statements: Sequence[tuple[str, list]], job_ids: list[str]) -> None:
-        """Runs the core's INSERT(s) on Django's connection and arranges the wake-up: at the
-        outermost commit inside atomic(), at once in autocommit."""
+    def _write(self, connection: Any, alias: str, bridge: _native.Bridge,
+               statements: Sequence[tuple[str, list]], job_ids: list[str],
+               needs_savepoint: bool) -> None:
+        """Runs the core's INSERT(s) on Django's connection, in a savepoint of their own when
+        the core says so, and arranges the wake-up: at the outermost commit inside atomic(), at
+        once in autocommit."""
         in_atomic = connection.in_atomic_block
         if not in_atomic and not connection.get_autocommit():
             raise TransactionManagementError(
                 "ojs: enqueue_after_commit needs transaction.atomic() or autocommit; "
                 "manual transaction management has no commit hook"
             )
-        if self._autostart_relay and self._relay_pid.get(alias) != os.getpid():
-            self._start_relay_lazily(alias)
+        if alias in self._auto_aliases:
+            self._start_by_itself(alias, bridge)
         try:
-            if len(statements) == 1:
-                sql, params = statements[0]
-                if in_atomic:
-                    _staging_cursor(connection).execute(sql, params)
-                else:
-                    with connection.cursor() as cursor:
-                        cursor.execute(sql, params)
-            else:
-                # Several INSERTs (very large bulks) stage all or nothing.
+            if needs_savepoint:
                 with transaction.atomic(using=alias), connection.cursor() as cursor:
                     for sql, params in statements:
                         cursor.execute(sql, params)
-        except DatabaseError as exc:
+            elif in_atomic:
+                cursor = _staging_cursor(connection)
+                for sql, params in statements:
+                    cursor.execute(sql, params)
+            else:
+                with connection.cursor() as cursor:
+                    for sql, params in statements:
+                        cursor.execute(sql, params)
+        except DjangoDatabaseError as exc:
             raise _staging_error(exc) from exc
         if in_atomic:
-            _wake_at_commit(self, connection, adapter, job_ids)
+            _wake_at_commit(self, connection, bridge, job_ids)
         else:
-            self._wake(adapter, job_ids)
+            self._wake(bridge, job_ids)
 
-    def _wake(self, adapter: _native.Adapter, job_ids: list[str]) -> None:
-        adapter.notify_committed(job_ids)
+    def _wake(self, bridge: _native.Bridge, job_ids: list[str]) -> None:
+        bridge.notify_committed("\n".join(job_ids))
 
     # -- administration ------------------------------------------------------------------
 
     def _call(self, using: Optional[str], method: str, *args: Any) -> Any:
         try:
-            return getattr(self.adapter(using), method)(*args)
+            return getattr(self.bridge(using), method)(*args)
         except _native.NativeError as native:
             raise from_native(native) from None
 
     def _ddl(self, alias: str, method: str, vendor: str) -> Any:
         """The core's DDL for an alias: a migration needs no backend, so no backend URL."""
-        adapter = self._adapters.get(alias) or self._build(alias, needs_backend=False)
+        bridge = self._bridges.get(alias) or self._build(alias, needs_backend=False)
         try:
-            return getattr(adapter, method)(vendor)
+            return getattr(bridge, method)(vendor)
         except _native.NativeError as native:
             raise from_native(native) from None
 
@@ -442,9 +522,20 @@ class OJS:
         """Deletes sent rows older than an ISO-8601 duration (``"PT24H"``); returns how many."""
         return self._call(using, "prune", older_than)
 
-    def rows(self, job_ids: Sequence[str], *, using: Optional[str] = None) -> dict:
+    def outbox_rows(self, job_ids: Sequence[str], *, using: Optional[str] = None) -> dict:
         """Committed state of these jobs' rows: ``{job_id: {status, attempts, error}}``."""
-        return json.loads(self._call(using, "rows_json", list(job_ids)))
+        return json.loads(self._call(using, "rows_json", "\n".join(job_ids)))
+
+    def admin(self, command: Mapping[str, Any], *,
+              using: Optional[str] = None) -> tuple[int, str, str]:
+        """An operator command (``{"command": "status" | "dead", "action", "tenant", "limit",
+        "json", "yes"}``, as ``ojs-relay`` takes it) run by the core: ``(exit_code, stdout,
+        stderr)``, the texts to print as they are (``manage.py ojs_outbox``)."""
+        alias = using or DEFAULT_DB_ALIAS
+        how = "manage.py migrate ojs_adapter_django"
+        if alias != DEFAULT_DB_ALIAS:
+            how += f" --database {alias}"
+        return self._call(using, "admin", json.dumps({**command, "create_table_with": how}))
 
     def run_relay_until_signal(self, using: Optional[str] = None) -> None:
         """Runs the relay as this process's only job until SIGINT/SIGTERM (``manage.py ojs_relay``),

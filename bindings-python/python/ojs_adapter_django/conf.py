@@ -3,7 +3,8 @@
 ``OJS_CONFIG`` is passed to the core unchanged (the core takes ``{"adapter": {...}}`` or the
 inner object alone), except for one piece of Django glue: ``database_url`` is filled in from
 ``DATABASES[alias]`` when it is absent, because the relay reads the outbox through a connection
-of its own. Every key and value is checked by the core.
+of its own. The URL is the core's (``database_url_from_parts``); every key and value is
+checked by the core.
 """
 
 from __future__ import annotations
@@ -12,44 +13,41 @@ import copy
 import json
 import os
 from typing import Any, Mapping, Optional
-from urllib.parse import quote
 
 from django.core.exceptions import ImproperlyConfigured
 
+from . import _native
+from .errors import from_native
 
-def database_url(settings_dict: Mapping[str, Any], alias: str = "default") -> str:
-    """The URL of a Django database for the core's relay connection (sqlx syntax)."""
-    engine = settings_dict.get("ENGINE", "")
-    name = settings_dict.get("NAME") or ""
-    if engine.endswith("sqlite3"):
-        name = str(name)
-        if not name or name == ":memory:" or "mode=memory" in name:
-            raise ImproperlyConfigured(
-                f"DATABASES[{alias!r}] is an in-memory SQLite database, which the OJS relay "
-                "cannot open from its own connection; use a database file (for tests: "
-                "DATABASES[alias]['TEST']['NAME'] = '/path/test.db')"
-            )
-        return "sqlite://" + os.path.abspath(name)
-    if "postgresql" in engine or "postgis" in engine:
-        user = quote(str(settings_dict.get("USER") or ""), safe="")
-        password = quote(str(settings_dict.get("PASSWORD") or ""), safe="")
-        host = str(settings_dict.get("HOST") or "")
-        port = str(settings_dict.get("PORT") or "")
-        credentials = f"{user}:{password}@" if password else (f"{user}@" if user else "")
-        query = []
-        if host.startswith("/"):
-            query.append("host=" + quote(host, safe="/"))
-            host = "localhost"
-        netloc = (host or "localhost") + (f":{port}" if port else "")
-        sslmode = (settings_dict.get("OPTIONS") or {}).get("sslmode")
-        if sslmode:
-            query.append("sslmode=" + quote(str(sslmode), safe=""))
-        url = f"postgres://{credentials}{netloc}/{quote(str(name), safe='')}"
-        return url + ("?" + "&".join(query) if query else "")
-    raise ImproperlyConfigured(
-        f"DATABASES[{alias!r}] uses {engine!r}; the OJS adapter supports the sqlite3 and "
-        "postgresql backends (or set OJS_CONFIG['adapter']['database_url'] yourself)"
-    )
+#: How a user sets the relay's database URL themselves (named by the core's messages).
+DATABASE_URL_SETTING = 'OJS_CONFIG["database_url"]'
+
+
+def _text(value: Any) -> Optional[str]:
+    return None if value is None or value == "" else str(value)
+
+
+def database_url(settings_dict: Mapping[str, Any]) -> str:
+    """The URL of a Django database for the core's relay connection, from its connection
+    settings by the core's rule (``ConfigurationError`` when it cannot be derived)."""
+    from django.conf import settings
+
+    port = settings_dict.get("PORT")
+    parts = {
+        "engine": str(settings_dict.get("ENGINE") or ""),
+        "database": _text(settings_dict.get("NAME")),
+        "host": _text(settings_dict.get("HOST")),
+        "port": port if isinstance(port, int) else _text(port),
+        "user": _text(settings_dict.get("USER")),
+        "password": _text(settings_dict.get("PASSWORD")),
+        "sslmode": _text((settings_dict.get("OPTIONS") or {}).get("sslmode")),
+        "base_dir": str(getattr(settings, "BASE_DIR", None) or os.getcwd()),
+        "setting": DATABASE_URL_SETTING,
+    }
+    try:
+        return _native.database_url_from_parts(json.dumps(parts))
+    except _native.NativeError as native:
+        raise from_native(native) from None
 
 
 def config_json(config: Optional[Mapping[str, Any]], settings_dict: Mapping[str, Any],
@@ -62,7 +60,7 @@ def config_json(config: Optional[Mapping[str, Any]], settings_dict: Mapping[str,
     config = copy.deepcopy(dict(config))
     adapter = config.get("adapter", config)
     if isinstance(adapter, dict) and adapter.get("database_url") is None:
-        adapter["database_url"] = database_url(settings_dict, alias)
+        adapter["database_url"] = database_url(settings_dict)
     try:
         return json.dumps(config)
     except (TypeError, ValueError) as exc:

@@ -14,7 +14,9 @@ from contextvars import ContextVar
 from typing import Any, Callable, Iterator, Optional, Union
 
 #: Either a plain dict of context fields, or a callable building it when a job is staged
-#: (the middleware's, so that ``request.user`` is read only when a job needs it).
+#: (the middleware's, so that ``request.user`` is read only when a job needs it). The fields
+#: are the core's keys, and optionally ``"headers"``: the HTTP request headers the core maps
+#: to them (the middleware's; a key given explicitly wins).
 ContextSource = Union[dict, Callable[[], dict]]
 
 _current: ContextVar[Optional[ContextSource]] = ContextVar("ojs_request_context", default=None)

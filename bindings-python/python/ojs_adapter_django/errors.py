@@ -1,19 +1,19 @@
 """One exception hierarchy for every failure the core reports (docs/errors.md).
 
-The codes, messages, fields and the retryable flag all come from the core; this module only
-chooses a Python class for each code family. Callers test ``.code``, never the message.
+An error crosses from the core as one JSON text (``Error::to_json``: code, field, message,
+retryable, family); ``decode`` turns it into the class of its code. The codes, messages, fields,
+the retryable flag and the family all come from the core; this module only names a Python class
+for each code and family. Callers test ``.code``, never the message.
 """
 
 from __future__ import annotations
 
+import json
 from typing import Optional
 
 from django.core.exceptions import ImproperlyConfigured
 
 from . import _native
-
-#: code -> retryable, as the core defines it (ErrorCode::retryable).
-RETRYABLE: dict[str, bool] = dict(_native.ERROR_CODES)
 
 
 class OJSError(Exception):
@@ -24,42 +24,77 @@ class OJSError(Exception):
     retryable: bool
 
     def __init__(self, message: str, *, code: str, field: Optional[str] = None,
-                 retryable: Optional[bool] = None) -> None:
+                 retryable: bool = False) -> None:
         super().__init__(message)
         self.message = message
         self.code = code
         self.field = field
-        self.retryable = RETRYABLE.get(code, False) if retryable is None else retryable
+        self.retryable = retryable
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(code={self.code!r}, field={self.field!r}, message={self.message!r})"
 
 
-class InvalidJobError(OJSError):
-    """The job is invalid: INVALID_JOB_TYPE, INVALID_QUEUE, INVALID_ARGS, INVALID_OPTIONS,
-    INVALID_META. Nothing was staged; the transaction is still usable."""
+# -- validation: the job is invalid; nothing was staged, the transaction is still usable --------
+
+class ValidationError(OJSError):
+    """The job or its context is invalid (the validation family)."""
 
 
-class PayloadTooLargeError(InvalidJobError):
+class InvalidJobTypeError(ValidationError):
+    """INVALID_JOB_TYPE: the job type breaks the OJS naming rule."""
+
+
+class InvalidQueueError(ValidationError):
+    """INVALID_QUEUE: ``options.queue`` breaks the OJS queue rule."""
+
+
+class InvalidArgsError(ValidationError):
+    """INVALID_ARGS: ``args`` is not JSON, or not a JSON array."""
+
+
+class InvalidOptionsError(ValidationError):
+    """INVALID_OPTIONS: an option is unknown, of the wrong type or out of range."""
+
+
+class InvalidMetaError(ValidationError):
+    """INVALID_META: ``meta`` or the request context is not of the expected shape."""
+
+
+class PayloadTooLargeError(ValidationError):
     """PAYLOAD_TOO_LARGE: the job's wire form exceeds 1 MiB."""
 
 
+# -- configuration: fix OJS_CONFIG or DATABASES ------------------------------------------------
+
 class ConfigurationError(OJSError, ImproperlyConfigured):
-    """INVALID_CONFIG, INVALID_DATABASE_URL: fix OJS_CONFIG or DATABASES. Also a Django
-    ImproperlyConfigured."""
+    """The settings are invalid (the configuration family). Also a Django ImproperlyConfigured."""
 
 
-class OutboxTableMissingError(OJSError):
+class InvalidConfigError(ConfigurationError):
+    """INVALID_CONFIG: ``field`` names the key."""
+
+
+class InvalidDatabaseUrlError(ConfigurationError):
+    """INVALID_DATABASE_URL: the relay's database URL cannot be used or derived."""
+
+
+# -- database ----------------------------------------------------------------------------------
+
+class DatabaseError(OJSError):
+    """The database failed or lacks the outbox table (the database family); also the class of
+    DATABASE itself (retryable). When Django's cursor failed, the Django exception is
+    ``__cause__``."""
+
+
+class OutboxTableMissingError(DatabaseError):
     """OUTBOX_TABLE_MISSING: run ``manage.py migrate ojs_adapter_django``."""
 
 
-class OutboxDatabaseError(OJSError):
-    """DATABASE: a database operation failed (retryable). When the host cursor failed, the
-    Django exception is ``__cause__``."""
-
+# -- backend: the OJS backend did not take a job sent by ``enqueue`` ---------------------------
 
 class BackendError(OJSError):
-    """The OJS backend did not take a job sent by ``enqueue``."""
+    """The OJS backend failed or refused (the backend family)."""
 
 
 class BackendUnavailableError(BackendError):
@@ -70,6 +105,8 @@ class BackendRejectedError(BackendError):
     """BACKEND_REJECTED: the backend refused the job; the message carries its answer."""
 
 
+# -- the families of one code ------------------------------------------------------------------
+
 class NoTransactionError(OJSError):
     """NO_TRANSACTION: the operation needs an open transaction."""
 
@@ -78,37 +115,57 @@ class RelayShutDownError(OJSError):
     """RELAY_SHUT_DOWN: the relay could not start or was stopped before its flush ended."""
 
 
+#: The class of each code (docs/errors.md).
 CLASS_BY_CODE: dict[str, type[OJSError]] = {
-    "INVALID_JOB_TYPE": InvalidJobError,
-    "INVALID_QUEUE": InvalidJobError,
-    "INVALID_ARGS": InvalidJobError,
-    "INVALID_OPTIONS": InvalidJobError,
-    "INVALID_META": InvalidJobError,
+    "INVALID_JOB_TYPE": InvalidJobTypeError,
+    "INVALID_QUEUE": InvalidQueueError,
+    "INVALID_ARGS": InvalidArgsError,
+    "INVALID_OPTIONS": InvalidOptionsError,
+    "INVALID_META": InvalidMetaError,
     "PAYLOAD_TOO_LARGE": PayloadTooLargeError,
-    "INVALID_CONFIG": ConfigurationError,
-    "INVALID_DATABASE_URL": ConfigurationError,
+    "INVALID_CONFIG": InvalidConfigError,
+    "INVALID_DATABASE_URL": InvalidDatabaseUrlError,
     "OUTBOX_TABLE_MISSING": OutboxTableMissingError,
-    "DATABASE": OutboxDatabaseError,
+    "DATABASE": DatabaseError,
     "BACKEND_UNAVAILABLE": BackendUnavailableError,
     "BACKEND_REJECTED": BackendRejectedError,
     "NO_TRANSACTION": NoTransactionError,
     "RELAY_SHUT_DOWN": RelayShutDownError,
 }
 
+#: The class of each family: the parent of its codes' classes (the class of a code this version
+#: does not know yet).
+CLASS_BY_FAMILY: dict[str, type[OJSError]] = {
+    "validation": ValidationError,
+    "configuration": ConfigurationError,
+    "database": DatabaseError,
+    "backend": BackendError,
+    "transaction": NoTransactionError,
+    "relay": RelayShutDownError,
+}
 
-def error(code: str, message: str, field: Optional[str] = None,
-          retryable: Optional[bool] = None) -> OJSError:
-    """The exception for a core code (OJSError itself for a code this version does not know)."""
-    return CLASS_BY_CODE.get(code, OJSError)(message, code=code, field=field, retryable=retryable)
+
+def decode(text: str) -> OJSError:
+    """The exception for an error's JSON text (``Error::to_json``)."""
+    error = json.loads(text)
+    code = error["code"]
+    cls = CLASS_BY_CODE.get(code) or CLASS_BY_FAMILY.get(error.get("family"), OJSError)
+    return cls(error["message"], code=code, field=error.get("field"),
+               retryable=bool(error.get("retryable")))
 
 
 def from_native(native: _native.NativeError) -> OJSError:
-    code, field, message, retryable = native.args
-    return error(code, message, field, retryable)
+    """The exception for a core error raised by the native module."""
+    return decode(native.args[0])
 
 
 __all__ = [
-    "OJSError", "InvalidJobError", "PayloadTooLargeError", "ConfigurationError",
-    "OutboxTableMissingError", "OutboxDatabaseError", "BackendError", "BackendUnavailableError",
-    "BackendRejectedError", "NoTransactionError", "RelayShutDownError", "error", "from_native",
+    "OJSError",
+    "ValidationError", "InvalidJobTypeError", "InvalidQueueError", "InvalidArgsError",
+    "InvalidOptionsError", "InvalidMetaError", "PayloadTooLargeError",
+    "ConfigurationError", "InvalidConfigError", "InvalidDatabaseUrlError",
+    "DatabaseError", "OutboxTableMissingError",
+    "BackendError", "BackendUnavailableError", "BackendRejectedError",
+    "NoTransactionError", "RelayShutDownError",
+    "CLASS_BY_CODE", "CLASS_BY_FAMILY", "decode", "from_native",
 ]

@@ -1,5 +1,6 @@
-"""``RequestContextMiddleware`` (FA-R001): puts the request's trace context, request id, user,
-tenant and locale into the request context that every job staged during the request carries.
+"""``RequestContextMiddleware`` (FA-R001): puts the request's headers the core reads (trace
+context, request id, tenant, language) and its user into the request context that every job
+staged during the request carries; the core maps the headers to the context's fields.
 
 Place it after ``AuthenticationMiddleware`` so ``request.user`` exists. The user is read only
 when a job is staged (a signup view that logs the new user in passes that user's id). Works in
@@ -12,13 +13,8 @@ from typing import Any, Callable, Optional
 
 from asgiref.sync import iscoroutinefunction, markcoroutinefunction
 
+from . import _native
 from .context import reset_request_context, set_request_context
-
-
-def _first_language_tag(header: str) -> Optional[str]:
-    """``fr-CA,fr;q=0.9`` -> ``fr-CA``; ``*`` and empty give None."""
-    tag = header.split(",", 1)[0].split(";", 1)[0].strip()
-    return tag if tag and tag != "*" else None
 
 
 def _user_id(request: Any) -> Optional[str]:
@@ -28,19 +24,23 @@ def _user_id(request: Any) -> Optional[str]:
     return str(user.pk)
 
 
+#: The request headers the core reads for the context (``context_header_names``), lowercase.
+HEADER_NAMES: tuple[str, ...] = tuple(_native.context_header_names())
+
+
 def context_from_request(request: Any) -> Callable[[], dict]:
-    """The context source of one request: headers now, the user when a job is staged."""
-    meta = request.META
-    headers = {
-        "traceparent": meta.get("HTTP_TRACEPARENT") or None,
-        "tracestate": meta.get("HTTP_TRACESTATE") or None,
-        "request_id": meta.get("HTTP_X_REQUEST_ID") or None,
-        "tenant_id": meta.get("HTTP_X_OJS_TENANT") or None,
-        "locale": _first_language_tag(meta.get("HTTP_ACCEPT_LANGUAGE", "")),
-    }
+    """The context source of one request: the headers the core reads (it maps them: trimmed,
+    the first Accept-Language tag, X-Request-Id, X-OJS-Tenant), now; the user when a job is
+    staged."""
+    found = request.headers
+    headers = {name: found[name] for name in HEADER_NAMES if name in found}
 
     def build() -> dict:
-        return {**headers, "user_id": _user_id(request)}
+        context: dict = {"headers": headers} if headers else {}
+        user_id = _user_id(request)
+        if user_id is not None:
+            context["user_id"] = user_id
+        return context
 
     return build
 

@@ -7,9 +7,10 @@ queue of this process. A daemon thread drains it every 250 ms into the logger
 job id (a dead letter's, else None) as ``record.job_id`` and the outbox table as
 ``record.outbox_table``. Nothing of Python runs on the core's threads.
 
-The thread starts with the first relay of the process (``OJS.start_relay``, ``manage.py
-ojs_relay``) and again in a forked child that starts its own; a last drain follows every relay
-stop, so the records of the flush are not left behind.
+The thread starts with the first in-process relay of the process (just before
+``Bridge.ensure_relay``, in ``OJS``), or with ``manage.py ojs_relay``, and again in a forked
+child that starts its own (the fork hook forgets the parent's thread); a last drain follows
+every relay stop, so the records of the flush are not left behind.
 """
 
 from __future__ import annotations
@@ -52,20 +53,18 @@ class _Pump:
         # lock may have been held at the moment of the fork.
         self._lock = threading.Lock()
         self._thread: Optional[threading.Thread] = None
-        self._pid = os.getpid()
 
     def start(self) -> None:
         """Turns the core's feed on and starts the thread in this process, once."""
-        if self._thread is not None and self._pid == os.getpid():
+        if self._thread is not None:
             return
         with self._lock:
-            if self._thread is not None and self._pid == os.getpid():
+            if self._thread is not None:
                 return
             _native.enable_log_feed()
             thread = threading.Thread(target=self._run, name="ojs-relay-log", daemon=True)
             thread.start()
             self._thread = thread
-            self._pid = os.getpid()
 
     def _run(self) -> None:
         wait = threading.Event().wait

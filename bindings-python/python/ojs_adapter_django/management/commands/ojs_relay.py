@@ -41,8 +41,8 @@ class Command(BaseCommand):
 
     def handle(self, *args, **options):
         alias = options["database"]
-        adapter = ojs.adapter(alias)
-        self.stdout.write(f"ojs_relay: relaying {adapter.table_name} of database {alias!r}; "
+        bridge = ojs.bridge(alias)
+        self.stdout.write(f"ojs_relay: relaying {bridge.table_name} of database {alias!r}; "
                           "SIGINT or SIGTERM stops it")
         self.stdout.flush()
         # The relay's records (pauses, resumes, dead letters) go to the "ojs_adapter_django.relay"
