@@ -10,7 +10,7 @@ use std::io::Write as _;
 
 use serde_json::{Map, Value};
 
-use crate::store::{JobState, write_json_string};
+use crate::store::{JobState, Run, write_json_string};
 use crate::timefmt::format_ms;
 use crate::validate::format_job_id;
 
@@ -19,6 +19,23 @@ const DEFAULT_QUEUE: &str = "default";
 const DEFAULT_PRIORITY: i64 = 0;
 /// `ojs-retry.md` §8 and both reference servers' `DefaultRetryPolicy`.
 const DEFAULT_MAX_ATTEMPTS: i64 = 3;
+
+/// The job's queue: `options.queue`, else `default`.
+pub(crate) fn queue_of(options: Option<&Map<String, Value>>) -> &str {
+    options
+        .and_then(|options| options.get("queue"))
+        .and_then(Value::as_str)
+        .unwrap_or(DEFAULT_QUEUE)
+}
+
+/// The job's `max_attempts`: `options.retry.max_attempts`, else 3.
+pub(crate) fn max_attempts_of(options: Option<&Map<String, Value>>) -> i64 {
+    options
+        .and_then(|options| options.get("retry"))
+        .and_then(|retry| retry.get("max_attempts"))
+        .and_then(Value::as_i64)
+        .unwrap_or(DEFAULT_MAX_ATTEMPTS)
+}
 
 /// Everything the envelope is written from.
 pub(crate) struct JobView<'a> {
@@ -34,6 +51,8 @@ pub(crate) struct JobView<'a> {
     pub attributes: &'a str,
     pub created_at_us: u64,
     pub cancelled_at_us: Option<u64>,
+    /// The control API's worker life, once the job was started.
+    pub run: Option<&'a Run>,
 }
 
 /// Appends the envelope of `job` as one JSON object.
@@ -42,12 +61,7 @@ pub(crate) fn write_job(out: &mut Vec<u8>, job: &JobView<'_>) {
     let _ = write!(out, "{{\"id\":\"{}\",\"type\":", format_job_id(job.id));
     write_json_string(out, job.job_type);
     let _ = write!(out, ",\"state\":\"{}\",\"queue\":", job.state.as_str());
-    write_json_string(
-        out,
-        option("queue")
-            .and_then(Value::as_str)
-            .unwrap_or(DEFAULT_QUEUE),
-    );
+    write_json_string(out, queue_of(job.options));
     out.extend_from_slice(b",\"args\":");
     out.extend_from_slice(job.args.as_bytes());
     if let Some(meta) = job.meta {
@@ -57,13 +71,11 @@ pub(crate) fn write_job(out: &mut Vec<u8>, job: &JobView<'_>) {
     let priority = option("priority")
         .and_then(Value::as_i64)
         .unwrap_or(DEFAULT_PRIORITY);
-    let max_attempts = option("retry")
-        .and_then(|retry| retry.get("max_attempts"))
-        .and_then(Value::as_i64)
-        .unwrap_or(DEFAULT_MAX_ATTEMPTS);
+    let max_attempts = max_attempts_of(job.options);
+    let attempt = job.run.map_or(0, |run| run.attempt);
     let _ = write!(
         out,
-        ",\"priority\":{priority},\"attempt\":0,\"max_attempts\":{max_attempts}"
+        ",\"priority\":{priority},\"attempt\":{attempt},\"max_attempts\":{max_attempts}"
     );
     if let Some(timeout_ms) = option("timeout_ms") {
         let _ = write!(out, ",\"timeout_ms\":{timeout_ms}");
@@ -89,6 +101,15 @@ pub(crate) fn write_job(out: &mut Vec<u8>, job: &JobView<'_>) {
         out,
         ",\"created_at\":\"{created_at}\",\"enqueued_at\":\"{created_at}\""
     );
+    if let Some(run) = job.run {
+        let _ = write!(out, ",\"started_at\":\"{}\"", format_ms(run.started_at_us));
+        if let (JobState::Completed, Some(at)) = (run.state, run.ended_at_us) {
+            let _ = write!(out, ",\"completed_at\":\"{}\"", format_ms(at));
+        }
+        if let Some(error) = &run.error {
+            let _ = write!(out, ",\"error\":{error}");
+        }
+    }
     if let Some(at) = job.cancelled_at_us {
         let _ = write!(out, ",\"cancelled_at\":\"{}\"", format_ms(at));
     }

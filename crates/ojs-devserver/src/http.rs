@@ -1,4 +1,5 @@
-//! Request handling: routing, the OJS endpoints, the `/_dev` control API, fault injection.
+//! Request handling: routing, the OJS endpoints, the event stream (`GET /v1/events/stream`),
+//! the `/_dev` control API, fault injection.
 //!
 //! An enqueue goes through four steps: read the body (bounded), parse and validate it without
 //! the lock, count the request and pick a fault under the lock, then (unless a fault answers
@@ -17,7 +18,7 @@ use std::io::Write as _;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use http_body_util::{BodyExt, Full};
+use http_body_util::{BodyExt, Either, Full};
 use hyper::body::{Bytes, Incoming};
 use hyper::header::{self, HeaderValue};
 use hyper::{Method, Request, Response, StatusCode};
@@ -26,10 +27,11 @@ use serde_json::value::RawValue;
 use serde_json::{Map, Value, json};
 use tokio::sync::Notify;
 
-use crate::envelope::{JobView, options_map, write_job};
-use crate::model::Fault;
-use crate::store::{JobState, Placed, Refused, RequestKind, State, StoredJob};
-use crate::timefmt::now_us;
+use crate::envelope::{JobView, max_attempts_of, options_map, queue_of, write_job};
+use crate::events::{EventHub, EventStream, JobEvent, ReplayFrom, parse_query};
+use crate::model::{Fault, JobControlError};
+use crate::store::{JobState, Placed, Refused, RequestKind, Run, State, Stored, StoredJob};
+use crate::timefmt::{now_us, parse_rfc3339_us};
 use crate::unique;
 use crate::validate::{
     CarriedId, FieldError, JobIn, MAX_BODY_BYTES, Refusal, ValidJob, carried_id, carried_type,
@@ -37,6 +39,8 @@ use crate::validate::{
 };
 
 pub(crate) type Resp = Response<Full<Bytes>>;
+/// What goes on the wire: a whole body, or an event stream.
+pub(crate) type WireBody = Either<Full<Bytes>, EventStream>;
 
 const OJS_CONTENT_TYPE: &str = "application/openjobspec+json";
 /// The spec version the devserver speaks (`OJS-Version`, manifest, health).
@@ -46,16 +50,29 @@ const OJS_VERSION: &str = "1.0";
 const DRAIN_LIMIT_BYTES: u64 = 16 * 1024 * 1024;
 const X_REQUEST_ID: &str = "x-request-id";
 
-/// Shared server state.
+/// Shared server state. Lock order: `state`, then the event hub's lock (events are published
+/// while the change that makes them holds `state`).
 pub(crate) struct App {
     state: Mutex<State>,
+    pub events: EventHub,
     started: Instant,
 }
+
+/// A transition of the control API's worker life.
+pub(crate) enum Transition<'a> {
+    Start { worker_id: &'a str },
+    Complete,
+    Fail { error: &'a Value },
+}
+
+/// The worker id `start` uses when none is given.
+pub(crate) const DEFAULT_WORKER_ID: &str = "devserver-worker";
 
 impl App {
     pub fn new(batch_enqueue: bool) -> App {
         App {
             state: Mutex::new(State::new(batch_enqueue)),
+            events: EventHub::new(),
             started: Instant::now(),
         }
     }
@@ -66,14 +83,126 @@ impl App {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// Back to the start configuration; the old jobs are freed outside the lock.
+    /// Back to the start configuration (and no kept events); the old jobs are freed outside
+    /// the lock. Open event streams stay open.
     pub fn reset(&self) {
         let old = {
             let mut state = self.state();
             let fresh = state.fresh();
+            self.events.clear_history();
             std::mem::replace(&mut *state, fresh)
         };
         drop(old);
+    }
+
+    /// Moves a stored job one step through a worker's life and publishes the events, under
+    /// one lock. Returns the job's envelope as it is afterwards.
+    pub fn transition(
+        &self,
+        id_text: &str,
+        transition: Transition<'_>,
+    ) -> Result<Vec<u8>, JobControlError> {
+        let not_found = || JobControlError::NotFound {
+            job_id: id_text.to_owned(),
+        };
+        let id = crate::validate::parse_job_id(id_text).ok_or_else(not_found)?;
+        let mut state = self.state();
+        let job = state.job_mut(id).ok_or_else(not_found)?;
+        let now = now_us();
+        let current = job.state(now);
+        let refuse = |expected: &str| JobControlError::InvalidTransition {
+            job_id: format_job_id(id),
+            current_state: current.as_str().to_owned(),
+            expected_state: expected.to_owned(),
+        };
+        let options = options_map(job.options());
+        let queue = queue_of(options.as_ref()).to_owned();
+        let job_type = job.job_type.clone();
+        let event = |kind: &'static str, state: JobState, extra: Value| JobEvent {
+            kind,
+            job_id: id,
+            job_type: &job_type,
+            queue: &queue,
+            state: state.as_str(),
+            extra: match extra {
+                Value::Object(map) => map,
+                _ => Map::new(),
+            },
+        };
+        let mut events = Vec::with_capacity(2);
+        match transition {
+            Transition::Start { worker_id } => {
+                if !matches!(current, JobState::Available | JobState::Retryable) {
+                    return Err(refuse("available or retryable"));
+                }
+                let previous = job.run().cloned();
+                let attempt = previous.as_ref().map_or(0, |run| run.attempt) + 1;
+                job.set_run(Run {
+                    state: JobState::Active,
+                    attempt,
+                    started_at_us: now,
+                    ended_at_us: None,
+                    error: previous.and_then(|run| run.error),
+                });
+                events.push(event(
+                    "job.started",
+                    JobState::Active,
+                    json!({ "attempt": attempt, "worker_id": worker_id }),
+                ));
+            }
+            Transition::Complete => {
+                let Some(mut run) = job.run().cloned().filter(|_| current == JobState::Active)
+                else {
+                    return Err(refuse("active"));
+                };
+                run.state = JobState::Completed;
+                run.ended_at_us = Some(now);
+                let duration_ms = now.saturating_sub(run.started_at_us) / 1000;
+                let attempt = run.attempt;
+                job.set_run(run);
+                events.push(event(
+                    "job.completed",
+                    JobState::Completed,
+                    json!({ "attempt": attempt, "duration_ms": duration_ms }),
+                ));
+            }
+            Transition::Fail { error } => {
+                let Some(mut run) = job.run().cloned().filter(|_| current == JobState::Active)
+                else {
+                    return Err(refuse("active"));
+                };
+                let exhausted = i64::from(run.attempt) >= max_attempts_of(options.as_ref());
+                run.state = if exhausted {
+                    JobState::Discarded
+                } else {
+                    JobState::Retryable
+                };
+                run.ended_at_us = Some(now);
+                run.error = Some(error.to_string().into_boxed_str());
+                let attempt = run.attempt;
+                let new_state = run.state;
+                job.set_run(run);
+                events.push(event(
+                    "job.failed",
+                    new_state,
+                    json!({ "attempt": attempt, "error": error }),
+                ));
+                if exhausted {
+                    events.push(event(
+                        "job.discarded",
+                        JobState::Discarded,
+                        json!({ "attempt": attempt, "error": error }),
+                    ));
+                }
+            }
+        }
+        for event in events {
+            self.events.publish(event);
+        }
+        let job = state.job(id).expect("the job was just changed");
+        let mut out = Vec::with_capacity(256 + job.args().len());
+        write_stored_job(&mut out, job, now);
+        Ok(out)
     }
 
     pub fn received_json(&self) -> Vec<u8> {
@@ -89,7 +218,7 @@ pub(crate) async fn handle(
     app: Arc<App>,
     kill: Arc<Notify>,
     request: Request<Incoming>,
-) -> Result<Resp, Infallible> {
+) -> Result<Response<WireBody>, Infallible> {
     let request_id = request
         .headers()
         .get(X_REQUEST_ID)
@@ -98,8 +227,19 @@ pub(crate) async fn handle(
         .filter(|v| !v.is_empty())
         .map_or_else(|| format!("req_{}", uuid::Uuid::now_v7()), str::to_owned);
     let path = request.uri().path().to_owned();
+    if path == EVENTS_PATH
+        && request.method() == Method::GET
+        && let Ok(mut response) = event_stream(&app, &request)
+    {
+        if let Ok(value) = HeaderValue::from_str(&request_id) {
+            response.headers_mut().insert(X_REQUEST_ID, value);
+        }
+        return Ok(response);
+    }
     let mut response = match path.strip_prefix("/_dev/") {
         Some(control_path) => control(&app, control_path, request).await,
+        // Not a GET, or a `since` that is not a time.
+        None if path == EVENTS_PATH => events_refusal(request),
         None => ojs(&app, &kill, &path, request).await,
     };
     if let Some(ErrorBody(mut error)) = response.extensions_mut().remove::<ErrorBody>() {
@@ -110,7 +250,59 @@ pub(crate) async fn handle(
     if let Ok(value) = HeaderValue::from_str(&request_id) {
         response.headers_mut().insert(X_REQUEST_ID, value);
     }
+    Ok(response.map(Either::Left))
+}
+
+// ---------------------------------------------------------------------------------------------
+// The event stream (RFC-0005 §1)
+
+const EVENTS_PATH: &str = "/v1/events/stream";
+
+/// `GET /v1/events/stream`: a stream, or (`Err`) a request to refuse with [`events_refusal`].
+fn event_stream(app: &App, request: &Request<Incoming>) -> Result<Response<WireBody>, ()> {
+    let query = parse_query(request.uri().query());
+    let last_event_id = request
+        .headers()
+        .get("last-event-id")
+        .and_then(|v| v.to_str().ok())
+        .map(str::trim)
+        .filter(|v| !v.is_empty());
+    let from = match (last_event_id, query.since.as_deref()) {
+        (Some(id), _) => Some(ReplayFrom::AfterId(id.to_owned())),
+        (None, Some(since)) => Some(ReplayFrom::Since(parse_rfc3339_us(since).ok_or(())?)),
+        (None, None) => None,
+    };
+    let stream = app.events.subscribe(query.filter, from.as_ref());
+    let mut response = Response::new(Either::Right(stream));
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/event-stream"),
+    );
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    headers.insert("ojs-version", HeaderValue::from_static(OJS_VERSION));
     Ok(response)
+}
+
+/// The answer to a request for the event stream that gets no stream.
+fn events_refusal(request: Request<Incoming>) -> Resp {
+    if request.method() != Method::GET {
+        let mut response = error_response(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "invalid_request",
+            "method not allowed; use GET",
+            None,
+        );
+        response
+            .headers_mut()
+            .insert(header::ALLOW, HeaderValue::from_static("GET"));
+        return response;
+    }
+    let since = parse_query(request.uri().query()).since.unwrap_or_default();
+    invalid_request(
+        &format!("since: {since:?} is not an RFC 3339 time"),
+        Some(json!({ "field": "since", "reason": "must be an RFC 3339 date-time" })),
+    )
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -205,6 +397,9 @@ async fn ojs(app: &App, kill: &Notify, path: &str, request: Request<Incoming>) -
 /// `conformance_tier: "parser"` says that it validates and stores jobs without executing them.
 /// The capabilities name what a producer can observe: batch enqueue (switchable), unique jobs
 /// (strong: check and insert under one lock) and delayed jobs (the `scheduled` state).
+/// `extensions` names `ext_events`, the extension registry's key for the event system
+/// (`spec/registry/extensions.json`): the manifest has no other field for the event stream
+/// (no capability flag, no endpoint key), so nothing else claims it.
 pub(crate) fn manifest(batch_enqueue: bool) -> Value {
     json!({
         "ojs_version": OJS_VERSION,
@@ -232,7 +427,7 @@ pub(crate) fn manifest(batch_enqueue: bool) -> Value {
             "rate_limiting": false,
             "pause_resume": false,
         },
-        "extensions": [],
+        "extensions": ["ext_events"],
         "endpoints": {"manifest": "/ojs/manifest", "health": "/ojs/v1/health"},
     })
 }
@@ -271,6 +466,7 @@ fn write_stored_job(out: &mut Vec<u8>, job: &StoredJob, now_us: u64) {
             attributes: job.attributes(),
             created_at_us: job.received_at_us,
             cancelled_at_us: job.cancellation().map(|c| c.at_us),
+            run: job.run(),
         },
     );
 }
@@ -543,6 +739,51 @@ fn conflict_response(refused: Refused, is_batch: bool) -> Resp {
     error_response(StatusCode::CONFLICT, "duplicate", &message, Some(details))
 }
 
+/// `job.enqueued` for each job stored, each followed by `job.cancelled` for the job its unique
+/// `replace` cancelled; published while the state lock is held, so in the order of the changes.
+fn publish_stored(
+    app: &App,
+    state: &State,
+    jobs: &[ValidJob<'_>],
+    placed: &[Placed],
+    cancelled: &[(usize, u32)],
+) {
+    let mut cancelled = cancelled.iter().peekable();
+    for (index, (job, placed)) in jobs.iter().zip(placed).enumerate() {
+        let Placed::Created {
+            id,
+            state: job_state,
+        } = placed
+        else {
+            continue;
+        };
+        let stored = state.job(*id).expect("a created job is stored");
+        app.events.publish(JobEvent {
+            kind: "job.enqueued",
+            job_id: *id,
+            job_type: &stored.job_type,
+            queue: queue_of(job.options_map.as_ref()),
+            state: job_state.as_str(),
+            extra: Map::new(),
+        });
+        while let Some(&(_, slot)) = cancelled.next_if(|(by, _)| *by == index) {
+            let old = state.job_at(slot);
+            let options = options_map(old.options());
+            let mut extra = Map::new();
+            extra.insert("cancelled_by".into(), json!("unique_replace"));
+            extra.insert("replaced_by".into(), json!(format_job_id(*id)));
+            app.events.publish(JobEvent {
+                kind: "job.cancelled",
+                job_id: old.id,
+                job_type: &old.job_type,
+                queue: queue_of(options.as_ref()),
+                state: JobState::Cancelled.as_str(),
+                extra,
+            });
+        }
+    }
+}
+
 /// The stateful part of an enqueue: deliveries, duplicates, unique policies, storage.
 fn accept(app: &App, kind: RequestKind, prepared: Prepared<'_>, batch_request: u64) -> Resp {
     let elements = match prepared {
@@ -570,13 +811,18 @@ fn accept(app: &App, kind: RequestKind, prepared: Prepared<'_>, batch_request: u
         .into_iter()
         .filter_map(|e| e.checked.ok())
         .collect();
-    let (placed, received_at_us) = match state.store(&jobs, batch_request) {
+    let Stored {
+        placed,
+        received_at_us,
+        cancelled,
+    } = match state.store(&jobs, batch_request) {
         Ok(stored) => stored,
         Err(refused) => {
             drop(state);
             return conflict_response(refused, is_batch);
         }
     };
+    publish_stored(app, &state, &jobs, &placed, &cancelled);
     // The existing jobs a unique `ignore` answers with, written while they cannot change.
     let now = now_us();
     let existing: Vec<Option<(u128, Vec<u8>)>> = placed
@@ -618,6 +864,7 @@ fn accept(app: &App, kind: RequestKind, prepared: Prepared<'_>, batch_request: u
                     attributes: &job.attributes,
                     created_at_us: received_at_us,
                     cancelled_at_us: (*state == JobState::Cancelled).then_some(received_at_us),
+                    run: None,
                 },
             ),
             (Placed::Existing { .. }, None) => unreachable!("existing envelopes are written"),
@@ -738,6 +985,18 @@ async fn control(app: &App, control_path: &str, request: Request<Incoming>) -> R
             app.state().push_fault(fault);
             faults_response(app)
         }
+        (Method::POST, "events/drop") => {
+            let dropped = app.events.drop_streams();
+            dev_json(StatusCode::OK, json!({ "dropped": dropped }))
+        }
+        (Method::GET, "events") => {
+            let (open, kept) = app.events.counts();
+            dev_json(
+                StatusCode::OK,
+                json!({ "open_streams": open, "kept": kept }),
+            )
+        }
+        (Method::POST, path) if path.starts_with("jobs/") => job_control(app, path, request).await,
         (Method::POST, "manifest") => {
             let BodyRead::Complete(body) = read_body_limited(request).await else {
                 return invalid_request("could not read the body", None);
@@ -757,6 +1016,104 @@ async fn control(app: &App, control_path: &str, request: Request<Incoming>) -> R
         _ => not_found(
             &format!("no control endpoint at /_dev/{control_path}"),
             None,
+        ),
+    }
+}
+
+#[derive(Deserialize)]
+struct StartIn {
+    #[serde(default)]
+    worker_id: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct FailIn {
+    error: Option<Value>,
+}
+
+/// `POST /_dev/jobs/{id}/start|complete|fail`.
+async fn job_control(app: &App, path: &str, request: Request<Incoming>) -> Resp {
+    let Some((id, action)) = path
+        .strip_prefix("jobs/")
+        .and_then(|rest| rest.split_once('/'))
+        .filter(|(id, action)| !id.is_empty() && matches!(*action, "start" | "complete" | "fail"))
+    else {
+        return not_found(&format!("no control endpoint at /_dev/{path}"), None);
+    };
+    let BodyRead::Complete(body) = read_body_limited(request).await else {
+        return invalid_request("could not read a body under 1 MiB", None);
+    };
+    let empty = body.iter().all(u8::is_ascii_whitespace);
+    let result = match action {
+        "start" => {
+            let start: StartIn = if empty {
+                StartIn { worker_id: None }
+            } else {
+                match serde_json::from_slice(&body) {
+                    Ok(start) => start,
+                    Err(e) => {
+                        return invalid_request(
+                            &format!("expected {{\"worker_id\": string}} or no body: {e}"),
+                            None,
+                        );
+                    }
+                }
+            };
+            let worker_id = start.worker_id.as_deref().unwrap_or(DEFAULT_WORKER_ID);
+            app.transition(id, Transition::Start { worker_id })
+        }
+        "complete" => app.transition(id, Transition::Complete),
+        _ => {
+            let error = match serde_json::from_slice::<FailIn>(&body) {
+                Ok(FailIn {
+                    error: Some(error @ Value::Object(_)),
+                }) => error,
+                _ => {
+                    return invalid_request(
+                        "expected {\"error\": {\"code\": ..., \"message\": ...}}",
+                        Some(json!({ "field": "error", "reason": "must be an object" })),
+                    );
+                }
+            };
+            app.transition(id, Transition::Fail { error: &error })
+        }
+    };
+    match result {
+        Ok(envelope) => {
+            let mut out = Vec::with_capacity(envelope.len() + 8);
+            out.extend_from_slice(b"{\"job\":");
+            out.extend_from_slice(&envelope);
+            out.push(b'}');
+            json_response(StatusCode::OK, "application/json", out)
+        }
+        Err(error) => control_error_response(&error),
+    }
+}
+
+/// A refused transition in the binding's error shape: `404 not_found`, `400 invalid_request`,
+/// or `409` with `code: "invalid_request"` and `details` `job_id`, `current_state`,
+/// `expected_state`, as the binding's ACK and ACTIVATE conflicts are written (§10.2, §9.5);
+/// the catalog's code for it is `INVALID_STATE_TRANSITION` (`ojs-errors.md` §4.1, §5.1: 409).
+pub(crate) fn control_error_response(error: &JobControlError) -> Resp {
+    match error {
+        JobControlError::NotFound { job_id } => not_found(
+            &format!("Job '{job_id}' not found."),
+            Some(json!({ "resource_type": "job", "resource_id": job_id })),
+        ),
+        JobControlError::InvalidRequest { message } => invalid_request(message, None),
+        JobControlError::InvalidTransition {
+            job_id,
+            current_state,
+            expected_state,
+        } => error_response(
+            StatusCode::CONFLICT,
+            "invalid_request",
+            &format!("Cannot move job in state '{current_state}'; expected {expected_state}."),
+            Some(json!({
+                "job_id": job_id,
+                "current_state": current_state,
+                "expected_state": expected_state,
+            })),
         ),
     }
 }
@@ -805,10 +1162,12 @@ fn error_with(status: StatusCode, error: Map<String, Value>) -> Resp {
 /// it), plus the error catalog's optional `doc_url` (`ojs-errors.md` §3.2) naming the
 /// catalog's code for the failure.
 fn error_response(status: StatusCode, code: &str, message: &str, details: Option<Value>) -> Resp {
-    let field = details
-        .as_ref()
-        .and_then(|d| d.get("field"))
-        .and_then(Value::as_str);
+    let field = details.as_ref().and_then(|d| {
+        d.get("field").and_then(Value::as_str).or_else(|| {
+            // A refused transition names no field; its marker is `current_state`.
+            d.get("current_state").map(|_| "current_state")
+        })
+    });
     let catalog_code = catalog_code(code, field);
     let mut error = Map::new();
     error.insert("code".into(), json!(code));
@@ -831,6 +1190,7 @@ fn error_response(status: StatusCode, code: &str, message: &str, details: Option
 fn catalog_code(code: &str, field: Option<&str>) -> &'static str {
     match (code, field) {
         ("duplicate", _) => "DUPLICATE_JOB",
+        ("invalid_request", Some("current_state")) => "INVALID_STATE_TRANSITION",
         ("not_found", _) => "NOT_FOUND",
         ("validation_error", _) => "INVALID_RETRY_POLICY",
         (_, Some("type")) => "INVALID_JOB_TYPE",

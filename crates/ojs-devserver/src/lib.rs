@@ -4,7 +4,10 @@
 //! job, health, manifest) and answers as the reference servers do: the full job envelope, the
 //! `scheduled` state, unique jobs, the binding's error codes and `X-Request-Id` (rule by rule in
 //! docs/ojs-compat.md), plus a control API under `/_dev` that tells a test what the backend
-//! really holds and lets it inject faults. It is the oracle of the conformance suite, so it
+//! really holds and lets it inject faults. It serves the event stream of RFC-0005
+//! (`GET /v1/events/stream`), and the control API moves a job through a worker's life
+//! (start, complete, fail) so that event clients can be tested against a live stream. It is
+//! the oracle of the conformance suite, so it
 //! deliberately shares no code with the `ojs-outbox` crate it checks.
 //!
 //! ```no_run
@@ -20,6 +23,7 @@
 //! ```
 
 mod envelope;
+mod events;
 mod http;
 mod model;
 mod server;
@@ -35,9 +39,12 @@ use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
-pub use model::{Fault, FaultScope, Received, ReceivedJob, ReplacedJob, RequestCounts, Stats};
+pub use events::{HISTORY_LIMIT, SUBSCRIBER_BUFFER};
+pub use model::{
+    Fault, FaultScope, JobControlError, Received, ReceivedJob, ReplacedJob, RequestCounts, Stats,
+};
 
-use crate::http::App;
+use crate::http::{App, DEFAULT_WORKER_ID, Transition};
 
 /// Largest request body the OJS endpoints accept (1 MiB), as the reference servers have it.
 pub const MAX_BODY_BYTES: usize = validate::MAX_BODY_BYTES;
@@ -152,6 +159,48 @@ impl DevServer {
         self.app.state().set_batch_enqueue(enabled);
     }
 
+    /// Ends every open `GET /v1/events/stream` response now (`POST /_dev/events/drop`), so a
+    /// client's reconnect and `Last-Event-ID` resume can be tested. Returns how many were open.
+    pub fn drop_event_streams(&self) -> usize {
+        self.app.events.drop_streams()
+    }
+
+    /// Moves a stored `available` or `retryable` job to `active` (attempt + 1) as worker
+    /// `devserver-worker` and emits `job.started`. Returns the job's envelope.
+    pub fn start_job(&self, id: &str) -> Result<serde_json::Value, JobControlError> {
+        self.start_job_as(id, DEFAULT_WORKER_ID)
+    }
+
+    /// [`DevServer::start_job`] with the `worker_id` the `job.started` event names.
+    pub fn start_job_as(
+        &self,
+        id: &str,
+        worker_id: &str,
+    ) -> Result<serde_json::Value, JobControlError> {
+        envelope(self.app.transition(id, Transition::Start { worker_id }))
+    }
+
+    /// Moves an `active` job to `completed` and emits `job.completed` (with `duration_ms`).
+    pub fn complete_job(&self, id: &str) -> Result<serde_json::Value, JobControlError> {
+        envelope(self.app.transition(id, Transition::Complete))
+    }
+
+    /// Fails the `active` job's attempt with `error` (an object, e.g.
+    /// `{"code": "handler_error", "message": "..."}`): `retryable` while attempts remain
+    /// (`job.failed`), else `discarded` (`job.failed`, then `job.discarded`).
+    pub fn fail_job(
+        &self,
+        id: &str,
+        error: serde_json::Value,
+    ) -> Result<serde_json::Value, JobControlError> {
+        if !error.is_object() {
+            return Err(JobControlError::InvalidRequest {
+                message: "the error must be a JSON object".to_owned(),
+            });
+        }
+        envelope(self.app.transition(id, Transition::Fail { error: &error }))
+    }
+
     /// Stops listening and closes every connection (in-flight requests get no response).
     pub async fn shutdown(self) {
         let DevServer { stop, task, .. } = self;
@@ -166,4 +215,10 @@ impl std::fmt::Debug for DevServer {
             .field("addr", &self.addr)
             .finish_non_exhaustive()
     }
+}
+
+fn envelope(
+    result: Result<Vec<u8>, JobControlError>,
+) -> Result<serde_json::Value, JobControlError> {
+    result.map(|json| serde_json::from_slice(&json).expect("the devserver writes valid JSON"))
 }

@@ -239,3 +239,37 @@ impl Fault {
         .to_string()
     }
 }
+
+/// Why a control-API transition (`start_job`, `complete_job`, `fail_job`) was refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum JobControlError {
+    /// No stored job has this id (`404 not_found`).
+    NotFound { job_id: String },
+    /// The job is not in a state this transition starts from (`409`, binding §7.4, §16.2).
+    InvalidTransition {
+        job_id: String,
+        current_state: String,
+        expected_state: String,
+    },
+    /// The request itself is wrong, e.g. a failure without an `error` object (`400`).
+    InvalidRequest { message: String },
+}
+
+impl std::fmt::Display for JobControlError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            JobControlError::NotFound { job_id } => write!(f, "job {job_id} not found"),
+            JobControlError::InvalidTransition {
+                job_id,
+                current_state,
+                expected_state,
+            } => write!(
+                f,
+                "job {job_id} is {current_state}; this transition needs {expected_state}"
+            ),
+            JobControlError::InvalidRequest { message } => f.write_str(message),
+        }
+    }
+}
+
+impl std::error::Error for JobControlError {}

@@ -8,7 +8,9 @@
 //!
 //! A job's state is computed when it is read: `scheduled` while its `scheduled_at` (or
 //! `delay_until`) is in the future, then `available`; `cancelled` once a unique `replace`
-//! replaced it. Nothing else happens to a stored job: the devserver runs no workers.
+//! replaced it. The devserver runs no workers: the control API (`/_dev/jobs/{id}/start`,
+//! `/complete`, `/fail`) moves a job through a worker's life (`active`, `completed`,
+//! `retryable`, `discarded`), recorded in the job's [`Run`].
 
 use std::collections::hash_map::Entry;
 use std::collections::{HashMap, HashSet, VecDeque};
@@ -24,12 +26,17 @@ use crate::validate::{CarriedId, ValidJob, format_job_id};
 /// `IdEntry::slot` of an id that was delivered but never stored.
 const NOT_STORED: u32 = u32::MAX;
 
-/// The states a stored job can be in: nothing runs, so only these three.
+/// The states a stored job can be in: the three a producer sees, and the four the control
+/// API's worker life gives it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum JobState {
     Scheduled,
     Available,
     Cancelled,
+    Active,
+    Completed,
+    Retryable,
+    Discarded,
 }
 
 impl JobState {
@@ -38,6 +45,10 @@ impl JobState {
             JobState::Scheduled => "scheduled",
             JobState::Available => "available",
             JobState::Cancelled => "cancelled",
+            JobState::Active => "active",
+            JobState::Completed => "completed",
+            JobState::Retryable => "retryable",
+            JobState::Discarded => "discarded",
         }
     }
 
@@ -46,6 +57,10 @@ impl JobState {
             JobState::Scheduled => states::SCHEDULED,
             JobState::Available => states::AVAILABLE,
             JobState::Cancelled => states::CANCELLED,
+            JobState::Active => states::ACTIVE,
+            JobState::Completed => states::COMPLETED,
+            JobState::Retryable => states::RETRYABLE,
+            JobState::Discarded => states::DISCARDED,
         }
     }
 
@@ -84,6 +99,22 @@ struct Rare {
     /// The `period` of the job's unique claim, if it has one with a period.
     unique_period_us: Option<u64>,
     cancelled: Option<Cancellation>,
+    /// Where the control API's worker life has taken the job, once started.
+    run: Option<Run>,
+}
+
+/// A job's worker life, as the control API drives it.
+#[derive(Clone, Debug)]
+pub(crate) struct Run {
+    /// `Active`, `Completed`, `Retryable` or `Discarded`.
+    pub state: JobState,
+    /// 1 for the first start, +1 for each start after a failure.
+    pub attempt: u32,
+    pub started_at_us: u64,
+    /// When it completed, failed or was discarded.
+    pub ended_at_us: Option<u64>,
+    /// The last failure's `error` object, as sent.
+    pub error: Option<Box<str>>,
 }
 
 #[derive(Clone, Copy)]
@@ -123,7 +154,20 @@ impl StoredJob {
         self.rare.as_ref().and_then(|rare| rare.scheduled_at_us)
     }
 
+    pub fn run(&self) -> Option<&Run> {
+        self.rare.as_ref().and_then(|rare| rare.run.as_ref())
+    }
+
+    pub fn set_run(&mut self, run: Run) {
+        self.rare.get_or_insert_with(Box::default).run = Some(run);
+    }
+
     pub fn state(&self, now_us: u64) -> JobState {
+        if self.cancellation().is_none()
+            && let Some(run) = self.run()
+        {
+            return run.state;
+        }
         JobState::of(
             self.scheduled_at_us(),
             self.cancellation().is_some(),
@@ -207,6 +251,16 @@ pub(crate) enum Placed {
     Created { id: u128, state: JobState },
     /// Not stored: a unique `ignore` found this stored job (slot).
     Existing { slot: u32 },
+}
+
+/// What an accepted request stored.
+pub(crate) struct Stored {
+    /// Per job of the request.
+    pub placed: Vec<Placed>,
+    pub received_at_us: u64,
+    /// The jobs a unique `replace` cancelled: (index of the replacing job in the request,
+    /// slot of the cancelled job), in request order.
+    pub cancelled: Vec<(usize, u32)>,
 }
 
 /// The holder of a fingerprint while a request is decided: a stored job or an earlier job of
@@ -355,11 +409,7 @@ impl State {
     /// Stores the jobs of one request atomically, or none: a repeated id or a unique conflict
     /// refuses the whole request. Deliveries must already be counted. Unique policies apply in
     /// request order, so a job can conflict with an earlier job of the same batch.
-    pub fn store(
-        &mut self,
-        jobs: &[ValidJob<'_>],
-        batch_request: u64,
-    ) -> Result<(Vec<Placed>, u64), Refused> {
+    pub fn store(&mut self, jobs: &[ValidJob<'_>], batch_request: u64) -> Result<Stored, Refused> {
         let mut seen: HashSet<u128, BuildHasherDefault<IdHasher>> = HashSet::default();
         for (index, job) in jobs.iter().enumerate() {
             if let Some(id) = job.id
@@ -378,7 +428,8 @@ impl State {
 
         let mut slots: Vec<u32> = Vec::with_capacity(jobs.len());
         let mut placed: Vec<Placed> = Vec::with_capacity(jobs.len());
-        for ((job, id), decision) in jobs.iter().zip(&ids).zip(&decisions) {
+        let mut cancelled: Vec<(usize, u32)> = Vec::new();
+        for (index, ((job, id), decision)) in jobs.iter().zip(&ids).zip(&decisions).enumerate() {
             let cancels = match decision {
                 Decision::Ignore(holder) => {
                     let slot = self.slot_of(*holder, &slots);
@@ -393,8 +444,10 @@ impl State {
                 self.unique_holders.insert(claim.fingerprint, slot);
             }
             if let Some(holder) = cancels {
-                let cancelled = self.slot_of(holder, &slots);
-                self.cancel(cancelled, *id, received_at_us);
+                let slot = self.slot_of(holder, &slots);
+                if self.cancel(slot, *id, received_at_us) {
+                    cancelled.push((index, slot));
+                }
             }
             slots.push(slot);
             placed.push(Placed::Created {
@@ -407,7 +460,11 @@ impl State {
                 *state = self.jobs[*slot as usize].state(received_at_us);
             }
         }
-        Ok((placed, received_at_us))
+        Ok(Stored {
+            placed,
+            received_at_us,
+            cancelled,
+        })
     }
 
     /// The unique decision for each job of a request, without changing anything.
@@ -498,13 +555,16 @@ impl State {
         }
     }
 
-    fn cancel(&mut self, slot: u32, replaced_by: u128, at_us: u64) {
+    /// Cancels the job at `slot`; true when it was not cancelled before.
+    fn cancel(&mut self, slot: u32, replaced_by: u128, at_us: u64) -> bool {
         let job = &mut self.jobs[slot as usize];
-        if job.cancellation().is_none() {
+        let first = job.cancellation().is_none();
+        if first {
             self.replaced += 1;
         }
         job.rare.get_or_insert_with(Box::default).cancelled =
             Some(Cancellation { at_us, replaced_by });
+        first
     }
 
     fn push_job(
@@ -546,6 +606,7 @@ impl State {
                 scheduled_at_us: job.scheduled_at_us,
                 unique_period_us: job.unique.as_ref().and_then(|claim| claim.period_us),
                 cancelled: None,
+                run: None,
             })
         });
         self.jobs.push(StoredJob {
@@ -565,6 +626,11 @@ impl State {
     pub fn job(&self, id: u128) -> Option<&StoredJob> {
         let entry = self.ids.get(&id)?;
         self.jobs.get(entry.slot as usize)
+    }
+
+    pub fn job_mut(&mut self, id: u128) -> Option<&mut StoredJob> {
+        let entry = self.ids.get(&id)?;
+        self.jobs.get_mut(entry.slot as usize)
     }
 
     pub fn job_at(&self, slot: u32) -> &StoredJob {
