@@ -311,27 +311,9 @@ fn apply_relay(relay: &mut RelayConfig, value: &Value) -> Result<()> {
                     }
                 }
             }
-            "max_attempts" => {
-                relay.max_attempts = match value.as_u64() {
-                    Some(n) if (1..=1000).contains(&n) => n as u32,
-                    _ => {
-                        return Err(invalid(
-                            field,
-                            &format!("must be an integer from 1 to 1000, got {value}"),
-                        ));
-                    }
-                }
-            }
+            "max_attempts" => relay.max_attempts = integer_in(value, field, 1, 1000)? as u32,
             "hot_queue_capacity" => {
-                relay.hot_queue_capacity = match value.as_u64() {
-                    Some(n) if (1..=10_000_000).contains(&n) => n as usize,
-                    _ => {
-                        return Err(invalid(
-                            field,
-                            &format!("must be an integer from 1 to 10000000, got {value}"),
-                        ));
-                    }
-                }
+                relay.hot_queue_capacity = integer_in(value, field, 1, 10_000_000)? as usize
             }
             "initial_backoff" => {
                 relay.initial_backoff = positive_duration(value, field, Duration::from_millis(1))?
@@ -349,27 +331,9 @@ fn apply_relay(relay: &mut RelayConfig, value: &Value) -> Result<()> {
                 relay.request_timeout = positive_duration(value, field, Duration::from_millis(10))?
             }
             "shutdown_timeout" => relay.shutdown_timeout = duration_value(value, field)?,
-            "event_buffer" => {
-                relay.event_buffer = match value.as_u64() {
-                    Some(n) if (1..=1_000_000).contains(&n) => n as usize,
-                    _ => {
-                        return Err(invalid(
-                            field,
-                            &format!("must be an integer from 1 to 1000000, got {value}"),
-                        ));
-                    }
-                }
-            }
+            "event_buffer" => relay.event_buffer = integer_in(value, field, 1, 1_000_000)? as usize,
             "event_history" => {
-                relay.event_history = match value.as_u64() {
-                    Some(n) if (1..=10_000_000).contains(&n) => n as usize,
-                    _ => {
-                        return Err(invalid(
-                            field,
-                            &format!("must be an integer from 1 to 10000000, got {value}"),
-                        ));
-                    }
-                }
+                relay.event_history = integer_in(value, field, 1, 10_000_000)? as usize
             }
             // `null` keeps events live only (tier 1); RFC-0005's default retention is PT1H.
             "event_retention" if value.is_null() => relay.event_retention = None,
@@ -655,6 +619,17 @@ fn url(value: &Value, field: &str) -> Result<String> {
         ));
     }
     Ok(text.trim_end_matches('/').to_owned())
+}
+
+/// An integer from `low` to `high`, inclusive.
+fn integer_in(value: &Value, field: &str, low: u64, high: u64) -> Result<u64> {
+    match value.as_u64() {
+        Some(n) if (low..=high).contains(&n) => Ok(n),
+        _ => Err(invalid(
+            field,
+            &format!("must be an integer from {low} to {high}, got {value}"),
+        )),
+    }
 }
 
 fn duration_value(value: &Value, field: &str) -> Result<Duration> {

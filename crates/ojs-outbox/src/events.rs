@@ -348,7 +348,14 @@ impl Subscription {
                 }
                 Err(broadcast::error::RecvError::Lagged(missed)) => {
                     self.ended = true;
-                    return Some(overflow(&self.source, &self.table, missed).sse_frame());
+                    // No `id:` line: the client's Last-Event-ID stays on the last event it got,
+                    // so its resume replays what it missed.
+                    let last = overflow(&self.source, &self.table, missed);
+                    return Some(format!(
+                        "event: {}\ndata: {}\n\n",
+                        last.kind,
+                        last.to_json()
+                    ));
                 }
                 Err(broadcast::error::RecvError::Closed) => {
                     self.ended = true;
