@@ -218,9 +218,9 @@ export declare class Ojs {
   status(): Promise<OutboxStatus>;
   metrics(): Promise<RelayMetrics | null>;
   outboxRows(jobIds: string[]): Promise<Record<string, RowState>>;
-  deadList(options?: { tenantId?: string | null; limit?: number }): Promise<Array<Record<string, Json>>>;
-  deadReplay(options?: { tenantId?: string | null }): Promise<number>;
-  deadPurge(options?: { tenantId?: string | null }): Promise<number>;
+  deadList(options?: { tenant?: string | null; limit?: number | null }): Promise<Array<Record<string, Json>>>;
+  deadReplay(options?: { tenant?: string | null }): Promise<number>;
+  deadPurge(options?: { tenant?: string | null }): Promise<number>;
   /** Deletes sent rows older than `olderThan` (ISO-8601 duration); resolves with the count. */
   prune(options: { olderThan: string }): Promise<number>;
 }
@@ -263,9 +263,9 @@ export declare class InvalidArgsError extends ValidationError {}
 export declare class InvalidOptionsError extends ValidationError {}
 export declare class InvalidMetaError extends ValidationError {}
 export declare class PayloadTooLargeError extends ValidationError {}
-export declare class ConfigError extends OJSError {}
-export declare class InvalidConfigError extends ConfigError {}
-export declare class InvalidDatabaseUrlError extends ConfigError {}
+export declare class ConfigurationError extends OJSError {}
+export declare class InvalidConfigError extends ConfigurationError {}
+export declare class InvalidDatabaseUrlError extends ConfigurationError {}
 export declare class DatabaseError extends OJSError {}
 export declare class OutboxTableMissingError extends DatabaseError {}
 export declare class BackendError extends OJSError {}

@@ -20,7 +20,7 @@ module.exports = {
   InvalidOptionsError: errors.InvalidOptionsError,
   InvalidMetaError: errors.InvalidMetaError,
   PayloadTooLargeError: errors.PayloadTooLargeError,
-  ConfigError: errors.ConfigError,
+  ConfigurationError: errors.ConfigurationError,
   InvalidConfigError: errors.InvalidConfigError,
   InvalidDatabaseUrlError: errors.InvalidDatabaseUrlError,
   DatabaseError: errors.DatabaseError,

@@ -42,7 +42,7 @@ async function bench(database, knex) {
   const ojs = createOjs({ url: 'http://127.0.0.1:9', knex, outbox: { tableName: table }, autoStart: false, handleSignals: false });
   await ojs.migrate();
   // The core's INSERT text for one row, reused with fresh values by the raw baseline.
-  const sql = JSON.parse(ojs.native.stageJson(ojs.dialect, 'question', '[{"type":"bench.job","args":[0]}]', null)).statements[0].sql;
+  const sql = JSON.parse(ojs.native.stage(ojs.dialect, 'question', '[{"type":"bench.job","args":[0]}]', null)).statements[0].sql;
   // The adapter must run exactly this text: the comparison is of the same statement.
   const ran = [];
   const onQuery = (query) => ran.push(query.sql);

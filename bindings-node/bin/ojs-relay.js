@@ -3,7 +3,9 @@
 // ojs-relay (npm bin of ojs-adapter-express): the outbox commands of the core, with the same
 // flags as the Rust `ojs-relay` process. Settings: the JSON config file (--config, spec §5.2
 // shape), then OJS_DATABASE_URL / OJS_URL, then flags; anything unset keeps the core default,
-// except the backend URL, which `run` requires.
+// except the backend URL, which `run` requires. migrate, status and dead are the core's
+// operator commands (`Bridge::admin`): this parses the arguments, prints what the core says
+// and exits with its code; `run` hosts the relay (signals are Node's, see below).
 //
 // Signals: in a Node process SIGINT and SIGTERM belong to Node (libuv), so they are taken here,
 // first thing, before the addon loads or anything connects. From then on a signal never kills
@@ -31,7 +33,7 @@ for (const signal of SIGNALS) {
 
 const fs = require('node:fs');
 const os = require('node:os');
-const { NativeAdapter } = require('../lib/native');
+const { NativeBridge } = require('../lib/native');
 const { callNative, awaitNative, OJSError } = require('../lib/errors');
 const { startFeed } = require('../lib/log');
 
@@ -104,11 +106,6 @@ function buildConfig(flags, command) {
   return { ...config, adapter };
 }
 
-function table(rows) {
-  const keys = Object.keys(rows[0] || {});
-  return [keys.join('\t'), ...rows.map((row) => keys.map((k) => (row[k] === null ? '' : String(row[k]))).join('\t'))].join('\n');
-}
-
 /** How `run` labels the relay's records on stderr. */
 const LOG_LABELS = { info: 'INFO', warning: 'WARN', error: 'ERROR' };
 
@@ -119,17 +116,17 @@ const LOG_LABELS = { info: 'INFO', warning: 'WARN', error: 'ERROR' };
  * the command at once (no relay runs yet, nothing to flush); one while the relay starts stops
  * it once started.
  */
-async function run(adapter) {
+async function run(bridge) {
   // The relay's records (pauses, resumes, dead letters: the core's texts) on stderr as they come.
   const feed = startFeed((records) => {
     for (const record of records) console.error(`ojs-relay: ${LOG_LABELS[record.level] || record.level} ${record.message}`);
   });
   let phase = 'connecting';
   const started = (async () => {
-    await awaitNative(adapter.statusJson());
+    await awaitNative(bridge.statusJson());
     if (stopSignal) return;
     phase = 'starting';
-    await awaitNative(adapter.startRelay());
+    await awaitNative(bridge.startRelay());
     phase = 'running';
   })();
   const first = await Promise.race([started, stopRequested.then(() => 'signal')]);
@@ -140,14 +137,14 @@ async function run(adapter) {
   }
   await started;
   if (!stopSignal) {
-    console.error(`ojs-relay: relaying table ${adapter.tableName} (pid ${process.pid}); SIGINT/SIGTERM stops it`);
+    console.error(`ojs-relay: relaying table ${bridge.tableName} (pid ${process.pid}); SIGINT/SIGTERM stops it`);
     // Nothing of Node's waits while the relay works on the core's threads: keep the loop alive.
     const keepAlive = setInterval(() => {}, 1 << 30);
     await stopRequested;
     clearInterval(keepAlive);
   }
   console.error(`ojs-relay: ${stopSignal}: stopping (flushing the relay)`);
-  await awaitNative(adapter.close());
+  await awaitNative(bridge.close());
   feed.stop();
   console.error('ojs-relay: stopped');
   return 0;
@@ -156,7 +153,7 @@ async function run(adapter) {
 async function main(argv) {
   if (argv[0] === '_host') {
     // Internal: the relay host process of an application on SQLite (lib/relay-host.js).
-    require('../lib/relay-host').serveHost(NativeAdapter, stopRequested);
+    require('../lib/relay-host').serveHost(NativeBridge, stopRequested);
     return null;
   }
   const { flags, words } = parse(argv);
@@ -171,33 +168,39 @@ async function main(argv) {
   }
   // Only `run` talks to the backend; it has no development default (as the Rust ojs-relay).
   const host = { urlSetting: URL_SETTING, needsBackend: command === 'run' };
-  const adapter = callNative(() => new NativeAdapter(JSON.stringify(buildConfig(flags, command)), host));
-  const tenant = flags.tenant || null;
-  if (command === 'migrate') {
-    await awaitNative(adapter.migrate());
-    console.log(`ojs-relay: outbox table ${adapter.tableName} ready`);
-  } else if (command === 'run') {
-    return run(adapter);
-  } else if (command === 'status') {
-    const status = JSON.parse(await awaitNative(adapter.statusJson()));
-    console.log(flags.json ? JSON.stringify(status) : table([status]));
-  } else if (command === 'dead' && sub === 'list') {
-    const limit = flags.limit === undefined ? null : Number(flags.limit);
-    const rows = JSON.parse(await awaitNative(adapter.deadListJson(tenant, limit)));
-    if (flags.json) console.log(JSON.stringify(rows));
-    else console.log(rows.length ? table(rows) : 'no dead rows');
-  } else if (command === 'dead' && sub === 'replay') {
-    console.log(`replayed ${await awaitNative(adapter.deadReplay(tenant))} dead rows`);
-  } else if (command === 'dead' && sub === 'purge') {
-    if (!flags.yes) {
-      console.error('ojs-relay: dead purge deletes rows for good; pass --yes');
-      return 2;
-    }
-    console.log(`purged ${await awaitNative(adapter.deadPurge(tenant))} dead rows`);
-  } else {
+  if (!COMMANDS.includes(command) || words.length !== (command === 'dead' ? 2 : 1)) {
     throw usageError(`unknown command: ${words.join(' ')}`);
   }
-  return 0;
+  const adminCommand = command === 'run' ? null : commandOf(command, sub, flags);
+  const bridge = callNative(() => new NativeBridge(JSON.stringify(buildConfig(flags, command)), host));
+  if (command === 'run') return run(bridge);
+  const report = await awaitNative(bridge.admin(JSON.stringify(adminCommand)));
+  process.stdout.write(report.stdout);
+  process.stderr.write(report.stderr);
+  return report.exitCode;
+}
+
+const COMMANDS = ['migrate', 'run', 'status', 'dead'];
+
+/** How a user of this bin creates a missing outbox table, named by the core's messages. */
+const CREATE_TABLE_WITH = '`ojs-relay migrate` (node_modules/.bin) or the knex migration';
+
+/** The core's operator command (`admin::Command`) for these arguments. */
+function commandOf(command, action, flags) {
+  let limit = null;
+  if (flags.limit !== undefined) {
+    limit = Number(flags.limit);
+    if (!Number.isSafeInteger(limit)) throw usageError(`--limit needs a whole number, got ${JSON.stringify(flags.limit)}`);
+  }
+  return {
+    command,
+    action: action ?? null,
+    tenant: flags.tenant ?? null,
+    limit,
+    json: Boolean(flags.json),
+    yes: Boolean(flags.yes),
+    create_table_with: CREATE_TABLE_WITH,
+  };
 }
 
 main(process.argv.slice(2)).then(

@@ -4,6 +4,8 @@
 // args)`) stages into.
 
 const { AsyncLocalStorage } = require('node:async_hooks');
+const native = require('./native');
+const { callNative } = require('./errors');
 
 const storage = new AsyncLocalStorage();
 
@@ -19,39 +21,37 @@ function currentScope() {
   return storage.getStore() || NO_SCOPE;
 }
 
-function header(req, name) {
-  const value = req.headers && req.headers[name];
-  const text = Array.isArray(value) ? value[0] : value;
-  return typeof text === 'string' && text.trim() !== '' ? text.trim() : undefined;
-}
+/** The request headers the core reads the context from (`context_header_names`), lowercase. */
+const HEADER_NAMES = native.contextHeaderNames();
 
 /**
- * The request context of an HTTP request, in the core's keys. Read when a job is staged, so a
- * `req.user` set by an authentication middleware after ours is seen. Values are strings; the
- * core validates and maps them to meta keys.
+ * The request context of an HTTP request as the core takes it: the headers it names, as the
+ * request has them, and the user (`req.user?.id`); the core maps them to its keys (trims,
+ * reads the first Accept-Language tag, X-Request-Id, X-OJS-Tenant). Read when a job is
+ * staged, so a `req.user` set by an authentication middleware after ours is seen.
  */
 function contextFromRequest(req) {
-  const context = {};
-  const put = (key, value) => {
-    if (value !== undefined && value !== null && String(value) !== '') context[key] = String(value);
-  };
-  put('traceparent', header(req, 'traceparent'));
-  put('tracestate', header(req, 'tracestate'));
-  put('request_id', header(req, 'x-request-id'));
-  put('user_id', req.user == null ? undefined : req.user.id);
-  put('tenant_id', header(req, 'x-ojs-tenant'));
-  const language = header(req, 'accept-language');
-  if (language) {
-    const first = language.split(',')[0].split(';')[0].trim();
-    if (first && first !== '*') put('locale', first);
+  const headers = {};
+  const given = req.headers || {};
+  for (const name of HEADER_NAMES) {
+    const value = given[name];
+    // Node gives a header sent twice as an array only for a few names: the first counts.
+    const text = Array.isArray(value) ? value[0] : value;
+    if (typeof text === 'string') headers[name] = text;
   }
-  return Object.keys(context).length ? context : null;
+  const context = { headers };
+  const user = req.user == null ? undefined : req.user.id;
+  if (user !== undefined && user !== null) context.user_id = String(user);
+  else if (Object.keys(headers).length === 0) return null; // nothing to read
+  return context;
 }
 
-/** The JSON text of the current request context, or null. */
-function contextJson(scope = currentScope()) {
-  const context = typeof scope.context === 'function' ? scope.context() : scope.context;
-  return context ? JSON.stringify(context) : null;
+/** The context the core reads from `context` (its keys; null when it carries none). */
+function requestContext(context) {
+  if (context === null) return null;
+  const read = JSON.parse(callNative(() => native.requestContextJson(JSON.stringify(context))));
+  const present = Object.entries(read).filter(([, value]) => value !== null);
+  return present.length ? Object.fromEntries(present) : null;
 }
 
-module.exports = { storage, runScoped, currentScope, contextFromRequest, contextJson };
+module.exports = { storage, runScoped, currentScope, contextFromRequest, requestContext };

@@ -1,15 +1,15 @@
 'use strict';
-// One error hierarchy for the whole package: OJSError with `.code` (the core's stable code,
-// docs/errors.md), `.field` (the input concerned, or null) and `.retryable` (the core's flag).
-// One subclass per code family, one per code below it; callers test `.code` or `instanceof`.
+// One error hierarchy for the whole package (docs/errors.md): OJSError with `.code` (the
+// core's stable code), `.field` (the input concerned, or null) and `.retryable` (the core's
+// flag). One class per family, one per code below it; callers test `.code` or `instanceof`.
+// A core error crosses as its one encoding, `Error::to_json` (the addon error's message),
+// decoded here by `fromNative`.
 
 const native = require('./native');
 
-/** The core's codes and retryable flags (`ErrorCode::ALL`); never restated here. */
-const RETRYABLE = new Map(native.errorCodes().map((entry) => [entry.code, entry.retryable]));
-
-/** What the addon puts before the JSON of a core error (src/error.rs). */
-const CORE_PREFIX = 'OJS_CORE_ERROR ';
+/** The core's codes with their family and retryable flag (`error::codes_json`). */
+const CODES = JSON.parse(native.codesJson());
+const RETRYABLE = new Map(CODES.map((entry) => [entry.code, entry.retryable]));
 
 class OJSError extends Error {
   constructor(message, { code, field = null, retryable, cause } = {}) {
@@ -31,9 +31,9 @@ class InvalidMetaError extends ValidationError {}
 class PayloadTooLargeError extends ValidationError {}
 
 /** The adapter's settings cannot be used. */
-class ConfigError extends OJSError {}
-class InvalidConfigError extends ConfigError {}
-class InvalidDatabaseUrlError extends ConfigError {}
+class ConfigurationError extends OJSError {}
+class InvalidConfigError extends ConfigurationError {}
+class InvalidDatabaseUrlError extends ConfigurationError {}
 
 /** A database operation failed (the host's knex query or the relay's own connection). */
 class DatabaseError extends OJSError {}
@@ -73,22 +73,34 @@ function errorFor(code, message, field = null, cause = undefined) {
   return new Class(message, { code, field, cause });
 }
 
+/** The class of each family with several codes (the transaction and relay families have one). */
+const FAMILY_CLASSES = {
+  validation: ValidationError,
+  configuration: ConfigurationError,
+  database: DatabaseError,
+  backend: BackendError,
+};
+
+/**
+ * The error of one `Error::to_json` text (`{"code", "field", "message", "retryable",
+ * "family"}`); null when `text` is not one.
+ */
+function fromJson(text, cause = undefined) {
+  let payload;
+  try {
+    payload = JSON.parse(text);
+  } catch {
+    return null;
+  }
+  if (payload === null || typeof payload.code !== 'string' || typeof payload.family !== 'string') return null;
+  const Class = CLASS_BY_CODE[payload.code] || FAMILY_CLASSES[payload.family] || OJSError;
+  return new Class(payload.message, { code: payload.code, field: payload.field, retryable: payload.retryable, cause });
+}
+
 /** Turns an error thrown by the addon into its OJSError; other errors pass unchanged. */
 function fromNative(error) {
   const message = error && typeof error.message === 'string' ? error.message : '';
-  if (!message.startsWith(CORE_PREFIX)) return error;
-  let payload;
-  try {
-    payload = JSON.parse(message.slice(CORE_PREFIX.length));
-  } catch {
-    return error;
-  }
-  const Class = CLASS_BY_CODE[payload.code] || OJSError;
-  return new Class(payload.message, {
-    code: payload.code,
-    field: payload.field,
-    retryable: payload.retryable,
-  });
+  return (message.startsWith('{') && fromJson(message)) || error;
 }
 
 /** Runs a synchronous addon call, rethrowing its error as an OJSError. */
@@ -118,7 +130,7 @@ module.exports = {
   InvalidOptionsError,
   InvalidMetaError,
   PayloadTooLargeError,
-  ConfigError,
+  ConfigurationError,
   InvalidConfigError,
   InvalidDatabaseUrlError,
   DatabaseError,
@@ -129,7 +141,9 @@ module.exports = {
   NoTransactionError,
   RelayShutDownError,
   ERROR_CLASSES: CLASS_BY_CODE,
+  FAMILY_CLASSES,
   errorFor,
+  fromJson,
   fromNative,
   callNative,
   awaitNative,

@@ -1,9 +1,9 @@
 'use strict';
-// Express integration: `ojsMiddleware(ojs)` (or `ojsMiddleware(options)`) puts the request's context (traceparent,
-// tracestate, X-Request-ID, req.user?.id, X-OJS-Tenant, the first Accept-Language tag) in
-// AsyncLocalStorage for everything the request runs, and exposes `req.ojs`.
+// Express integration: `ojsMiddleware(ojs)` (or `ojsMiddleware(options)`) puts the request's
+// context (the headers the core reads it from, and req.user?.id) in AsyncLocalStorage for
+// everything the request runs, and exposes `req.ojs`.
 
-const { runScoped, contextFromRequest } = require('./context');
+const { runScoped, contextFromRequest, requestContext } = require('./context');
 const { createOjs } = require('./ojs');
 
 /**
@@ -18,9 +18,9 @@ class RequestOjs {
     this.req = req;
   }
 
-  /** The request context as the core receives it (null when the request carries none). */
+  /** The request context as the core reads it, in its keys (null when the request carries none). */
   get context() {
-    return contextFromRequest(this.req);
+    return requestContext(contextFromRequest(this.req));
   }
 
   _scoped(work) {

@@ -11,9 +11,8 @@
 // settles). Since a rollback may resolve `executionPromise` as a commit does, the adapter notes
 // which of the two was called.
 
-const path = require('node:path');
 const native = require('./native');
-const { InvalidConfigError, NoTransactionError, errorFor } = require('./errors');
+const { InvalidConfigError, NoTransactionError, errorFor, fromJson, callNative } = require('./errors');
 
 /** The core's dialect name for a knex instance or transactor. */
 function dialectOf(knex) {
@@ -30,45 +29,44 @@ function dialectOf(knex) {
   );
 }
 
+/** How an application sets the relay's database URL itself, named by the core's errors. */
+const DATABASE_URL_SETTING = 'createOjs({ databaseUrl })';
+
 /**
- * The relay's own database URL, derived from the knex connection settings: a PostgreSQL
- * connection becomes postgres://..., a better-sqlite3 filename becomes sqlite://ABSOLUTE_PATH.
+ * The relay's own database URL, from the knex connection settings by the core's rule
+ * (`database_url_from_parts`): the engine from knex's client, and the connection string or
+ * object parts as knex's pg and better-sqlite3 clients take them.
  */
 function databaseUrlOf(knex) {
-  const dialect = dialectOf(knex);
-  const config = knex.client.config || {};
-  const connection = config.connection;
-  const refuse = (why) =>
-    new InvalidConfigError(`database_url: ${why}; pass databaseUrl to createOjs`, {
-      code: 'INVALID_CONFIG',
-      field: 'database_url',
-    });
-  if (typeof connection === 'function') throw refuse('the knex connection is a function');
-  if (dialect === 'sqlite') {
-    const filename = typeof connection === 'string' ? connection : connection && connection.filename;
-    if (!filename || filename === ':memory:' || filename.startsWith('file::memory:')) {
-      throw refuse('an in-memory SQLite database cannot be shared with the relay');
+  const engine = dialectOf(knex);
+  const connection = (knex.client.config || {}).connection;
+  if (typeof connection === 'function') {
+    // knex resolves such a connection itself, later: there are no settings to read here.
+    throw errorFor(
+      'INVALID_DATABASE_URL',
+      `database_url: the knex connection is a function; set ${DATABASE_URL_SETTING} yourself`,
+      'database_url',
+    );
+  }
+  const text = (value) => (typeof value === 'string' ? value : undefined);
+  const parts = { engine, base_dir: process.cwd(), setting: DATABASE_URL_SETTING };
+  if (typeof connection === 'string') {
+    if (engine === 'sqlite') parts.database = connection;
+    else parts.url = connection;
+  } else if (connection && typeof connection === 'object') {
+    if (engine === 'sqlite') {
+      parts.database = text(connection.filename);
+    } else {
+      parts.url = text(connection.connectionString);
+      parts.host = text(connection.host);
+      parts.port = typeof connection.port === 'number' ? connection.port : text(connection.port);
+      parts.user = text(connection.user);
+      parts.password = text(connection.password);
+      parts.database = text(connection.database);
+      if (connection.ssl) parts.sslmode = 'require';
     }
-    return `sqlite://${path.resolve(filename)}`;
   }
-  if (typeof connection === 'string') return connection;
-  if (!connection || typeof connection !== 'object') throw refuse('the knex connection has no settings');
-  if (typeof connection.connectionString === 'string') return connection.connectionString;
-  const enc = encodeURIComponent;
-  const user = connection.user || process.env.PGUSER || '';
-  const password = connection.password ? `:${enc(connection.password)}` : '';
-  const auth = user ? `${enc(user)}${password}@` : '';
-  let host = connection.host || process.env.PGHOST || 'localhost';
-  const query = [];
-  if (host.startsWith('/')) {
-    query.push(`host=${enc(host)}`);
-    host = 'localhost';
-  }
-  const port = connection.port || process.env.PGPORT;
-  const database = connection.database || process.env.PGDATABASE || '';
-  if (connection.ssl) query.push('sslmode=require');
-  const suffix = query.length ? `?${query.join('&')}` : '';
-  return `postgres://${auth}${host}${port ? `:${port}` : ''}/${enc(database)}${suffix}`;
+  return callNative(() => native.databaseUrlFromParts(JSON.stringify(parts)));
 }
 
 /** Whether `executor` is a knex transactor (rather than the knex instance). */
@@ -82,8 +80,8 @@ function isTransaction(executor) {
 // or a class instance becomes `{}` (or its enumerable fields), NaN and Infinity become `null`,
 // `undefined`, a function or a symbol in an array becomes `null` (and a function or symbol
 // property disappears), an invalid Date becomes `null`. The adapter refuses them instead, as
-// the Django and Rails adapters do, with the code of the part (INVALID_ARGS, INVALID_OPTIONS,
-// INVALID_META) and the path of the value in the message. What is accepted: null, booleans, strings, finite numbers, arrays,
+// the Django and Rails adapters do: this finds the value's path, the core gives the error the
+// code of its part (`unencodable`: INVALID_ARGS, INVALID_OPTIONS, INVALID_META). What is accepted: null, booleans, strings, finite numbers, arrays,
 // objects whose prototype is Object.prototype or null, and anything whose `toJSON` returns
 // one of these (a Date becomes its ISO text, as JSON.stringify does). An object property
 // holding `undefined` is left out (the key is absent, nothing is coerced), as everywhere in
@@ -97,9 +95,8 @@ function isTransaction(executor) {
 // `toJSON` (a Date) is encoded with the replacer; only a refused value pays for the walk that
 // finds its path (`findUnencodable`).
 
-const CODE_BY_KEY = { type: 'INVALID_JOB_TYPE', args: 'INVALID_ARGS', options: 'INVALID_OPTIONS', meta: 'INVALID_META' };
-/** The code of a request context JSON cannot hold (the core merges the context into meta). */
-const CONTEXT_CODE = 'INVALID_META';
+/** The parts of a job, each checked on its own (the core names the code of each). */
+const JOB_PARTS = new Set(['type', 'args', 'options', 'meta']);
 
 /** Thrown by the replacer: the value at hand has no faithful JSON form (path found later). */
 const UNENCODABLE = Symbol('unencodable');
@@ -233,14 +230,15 @@ function findUnencodable(root, rootPath) {
   return walk({ '': root }, '', rootPath);
 }
 
-/** The refusal of `value` (part `key`, at `path`) after JSON.stringify refused it with `cause`. */
+/**
+ * The refusal of `value` (part `key`, at `path`) after JSON.stringify refused it with `cause`:
+ * this finds where and why, the core decides the code (`unencodable`).
+ */
 function unencodableError(value, key, path, cause) {
   const found = findUnencodable(value, path);
-  const code = key === 'context' ? CONTEXT_CODE : CODE_BY_KEY[key] || 'INVALID_ARGS';
-  const field = CODE_BY_KEY[key] || key === 'context' ? key : path;
-  if (found) return errorFor(code, `${found.path}: ${found.why}`, field);
-  const detail = cause === UNENCODABLE ? 'has no JSON form' : `cannot be converted to JSON: ${cause && cause.message}`;
-  return errorFor(code, `${path}: ${detail}`, field, cause === UNENCODABLE ? undefined : cause);
+  if (found) return fromJson(native.unencodable(key, found.path, found.why));
+  const why = cause === UNENCODABLE ? 'has no JSON form' : `cannot be converted to JSON: ${cause && cause.message}`;
+  return fromJson(native.unencodable(key, path, why), cause === UNENCODABLE ? undefined : cause);
 }
 
 /**
@@ -286,7 +284,7 @@ function jobsJson(jobs) {
     const fields = [];
     for (const key of Object.keys(job)) {
       if (job[key] === undefined) continue;
-      const text = CODE_BY_KEY[key] ? jsonOf(job[key], key, `jobs[${index}].`) : 'null';
+      const text = JOB_PARTS.has(key) ? jsonOf(job[key], key, `jobs[${index}].`) : 'null';
       fields.push(`${JSON.stringify(key)}:${text}`);
     }
     parts[index] = `{${fields.join(',')}}`;
@@ -311,33 +309,34 @@ function databaseError(error) {
 }
 
 /**
- * Runs the core's statements through `executor` (knex instance or transactor). Several
- * statements (bulks over the core's rows-per-INSERT limit) run in a savepoint, or a
- * transaction of their own outside one, so a bulk is staged whole or not at all.
+ * Runs the core's statements (`Staged::to_json`) through `executor` (knex instance or
+ * transactor): in a savepoint of their own (a transaction of their own outside one) when the
+ * core says they must be all or nothing (`needs_savepoint`).
  */
-async function execute(executor, statements) {
+async function execute(executor, staged) {
+  const run = async (connection) => {
+    for (const statement of staged.statements) await connection.raw(statement.sql, statement.params);
+  };
   try {
-    if (statements.length === 1) {
-      await executor.raw(statements[0].sql, statements[0].params);
-      return;
-    }
-    await executor.transaction(async (inner) => {
-      for (const statement of statements) await inner.raw(statement.sql, statement.params);
-    });
+    if (staged.needs_savepoint) await executor.transaction(run);
+    else await run(executor);
   } catch (error) {
     throw databaseError(error);
   }
 }
 
-// ---- the after-commit wake-up --------------------------------------------------------------
+// ---- the after-commit wake-up: the core's Ledger, driven by knex's transaction events ------
 
 const LEVEL = Symbol.for('ojs-adapter-express.level');
 
 /**
- * The staging state of one transactor (one nesting level), installed once per transactor:
- * the job ids staged at this level, per adapter to wake, and the transactor's core dialect. At
- * a savepoint's release its ids move to the enclosing level; at the outermost commit they are
- * handed to the relay; at any rollback they are dropped, as the database drops their rows.
+ * The state of one transactor (one nesting level), installed once per transactor, its
+ * ancestors first: its core dialect, and `root`, shared by every level of one outermost
+ * transaction: the core's ledger per adapter (`NativeLedger`, the savepoint bookkeeping:
+ * never restated here), how many levels are open, whether it has ended. This only reports
+ * knex's events to the ledgers: a savepoint level opened, released or rolled back, the
+ * outermost transaction committed (the adapter hands its ledger to the core, which wakes
+ * the relay) or rolled back.
  */
 function levelOf(trx) {
   const installed = trx[LEVEL];
@@ -349,7 +348,10 @@ function levelOf(trx) {
     });
   }
   const parent = trx.parentTransaction ? levelOf(trx.parentTransaction) : null;
-  const level = { pending: new Map(), parent, ending: null, suppressed: false, dialect: dialectOf(trx) };
+  const root = parent ? parent.root : { ledgers: new Map(), depth: 0, ended: false, suppressed: false };
+  root.depth += 1;
+  for (const ledger of root.ledgers.values()) ledger.savepoint();
+  const level = { root, ending: null, dialect: dialectOf(trx) };
   Object.defineProperty(trx, LEVEL, { value: level });
   const commit = trx.commit;
   const rollback = trx.rollback;
@@ -361,40 +363,41 @@ function levelOf(trx) {
     level.ending = 'rollback';
     return rollback.apply(this, args);
   };
-  trx.executionPromise.then(
-    () => {
-      const pending = level.pending;
-      level.pending = new Map();
-      if (level.ending !== 'commit' || pending.size === 0) return;
-      if (level.parent) {
-        for (const [adapter, jobIds] of pending) addPending(level.parent, adapter, jobIds);
-        return;
+  // A rollback may resolve executionPromise as a commit does: only a commit called counts.
+  const settled = (resolved) => {
+    if (root.ended) return; // the outermost level ended first (knex COMMIT with a savepoint open)
+    const committed = resolved && level.ending === 'commit';
+    root.depth -= 1;
+    if (parent === null) {
+      root.ended = true;
+      for (const [adapter, ledger] of root.ledgers) {
+        if (committed && !root.suppressed) adapter.committed(ledger);
+        else ledger.rollback();
       }
-      if (level.suppressed) return;
-      for (const [adapter, jobIds] of pending) adapter.notifyCommitted(jobIds);
-    },
-    () => {
-      level.pending = new Map();
-    },
+      return;
+    }
+    for (const ledger of root.ledgers.values()) {
+      if (committed) ledger.release();
+      else ledger.rollbackSavepoint();
+    }
+  };
+  trx.executionPromise.then(
+    () => settled(true),
+    () => settled(false),
   );
   return level;
 }
 
-/** Adds staged ids to a level's list for `adapter` (no copy of what is already there). */
-function addPending(level, adapter, jobIds) {
-  const staged = level.pending.get(adapter);
-  if (staged === undefined) {
-    level.pending.set(adapter, jobIds.slice());
-    return;
+/** The core's ledger of `adapter` in `level`'s outermost transaction, opened to its depth. */
+function ledgerOf(level, adapter) {
+  const root = level.root;
+  let ledger = root.ledgers.get(adapter);
+  if (ledger === undefined) {
+    ledger = new native.NativeLedger();
+    for (let depth = 1; depth < root.depth; depth += 1) ledger.savepoint();
+    root.ledgers.set(adapter, ledger);
   }
-  for (let index = 0; index < jobIds.length; index += 1) staged.push(jobIds[index]);
-}
-
-/** Registers one staged id on a level: O(1), woken at the outermost commit, dropped on rollback. */
-function stagedAt(level, adapter, jobId) {
-  const staged = level.pending.get(adapter);
-  if (staged === undefined) level.pending.set(adapter, [jobId]);
-  else staged.push(jobId);
+  return ledger;
 }
 
 /** Refuses a transactor that has already committed or rolled back. */
@@ -404,16 +407,11 @@ function assertOpen(trx) {
   }
 }
 
-/** Registers staged ids on `trx`'s level: woken at the outermost commit, dropped on rollback. */
-function afterCommit(trx, adapter, jobIds) {
-  addPending(levelOf(trx), adapter, jobIds);
-}
-
 /** Test seam: the outermost transaction of `trx` commits without waking the relay. */
 function suppressWakeup(trx) {
   let root = trx;
   while (root.parentTransaction) root = root.parentTransaction;
-  levelOf(root).suppressed = true;
+  levelOf(root).root.suppressed = true;
 }
 
 module.exports = {
@@ -427,7 +425,6 @@ module.exports = {
   databaseError,
   assertOpen,
   levelOf,
-  stagedAt,
-  afterCommit,
+  ledgerOf,
   suppressWakeup,
 };

@@ -3,7 +3,7 @@
 // the options, runs the in-process relay (unless the mode is "external"), and offers the
 // adapter interface of spec §5.1 on a knex connection.
 
-const { NativeAdapter, stageJob, optionKeys, rejectOption } = require('./native');
+const { NativeBridge, stageJob, optionKeys, rejectOption } = require('./native');
 const { callNative, awaitNative, errorFor, fromNative, NoTransactionError } = require('./errors');
 const hostKnex = require('./knex');
 const { runScoped, currentScope } = require('./context');
@@ -78,9 +78,9 @@ function noTransaction(call) {
 }
 
 /**
- * The six INSERT parameters in `stageJob`'s text from `start` on (src/adapter.rs): job_id,
- * job_type, job_args, job_options, job_meta separated by NUL, then NUL and the tenant when
- * there is one (the only field that may hold a NUL itself, hence the last).
+ * The six INSERT parameters of a staged job's one encoding (`StagedJob::encode`) from `start`
+ * on: job_id, job_type, job_args, job_options, job_meta separated by NUL, then NUL and the
+ * tenant when there is one (5 fields: the tenant is NULL).
  */
 function stagedParams(text, start) {
   const a = text.indexOf('\0', start);
@@ -119,7 +119,7 @@ class Ojs {
     /** Per dialect: the core's staging handle and its single-job INSERT text (`_stager`). */
     this._stagers = { postgresql: undefined, sqlite: undefined };
     const host = hostOptions();
-    this.native = callNative(() => new NativeAdapter(JSON.stringify(this.config), host));
+    this.native = callNative(() => new NativeBridge(JSON.stringify(this.config), host));
     /** Where the relay's log records go (lib/log.js): info, warn and error methods. */
     this.logger = relayLog.checkLogger(options.logger);
     const notice = this.native.notice;
@@ -155,13 +155,30 @@ class Ojs {
   /** The after-commit wake-up for committed job ids: never blocks, never fails. */
   notifyCommitted(jobIds) {
     if (this.host) this.host.notifyCommitted(jobIds);
-    else this.native.notifyCommitted(jobIds);
+    else this.native.notifyCommitted(jobIds.join('\n'));
   }
 
-  /** Starts the in-process relay (nothing in "external" mode). Idempotent. */
+  /**
+   * The outermost knex transaction committed with this adapter's core ledger (lib/knex.js):
+   * the core wakes the relay for the ids it holds; a relay host (SQLite) is sent them.
+   */
+  committed(ledger) {
+    if (!this.host) {
+      this.native.committed(ledger);
+      return;
+    }
+    const ids = ledger.commit();
+    if (ids !== '') this.host.notifyCommitted(ids.split('\n'));
+  }
+
+  /**
+   * Starts the in-process relay unless it runs in this process already (the core's
+   * `ensure_relay`; nothing in "external" mode). Idempotent; `autoStart` (default) calls it
+   * when the adapter is created.
+   */
   async start() {
     this._log.starting();
-    await this._io('startRelay');
+    await this._io('ensureRelay');
   }
 
   /** Graceful stop: sends what the relay holds (within shutdown_timeout), keeps the rest pending. */
@@ -227,9 +244,10 @@ class Ojs {
    * it runs inside a plain knex.transaction). Resolves with the job id.
    *
    * The per-call hot path: one synchronous core call (`stageJob`: validation, id and the row's
-   * parameters; the INSERT text only with the first job of a dialect), one query on `trx`
-   * whose promise is returned (no async wrapper around it), and an O(1) registration of the id
-   * for the wake-up. Errors, also synchronous ones, reject the returned promise.
+   * parameters, the INSERT text only with the first job of a dialect, and the id recorded in
+   * the transaction's core ledger for the wake-up), then one query on `trx` whose promise is
+   * returned (no async wrapper around it). Errors, also synchronous ones, reject the returned
+   * promise.
    */
   enqueueAfterCommit(first, second, third, fourth, fifth) {
     try {
@@ -261,15 +279,18 @@ class Ojs {
       const optionsText = options == null ? null : hostKnex.jsonOf(options, 'options');
       const metaText = meta == null ? null : hostKnex.jsonOf(meta, 'meta');
       let level = null;
+      let ledger = null;
       if (hostKnex.isTransaction(executor)) {
         hostKnex.assertOpen(executor);
         level = hostKnex.levelOf(executor);
+        ledger = hostKnex.ledgerOf(level, this);
       }
       const dialect = level !== null ? level.dialect : executor === this.knex ? this.dialect : hostKnex.dialectOf(executor);
       const stager = this._stagers[dialect] || this._stager(dialect);
       let staged;
       try {
-        staged = stageJob(stager.handle, type, argsText, optionsText, metaText, contextText(scope), stager.sql === undefined);
+        // In a transaction the core records the id in its ledger (woken at the outermost commit).
+        staged = stageJob(stager.handle, ledger, type, argsText, optionsText, metaText, contextText(scope), stager.sql === undefined);
       } catch (error) {
         throw fromNative(error);
       }
@@ -288,8 +309,7 @@ class Ojs {
       }
       return query.then(
         () => {
-          if (level !== null) hostKnex.stagedAt(level, this, jobId);
-          else this.notifyCommitted([jobId]);
+          if (ledger === null) this.notifyCommitted([jobId]);
           return jobId;
         },
         (error) => {
@@ -322,12 +342,16 @@ class Ojs {
   }
 
   async _stage(executor, jobsText, scope) {
-    const inTransaction = hostKnex.isTransaction(executor);
-    if (inTransaction) hostKnex.assertOpen(executor);
-    const dialect = executor === this.knex ? this.dialect : hostKnex.dialectOf(executor);
-    const staged = JSON.parse(callNative(() => this.native.stageJson(dialect, 'question', jobsText, contextText(scope))));
-    await hostKnex.execute(executor, staged.statements);
-    if (inTransaction) hostKnex.afterCommit(executor, this, staged.job_ids);
+    let level = null;
+    if (hostKnex.isTransaction(executor)) {
+      hostKnex.assertOpen(executor);
+      level = hostKnex.levelOf(executor);
+    }
+    const dialect = level !== null ? level.dialect : executor === this.knex ? this.dialect : hostKnex.dialectOf(executor);
+    const staged = JSON.parse(callNative(() => this.native.stage(dialect, 'question', jobsText, contextText(scope))));
+    await hostKnex.execute(executor, staged);
+    if (staged.job_ids.length === 0) return staged.job_ids;
+    if (level !== null) hostKnex.ledgerOf(level, this).staged(staged.job_ids.join('\n'));
     else this.notifyCommitted(staged.job_ids);
     return staged.job_ids;
   }
@@ -398,7 +422,7 @@ class Ojs {
    * null. An id with no committed row (rolled back, pruned, purged, unknown) is absent.
    */
   async outboxRows(jobIds) {
-    return JSON.parse(await this._io('rowsJson', jobIds));
+    return JSON.parse(await this._io('rowsJson', jobIds.join('\n')));
   }
 
   /** Deletes `sent` rows older than `olderThan` (ISO-8601 duration); resolves with the count. */
@@ -406,16 +430,22 @@ class Ojs {
     return this._io('prune', olderThan);
   }
 
-  async deadList({ tenantId = null, limit = null } = {}) {
-    return JSON.parse(await this._io('deadListJson', tenantId, limit));
+  /** Dead rows of `tenant` (or all), oldest first, at most `limit` (the core's default when null). */
+  async deadList(options = {}) {
+    const { tenant = null, limit = null } = adminOptions(options, ['tenant', 'limit']);
+    return JSON.parse(await this._io('deadListJson', tenant, limit));
   }
 
-  async deadReplay({ tenantId = null } = {}) {
-    return this._io('deadReplay', tenantId);
+  /** Dead rows of `tenant` (or all) back to pending with fresh attempts; resolves with the count. */
+  async deadReplay(options = {}) {
+    const { tenant = null } = adminOptions(options, ['tenant']);
+    return this._io('deadReplay', tenant);
   }
 
-  async deadPurge({ tenantId = null } = {}) {
-    return this._io('deadPurge', tenantId);
+  /** Deletes the dead rows of `tenant` (or all) for good; resolves with the count. */
+  async deadPurge(options = {}) {
+    const { tenant = null } = adminOptions(options, ['tenant']);
+    return this._io('deadPurge', tenant);
   }
 
   /** Test seam: commits `trx` (outermost) as a process dying before the wake-up would. */
@@ -425,7 +455,18 @@ class Ojs {
   }
 }
 
-/** Creates the adapter; the in-process relay starts at once (await `ojs.ready`). */
+/**
+ * The options of an admin call, every key one of `accepted`: an old or misspelled one
+ * (`tenantId`) is refused by the core's rule, never ignored.
+ */
+function adminOptions(options, accepted) {
+  for (const key of Object.keys(options || {})) {
+    if (!accepted.includes(key)) callNative(() => rejectOption(key, accepted));
+  }
+  return options || {};
+}
+
+/** Creates the adapter; with `autoStart` (default) the in-process relay starts at once (await `ojs.ready`). */
 function createOjs(options) {
   return new Ojs(options);
 }
@@ -436,7 +477,7 @@ function createOjs(options) {
  */
 async function createOutboxTable(knex, { tableName } = {}) {
   const config = { adapter: tableName === undefined ? {} : { outbox: { table_name: tableName } } };
-  const adapter = callNative(() => new NativeAdapter(JSON.stringify(config), { needsBackend: false }));
+  const adapter = callNative(() => new NativeBridge(JSON.stringify(config), { needsBackend: false }));
   await runDdl(knex, callNative(() => adapter.createTableSql(hostKnex.dialectOf(knex))));
 }
 
@@ -447,7 +488,7 @@ async function createOutboxTable(knex, { tableName } = {}) {
  */
 async function dropOutboxTable(knex, { tableName } = {}) {
   const config = { adapter: tableName === undefined ? {} : { outbox: { table_name: tableName } } };
-  const adapter = callNative(() => new NativeAdapter(JSON.stringify(config), { needsBackend: false }));
+  const adapter = callNative(() => new NativeBridge(JSON.stringify(config), { needsBackend: false }));
   await runDdl(knex, [callNative(() => adapter.dropTableSql(hostKnex.dialectOf(knex)))], 'dropping');
 }
 
@@ -459,4 +500,4 @@ async function runDdl(knex, statements, what = 'creating') {
   }
 }
 
-module.exports = { Ojs, createOjs, createOutboxTable, dropOutboxTable, buildConfig };
+module.exports = { Ojs, createOjs, createOutboxTable, dropOutboxTable, buildConfig, EXPRESS_OPTIONS };

@@ -90,7 +90,7 @@ class RelayHost {
     else channel.unref();
   }
 
-  /** Calls `method` of the core adapter in the host process. */
+  /** Calls `method` of the core bridge (`NativeBridge`) in the host process. */
   call(method, ...args) {
     const child = this._spawn();
     const id = this.nextId++;
@@ -158,8 +158,8 @@ class RelayHost {
  * close. `stopRequested` resolves on SIGINT/SIGTERM (taken by bin/ojs-relay.js before anything
  * else): the host then flushes the relay and exits 0.
  */
-function serveHost(NativeAdapter, stopRequested) {
-  const adapter = new NativeAdapter(process.env.OJS_HOST_CONFIG, JSON.parse(process.env.OJS_HOST_OPTIONS || '{}'));
+function serveHost(NativeBridge, stopRequested) {
+  const adapter = new NativeBridge(process.env.OJS_HOST_CONFIG, JSON.parse(process.env.OJS_HOST_OPTIONS || '{}'));
   // The relay's log records go to the application process, which logs them (lib/log.js).
   const feed = startFeed(
     (records) =>
@@ -178,7 +178,7 @@ function serveHost(NativeAdapter, stopRequested) {
   };
   process.on('message', async ({ id, method, args }) => {
     if (method === 'notifyCommitted') {
-      adapter.notifyCommitted(...args);
+      adapter.notifyCommitted(args[0].join('\n'));
       return;
     }
     try {

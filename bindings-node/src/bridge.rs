@@ -1,13 +1,14 @@
-//! `NativeAdapter`: one configured core adapter (`bridge::Bridge`) per `createOjs` call.
-//! Method names and order follow `bridge::Bridge`. `Stager` and `stage_job`: the per-call
-//! staging hot path, a plain function on an external handle.
+//! `NativeBridge`: one configured `ojs_bridge::Bridge` per `createOjs` call, its methods named
+//! and ordered as `Bridge`'s. `Stager` and `stage_job`: the per-call staging hot path, a plain
+//! function on an external handle. `NativeLedger`: the core's savepoint bookkeeping
+//! (`ojs_bridge::Ledger`) of one outermost knex transaction, for `NativeBridge::committed`.
 
 use std::sync::{Arc, Mutex};
 
 use napi::bindgen_prelude::{AsyncTask, External, ToNapiValue, TypeName};
 use napi::{Env, Task};
 use napi_derive::napi;
-use ojs_bridge::Bridge;
+use ojs_bridge::{Bridge, Ledger};
 use ojs_outbox::ErrorCode;
 
 use crate::error::to_js;
@@ -44,21 +45,21 @@ impl<T: ToNapiValue + TypeName + Send + 'static> Task for Blocking<T> {
     }
 }
 
-/// The core adapter behind a JavaScript handle.
+/// The core bridge behind a JavaScript handle.
 ///
-/// Deliberately missing: `bridge::Bridge::run_relay_until_signal` (and anything else that
-/// installs native SIGINT/SIGTERM handlers). In a Node process the signals belong to Node: a
-/// native handler chains to Node's own SIGTERM handler, which re-raises the signal at itself
-/// expecting the default action, and the pair re-deliver it forever (100% CPU, no exit).
-/// `bin/ojs-relay.js` takes the signals with `process.on` and stops the relay with `close`. `close` stops the relay and lets the runtime
-/// and its database pool go (once calls still running have finished); later calls fail with
-/// `RELAY_SHUT_DOWN`.
+/// Deliberately missing: `Bridge::run_relay_until_signal` (and anything else that installs
+/// native SIGINT/SIGTERM handlers). In a Node process the signals belong to Node: a native
+/// handler chains to Node's own SIGTERM handler, which re-raises the signal at itself expecting
+/// the default action, and the pair re-deliver it forever (100% CPU, no exit).
+/// `bin/ojs-relay.js` takes the signals with `process.on` and stops the relay with `close`.
+/// `close` stops the relay and lets the runtime and its database pool go (once calls still
+/// running have finished); later calls fail with `RELAY_SHUT_DOWN`.
 #[napi]
-pub struct NativeAdapter {
+pub struct NativeBridge {
     inner: Shared,
 }
 
-/// The adapter of a `NativeAdapter`, shared with its stagers; `None` once closed.
+/// The bridge of a `NativeBridge`, shared with its stagers; `None` once closed.
 type Shared = Arc<Mutex<Option<Arc<Bridge>>>>;
 
 fn current(shared: &Shared) -> Option<Arc<Bridge>> {
@@ -72,24 +73,24 @@ fn closed() -> ojs_outbox::Error {
     ojs_outbox::Error::new(ErrorCode::RelayShutDown, "the adapter is closed")
 }
 
-impl NativeAdapter {
-    fn adapter(&self) -> Option<Arc<Bridge>> {
+impl NativeBridge {
+    fn bridge(&self) -> Option<Arc<Bridge>> {
         current(&self.inner)
     }
 
     fn sync<T>(&self, work: impl FnOnce(&Bridge) -> ojs_outbox::Result<T>) -> napi::Result<T> {
-        let adapter = self.adapter().ok_or_else(|| to_js(closed()))?;
-        work(&adapter).map_err(to_js)
+        let bridge = self.bridge().ok_or_else(|| to_js(closed()))?;
+        work(&bridge).map_err(to_js)
     }
 
     fn blocking<T: ToNapiValue + TypeName + Send + 'static>(
         &self,
         work: impl FnOnce(&Bridge) -> ojs_outbox::Result<T> + Send + 'static,
     ) -> AsyncTask<Blocking<T>> {
-        let adapter = self.adapter();
+        let bridge = self.bridge();
         Blocking::task(move || {
-            let adapter = adapter.ok_or_else(closed)?;
-            work(&adapter)
+            let bridge = bridge.ok_or_else(closed)?;
+            work(&bridge)
         })
     }
 }
@@ -106,7 +107,15 @@ pub struct NativeHost {
     pub needs_backend: Option<bool>,
 }
 
-/// The core's top-level configuration keys as options offer them (`bridge::option_keys`).
+/// What an operator command prints and how its process ends (`ojs_bridge::Report`).
+#[napi(object)]
+pub struct AdminReport {
+    pub exit_code: i32,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+/// The core's top-level configuration keys as options offer them (`ojs_bridge::option_keys`).
 #[napi]
 pub fn option_keys() -> Vec<String> {
     ojs_bridge::option_keys()
@@ -119,10 +128,31 @@ pub fn reject_option(key: String, accepted: Vec<String>) -> napi::Result<()> {
     Err(to_js(ojs_bridge::unknown_option_error(&key, &accepted)))
 }
 
+/// The relay's database URL from the host's connection settings (`db_url::ConnectionParts`
+/// as JSON): `ojs_bridge::database_url_from_parts`.
 #[napi]
-impl NativeAdapter {
-    /// Parses the spec §5.2 configuration (JSON text) as the host runs (`config::Host`); no
-    /// I/O. Without `host`: not in development mode, the URL named `adapter.ojs_url`.
+pub fn database_url_from_parts(parts_json: String) -> napi::Result<String> {
+    ojs_bridge::database_url_from_parts(&parts_json).map_err(to_js)
+}
+
+/// The HTTP request headers the middleware passes in the context's `headers`, lowercase.
+#[napi]
+pub fn context_header_names() -> Vec<String> {
+    ojs_bridge::context_header_names()
+}
+
+/// The request context the core reads from a context JSON (its keys, or `{"headers", ...}`),
+/// as JSON with the core's keys (`null` for the ones absent): what `req.ojs.context` shows.
+#[napi]
+pub fn request_context_json(context_json: String) -> napi::Result<String> {
+    let context = ojs_outbox::job::RequestContext::from_json(&context_json).map_err(to_js)?;
+    Ok(serde_json::to_string(&context).expect("a context serializes"))
+}
+
+#[napi]
+impl NativeBridge {
+    /// Parses the spec §5.2 configuration (JSON text) as the host runs (`Host`); no I/O.
+    /// Without `host`: not in development mode, the URL named `adapter.ojs_url`.
     #[napi(constructor)]
     pub fn new(config_json: String, host: Option<NativeHost>) -> napi::Result<Self> {
         let host = host.unwrap_or_default();
@@ -135,9 +165,9 @@ impl NativeAdapter {
             needs_backend: host.needs_backend.unwrap_or(true),
         };
         Bridge::for_host(&config_json, &host)
-            .map(|adapter| NativeAdapter {
+            .map(|bridge| NativeBridge {
                 // JavaScript callers may spell job options in camelCase with milliseconds.
-                inner: Arc::new(Mutex::new(Some(Arc::new(adapter.accept_js_options())))),
+                inner: Arc::new(Mutex::new(Some(Arc::new(bridge.accept_js_options())))),
             })
             .map_err(to_js)
     }
@@ -145,64 +175,64 @@ impl NativeAdapter {
     /// The line to log once (warning) when the development default URL was taken, else null.
     #[napi(getter)]
     pub fn notice(&self) -> napi::Result<Option<String>> {
-        self.sync(|adapter| Ok(adapter.notice().map(str::to_owned)))
-    }
-
-    #[napi(getter)]
-    pub fn table_name(&self) -> napi::Result<String> {
-        self.sync(|adapter| Ok(adapter.table_name().to_owned()))
-    }
-
-    #[napi(getter)]
-    pub fn relay_in_process(&self) -> napi::Result<bool> {
-        self.sync(|adapter| Ok(adapter.relay_in_process()))
+        self.sync(|bridge| Ok(bridge.notice().map(str::to_owned)))
     }
 
     /// The core's `relay.hot_queue_capacity`: the most wake-up ids the relay host channel
     /// holds in the application process while a message is being written (`relay-host.js`).
     #[napi(getter)]
     pub fn hot_queue_capacity(&self) -> napi::Result<u32> {
-        self.sync(|adapter| {
-            Ok(u32::try_from(adapter.config().relay.hot_queue_capacity).unwrap_or(u32::MAX))
+        self.sync(|bridge| {
+            Ok(u32::try_from(bridge.config().relay.hot_queue_capacity).unwrap_or(u32::MAX))
         })
+    }
+
+    #[napi(getter)]
+    pub fn table_name(&self) -> napi::Result<String> {
+        self.sync(|bridge| Ok(bridge.table_name().to_owned()))
+    }
+
+    #[napi(getter)]
+    pub fn relay_in_process(&self) -> napi::Result<bool> {
+        self.sync(|bridge| Ok(bridge.relay_in_process()))
+    }
+
+    #[napi]
+    pub fn create_table_sql(&self, dialect: String) -> napi::Result<Vec<String>> {
+        self.sync(|bridge| bridge.create_table_sql(&dialect))
     }
 
     /// The statement that drops the outbox table (a migration's `down`).
     #[napi]
     pub fn drop_table_sql(&self, dialect: String) -> napi::Result<String> {
-        self.sync(|adapter| adapter.drop_table_sql(&dialect))
+        self.sync(|bridge| bridge.drop_table_sql(&dialect))
     }
 
-    #[napi]
-    pub fn create_table_sql(&self, dialect: String) -> napi::Result<Vec<String>> {
-        self.sync(|adapter| adapter.create_table_sql(&dialect))
-    }
-
-    /// Validated jobs (`bridge::Bridge::stage`) as one JSON text (`Staged::to_json`:
-    /// `{"job_ids": [...], "statements": [{"sql", "params"}]}`). One string crossing into
+    /// Validated jobs (`Bridge::stage`) as one JSON text (`Staged::to_json`: `{"job_ids",
+    /// "statements": [{"sql", "params"}], "needs_savepoint"}`). One string crossing into
     /// JavaScript (and one `JSON.parse` there) costs far less than arrays filled element by
     /// element through Node-API: a bulk of 1,000 jobs has up to 6,000 parameters.
     #[napi]
-    pub fn stage_json(
+    pub fn stage(
         &self,
         dialect: String,
         placeholder: String,
         jobs_json: String,
         context_json: Option<String>,
     ) -> napi::Result<String> {
-        let staged = self.sync(|adapter| {
-            adapter.stage(&dialect, &placeholder, &jobs_json, context_json.as_deref())
+        let staged = self.sync(|bridge| {
+            bridge.stage(&dialect, &placeholder, &jobs_json, context_json.as_deref())
         })?;
         Ok(staged.to_json())
     }
 
     /// The staging handle for one dialect and placeholder style, for `stage_job` (which
-    /// judges both names, as `stage` does). It follows this adapter: once the adapter is
+    /// judges both names, as `stage` does). It follows this bridge: once the bridge is
     /// closed, staging through it fails as every call does.
     #[napi]
     pub fn stager(&self, dialect: String, placeholder: String) -> External<Stager> {
         External::new(Stager {
-            adapter: self.inner.clone(),
+            bridge: self.inner.clone(),
             dialect,
             placeholder,
         })
@@ -210,22 +240,55 @@ impl NativeAdapter {
 
     #[napi]
     pub fn start_relay(&self) -> AsyncTask<Blocking<()>> {
-        self.blocking(|adapter| adapter.start_relay())
+        self.blocking(|bridge| bridge.start_relay())
+    }
+
+    /// Starts the in-process relay unless it runs in this process already (`ensure_relay`).
+    #[napi]
+    pub fn ensure_relay(&self) -> AsyncTask<Blocking<()>> {
+        self.blocking(|bridge| bridge.ensure_relay())
     }
 
     #[napi]
     pub fn stop_relay(&self) -> AsyncTask<Blocking<()>> {
-        self.blocking(|adapter| {
-            adapter.stop_relay();
+        self.blocking(|bridge| {
+            bridge.stop_relay();
             Ok(())
         })
     }
 
-    /// Never fails: a closed adapter has no relay to wake, and the poller finds the rows.
+    /// Stops the relay (gracefully) and releases the handle; idempotent.
     #[napi]
-    pub fn notify_committed(&self, job_ids: Vec<String>) {
-        if let Some(adapter) = self.adapter() {
-            adapter.notify_committed(job_ids);
+    pub fn close(&self) -> AsyncTask<Blocking<()>> {
+        let bridge = self
+            .inner
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .take();
+        Blocking::task(move || {
+            if let Some(bridge) = bridge {
+                bridge.stop_relay();
+            }
+            Ok(())
+        })
+    }
+
+    /// Wakes the relay for committed ids (an `encode_ids` text). Never fails: a closed bridge
+    /// has no relay to wake, and the poller finds the rows.
+    #[napi]
+    pub fn notify_committed(&self, job_ids: String) {
+        if let Some(bridge) = self.bridge() {
+            bridge.notify_committed(ojs_bridge::decode_ids(&job_ids));
+        }
+    }
+
+    /// The outermost transaction of `ledger` committed: the core wakes the relay for the ids
+    /// it still holds (`Bridge::committed`). The ledger is ended, also on a closed bridge.
+    #[napi]
+    pub fn committed(&self, ledger: &mut NativeLedger) {
+        match self.bridge() {
+            Some(bridge) => bridge.committed(&mut ledger.inner),
+            None => ledger.inner.rollback(),
         }
     }
 
@@ -235,22 +298,27 @@ impl NativeAdapter {
         job_json: String,
         context_json: Option<String>,
     ) -> AsyncTask<Blocking<String>> {
-        self.blocking(move |adapter| adapter.enqueue_now(&job_json, context_json.as_deref()))
+        self.blocking(move |bridge| bridge.enqueue_now(&job_json, context_json.as_deref()))
     }
 
     #[napi]
     pub fn metrics_json(&self) -> AsyncTask<Blocking<String>> {
-        self.blocking(|adapter| Ok(adapter.metrics_json()))
+        self.blocking(|bridge| Ok(bridge.metrics_json()))
+    }
+
+    #[napi]
+    pub fn prune(&self, older_than: String) -> AsyncTask<Blocking<i64>> {
+        self.blocking(move |bridge| bridge.prune(&older_than).map(saturate))
     }
 
     #[napi]
     pub fn migrate(&self) -> AsyncTask<Blocking<()>> {
-        self.blocking(|adapter| adapter.migrate())
+        self.blocking(|bridge| bridge.migrate())
     }
 
     #[napi]
     pub fn status_json(&self) -> AsyncTask<Blocking<String>> {
-        self.blocking(|adapter| adapter.status_json())
+        self.blocking(|bridge| bridge.status_json())
     }
 
     #[napi]
@@ -259,69 +327,126 @@ impl NativeAdapter {
         tenant: Option<String>,
         limit: Option<u32>,
     ) -> AsyncTask<Blocking<String>> {
-        self.blocking(move |adapter| adapter.dead_list_json(tenant.as_deref(), limit))
+        self.blocking(move |bridge| bridge.dead_list_json(tenant.as_deref(), limit))
     }
 
     #[napi]
     pub fn dead_replay(&self, tenant: Option<String>) -> AsyncTask<Blocking<i64>> {
-        self.blocking(move |adapter| adapter.dead_replay(tenant.as_deref()).map(saturate))
+        self.blocking(move |bridge| bridge.dead_replay(tenant.as_deref()).map(saturate))
     }
 
     #[napi]
     pub fn dead_purge(&self, tenant: Option<String>) -> AsyncTask<Blocking<i64>> {
-        self.blocking(move |adapter| adapter.dead_purge(tenant.as_deref()).map(saturate))
+        self.blocking(move |bridge| bridge.dead_purge(tenant.as_deref()).map(saturate))
     }
 
+    /// An operator command (`admin::Command` as JSON): what to print and the exit code, in the
+    /// words and by the rules of the core (`Bridge::admin`).
     #[napi]
-    pub fn prune(&self, older_than: String) -> AsyncTask<Blocking<i64>> {
-        self.blocking(move |adapter| adapter.prune(&older_than).map(saturate))
-    }
-
-    #[napi]
-    pub fn rows_json(&self, job_ids: Vec<String>) -> AsyncTask<Blocking<String>> {
-        self.blocking(move |adapter| adapter.rows_json(job_ids))
-    }
-
-    /// Stops the relay (gracefully) and releases the handle; idempotent.
-    #[napi]
-    pub fn close(&self) -> AsyncTask<Blocking<()>> {
-        let adapter = self
-            .inner
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .take();
-        Blocking::task(move || {
-            if let Some(adapter) = adapter {
-                adapter.stop_relay();
-            }
-            Ok(())
+    pub fn admin(&self, command_json: String) -> AsyncTask<Blocking<AdminReport>> {
+        self.blocking(move |bridge| {
+            let report = bridge.admin(&command_json)?;
+            Ok(AdminReport {
+                exit_code: report.exit_code,
+                stdout: report.stdout,
+                stderr: report.stderr,
+            })
         })
+    }
+
+    /// The committed rows of these jobs (an `encode_ids` text), as JSON.
+    #[napi]
+    pub fn rows_json(&self, job_ids: String) -> AsyncTask<Blocking<String>> {
+        self.blocking(move |bridge| bridge.rows_json(ojs_bridge::decode_ids(&job_ids)))
     }
 }
 
-/// What `stage_job` stages with: an adapter, a dialect and a placeholder style.
+/// The savepoint bookkeeping of one outermost knex transaction for one bridge
+/// (`ojs_bridge::Ledger`): `lib/knex.js` records staged ids and each savepoint's end as knex
+/// settles it, and hands it to `NativeBridge::committed` at the outermost commit.
+#[napi]
+pub struct NativeLedger {
+    inner: Ledger,
+}
+
+#[napi]
+impl NativeLedger {
+    #[napi(constructor)]
+    #[allow(clippy::new_without_default)]
+    pub fn new() -> Self {
+        NativeLedger {
+            inner: Ledger::new(),
+        }
+    }
+
+    /// Open levels: 1 in the outermost transaction, +1 per open savepoint, 0 once ended.
+    #[napi(getter)]
+    pub fn depth(&self) -> u32 {
+        u32::try_from(self.inner.depth()).unwrap_or(u32::MAX)
+    }
+
+    /// Records ids (an `encode_ids` text) staged at the innermost open level.
+    #[napi]
+    pub fn staged(&mut self, job_ids: String) -> napi::Result<()> {
+        self.inner
+            .staged(ojs_bridge::decode_ids(&job_ids))
+            .map_err(to_js)
+    }
+
+    #[napi]
+    pub fn savepoint(&mut self) -> napi::Result<()> {
+        self.inner.savepoint().map_err(to_js)
+    }
+
+    #[napi]
+    pub fn release(&mut self) -> napi::Result<()> {
+        self.inner.release().map_err(to_js)
+    }
+
+    #[napi]
+    pub fn rollback_savepoint(&mut self) -> napi::Result<()> {
+        self.inner.rollback_savepoint().map_err(to_js)
+    }
+
+    /// The outermost transaction rolled back: nothing wakes the relay.
+    #[napi]
+    pub fn rollback(&mut self) {
+        self.inner.rollback();
+    }
+
+    /// The outermost transaction committed, for a relay in another process (the SQLite relay
+    /// host): the ids to wake as an `encode_ids` text; the ledger is ended.
+    #[napi]
+    pub fn commit(&mut self) -> String {
+        ojs_bridge::encode_ids(&self.inner.commit())
+    }
+}
+
+/// What `stage_job` stages with: a bridge, a dialect and a placeholder style.
 pub struct Stager {
-    adapter: Shared,
+    bridge: Shared,
     dialect: String,
     placeholder: String,
 }
 
-/// One job staged (`bridge::Bridge::stage_job`, the per-call hot path of
-/// `enqueueAfterCommit`), returned as one text: the INSERT text when `with_sql`, then the six
-/// INSERT parameters in the SQL's order (`job_id, job_type, job_args, job_options, job_meta,
-/// tenant_id`), separated by NUL characters; without a tenant the text ends after `job_meta`.
-/// No field before the tenant can hold a NUL (an SQL text around a validated identifier, a
-/// UUID, a validated type, JSON texts), so JavaScript cuts at the first five NULs and takes the
-/// rest as the tenant. The INSERT text is the same for every call of a dialect and placeholder
-/// style, so JavaScript asks for it once and keeps it.
+/// One job staged (`Bridge::stage_job`, the per-call hot path of `enqueueAfterCommit`),
+/// returned as its one encoding, `StagedJob::encode(with_sql)`. The INSERT text is the same
+/// for every call of a dialect and placeholder style, so JavaScript asks for it once. In a
+/// transaction, `ledger` is its outermost transaction's ledger: the job id is recorded there,
+/// at the innermost open level, here (one call fewer per job). The INSERT runs right after,
+/// on the same connection, so the id belongs to the level its row is written in; should the
+/// INSERT fail and the transaction still commit, the wake-up for the id finds no row (a
+/// wake-up is a hint: the relay claims only rows that exist).
 ///
 /// Why this shape: per call, Node-API costs more than the core's staging. A plain function on
 /// an external handle avoids a class method's receiver checks; the handle carries the dialect
 /// and placeholder (two strings fewer to convert); one string crossing back costs a fraction of
 /// an array filled element by element, or of a `JSON.parse`.
 #[napi]
+#[allow(clippy::too_many_arguments)]
 pub fn stage_job(
     stager: &External<Stager>,
+    ledger: Option<&mut NativeLedger>,
     job_type: String,
     args_json: String,
     options_json: Option<String>,
@@ -329,8 +454,8 @@ pub fn stage_job(
     context_json: Option<String>,
     with_sql: bool,
 ) -> napi::Result<String> {
-    let adapter = current(&stager.adapter).ok_or_else(|| to_js(closed()))?;
-    let staged = adapter
+    let bridge = current(&stager.bridge).ok_or_else(|| to_js(closed()))?;
+    let staged = bridge
         .stage_job(
             &stager.dialect,
             &stager.placeholder,
@@ -341,29 +466,13 @@ pub fn stage_job(
             context_json.as_deref(),
         )
         .map_err(to_js)?;
-    let sql = with_sql.then_some(&*staged.sql);
-    let [job_id, job_type, args, options, meta, tenant] = &staged.params;
-    let fields =
-        [job_id, job_type, args, options, meta].map(|field| field.as_deref().unwrap_or(""));
-    if sql.iter().chain(&fields).any(|field| field.contains('\0')) {
-        // Cannot happen (see above); checked so that it could never shift the parameters.
-        return Err(napi::Error::from_reason(
-            "stage_job: a staged field holds a NUL character",
-        ));
+    if let Some(ledger) = ledger {
+        ledger
+            .inner
+            .staged(std::iter::once(staged.job_id.clone()))
+            .map_err(to_js)?;
     }
-    let length: usize = sql.iter().chain(&fields).map(|field| field.len() + 1).sum();
-    let mut out = String::with_capacity(length + tenant.as_ref().map_or(0, |t| t.len() + 1));
-    for (index, field) in sql.iter().chain(&fields).enumerate() {
-        if index > 0 {
-            out.push('\0');
-        }
-        out.push_str(field);
-    }
-    if let Some(tenant) = tenant {
-        out.push('\0');
-        out.push_str(tenant);
-    }
-    Ok(out)
+    Ok(staged.encode(with_sql))
 }
 
 /// Row counts as JavaScript numbers.

@@ -1,41 +1,18 @@
-//! Core errors crossing into JavaScript. A napi error carries only a message, so the core's
-//! `Error` travels as JSON after a fixed prefix; `lib/errors.js` turns it into the `OJSError`
-//! subclass of its code.
+//! Core errors crossing into JavaScript: the error's message is its one encoding,
+//! `Error::to_json` (`{"code", "field", "message", "retryable", "family"}`), which
+//! `lib/errors.js` decodes into the class of its code (docs/errors.md).
 
 use napi_derive::napi;
-use ojs_outbox::ErrorCode;
-
-/// The prefix `lib/errors.js` recognises before the JSON of a core error.
-const PREFIX: &str = "OJS_CORE_ERROR ";
 
 pub fn to_js(error: ojs_outbox::Error) -> napi::Error {
-    let payload = serde_json::json!({
-        "code": error.code.as_str(),
-        "field": error.field,
-        "message": error.message,
-        "retryable": error.code.retryable(),
-    });
-    napi::Error::from_reason(format!("{PREFIX}{payload}"))
+    napi::Error::from_reason(error.to_json())
 }
 
-/// One stable error code and whether retrying the same call may succeed.
-#[napi(object)]
-pub struct NativeErrorCode {
-    pub code: String,
-    pub retryable: bool,
-}
-
-/// Every code of the core (`ErrorCode::ALL`), so JavaScript never restates the list or the
-/// retryable flags.
+/// Every code of the core with its family and retryable flag (`error::codes_json`), so
+/// JavaScript never restates the list.
 #[napi]
-pub fn error_codes() -> Vec<NativeErrorCode> {
-    ErrorCode::ALL
-        .iter()
-        .map(|code| NativeErrorCode {
-            code: code.as_str().to_owned(),
-            retryable: code.retryable(),
-        })
-        .collect()
+pub fn codes_json() -> String {
+    ojs_outbox::error::codes_json()
 }
 
 /// The core's code for a database error raised by the host driver (knex's pg or
@@ -45,4 +22,11 @@ pub fn database_error_code(sqlstate: Option<String>, message: String) -> String 
     ojs_bridge::database_error_code(sqlstate.as_deref(), &message)
         .as_str()
         .to_owned()
+}
+
+/// The error (as `Error::to_json`) for a value JSON cannot hold, found by JavaScript at `path`
+/// in `part` (`args`, `options`, `meta`, `context`, `type`, ...): the core decides its code.
+#[napi]
+pub fn unencodable(part: String, path: String, why: String) -> String {
+    ojs_bridge::unencodable(&part, &path, &why).to_json()
 }

@@ -1,15 +1,19 @@
-//! Native glue of the npm package `ojs-adapter-express`: the core's `bridge::Bridge` as a
-//! Node-API class. Only type conversion happens here: every behaviour (validation, SQL, the
-//! relay, defaults) is the core's, and the JavaScript layer (`lib/`) owns knex and Express.
+//! Native glue of the npm package `ojs-adapter-express`: the core's `ojs_bridge::Bridge` as a
+//! Node-API class (`NativeBridge`). Only type conversion happens here: every behaviour
+//! (validation, SQL, savepoint bookkeeping, the relay, defaults) is the core's, and the
+//! JavaScript layer (`lib/`) owns knex and Express.
 //!
 //! Calls that may block (database, network, relay start/stop) run as `AsyncTask`s on libuv's
 //! thread pool and resolve a promise, so the event loop never waits on them; staging
-//! (`stage_json`, `stage_job`) and `notify_committed` are pure CPU and synchronous.
+//! (`stage`, `stage_job`), the ledger and `notify_committed` are pure CPU and synchronous.
 
-mod adapter;
+mod bridge;
 mod error;
 mod log;
 
-pub use adapter::{NativeAdapter, NativeHost, Stager, option_keys, reject_option, stage_job};
-pub use error::{NativeErrorCode, database_error_code, error_codes};
+pub use bridge::{
+    AdminReport, NativeBridge, NativeHost, NativeLedger, Stager, context_header_names,
+    database_url_from_parts, option_keys, reject_option, request_context_json, stage_job,
+};
+pub use error::{codes_json, database_error_code, unencodable};
 pub use log::{LogRecord, drain_log_feed, enable_log_feed};

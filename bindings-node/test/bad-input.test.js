@@ -11,7 +11,7 @@ const { ojsPackage, scratchDir, startDevserver, sqliteKnex, postgresKnex, knexLi
 const {
   createOjs, OJSError, ValidationError, InvalidJobTypeError, InvalidQueueError, InvalidArgsError,
   InvalidOptionsError, InvalidMetaError, PayloadTooLargeError, InvalidConfigError, NoTransactionError,
-  OutboxTableMissingError, DatabaseError,
+  OutboxTableMissingError, DatabaseError, ConfigurationError, InvalidDatabaseUrlError,
 } = ojsPackage;
 
 const circular = [];
@@ -107,7 +107,7 @@ for (const database of ['sqlite', 'postgres']) {
   });
 }
 
-test('configuration errors are InvalidConfigError naming the key', async () => {
+test('configuration errors are ConfigurationErrors naming the key', async () => {
   const knex = sqliteKnex(path.join(dir, 'config.db'));
   try {
     assert.throws(() => createOjs({ url: 'http://127.0.0.1:1', knex, outbox: { batchSize: 0 }, autoStart: false }), (error) =>
@@ -121,8 +121,11 @@ test('configuration errors are InvalidConfigError naming the key', async () => {
   }
   const memory = knexLib({ client: 'better-sqlite3', connection: { filename: ':memory:' }, useNullAsDefault: true });
   try {
+    // The core derives the relay's URL (database_url_from_parts) and refuses a memory database.
     assert.throws(() => createOjs({ url: 'http://127.0.0.1:1', knex: memory, autoStart: false }), (error) =>
-      error instanceof InvalidConfigError && error.field === 'database_url');
+      error instanceof InvalidDatabaseUrlError && error instanceof ConfigurationError &&
+      error.code === 'INVALID_DATABASE_URL' && error.field === 'database_url' &&
+      error.message.includes('createOjs({ databaseUrl })'));
   } finally {
     await memory.destroy();
   }

@@ -305,10 +305,10 @@ class Run {
         await this.ojs.prune({ olderThan: step.older_than });
         break;
       case 'dead_replay':
-        await this.ojs.deadReplay({ tenantId: step.tenant_id ?? null });
+        await this.ojs.deadReplay({ tenant: step.tenant_id ?? null });
         break;
       case 'dead_purge':
-        await this.ojs.deadPurge({ tenantId: step.tenant_id ?? null });
+        await this.ojs.deadPurge({ tenant: step.tenant_id ?? null });
         break;
       case 'wait_delivered':
         await this.waitDelivered(step, timeout);
