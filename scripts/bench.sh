@@ -7,6 +7,10 @@
 # Raw output goes to target/bench/<UTC timestamp>/ (one .txt per benchmark, results.jsonl with
 # one JSON object per measurement, machine.txt); target/bench/latest points at the last run.
 # docs/benchmarks.md is written by hand from such a run.
+# The first drain also runs the SQL floor and the peers (graphile-worker, pg-boss, pinned in
+# crates/ojs-bench/peers/package.json; crates/ojs-bench/peers/install.sh installs them into
+# target/bench-peers/ when the pinned versions are not there) and prints the issue-16 targets;
+# the summary at the end repeats that table.
 # Environment: OJS_BENCH_PG_PORT (default 55433, distinct from the tests' 55432);
 # OJS_BENCH_QUIET_WAIT (default 60): seconds to wait, before each benchmark, for the machine
 # to be quiet (other processes busy < 20% of one core over 2 s); past that it runs anyway and
@@ -18,7 +22,7 @@ quick=0
 for arg in "$@"; do
   case "$arg" in
     --quick) quick=1 ;;
-    -h|--help) sed -n '2,10p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
     *) echo "unknown argument: $arg (try --help)" >&2; exit 2 ;;
   esac
 done
@@ -45,6 +49,7 @@ wait_quiet() {
 }
 
 cargo build --release -p ojs-bench -p ojs-devserver -p ojs-relay
+peers_dir=$(crates/ojs-bench/peers/install.sh)
 bin=target/release/ojs-bench
 
 stamp=$(date -u +%Y%m%dT%H%M%SZ)
@@ -72,15 +77,17 @@ pg_bin=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1)
   echo "kernel: $(uname -r)"
   echo "postgres: $("$pg_bin/postgres" --version) (fsync=on, synchronous_commit=on, port $port)"
   echo "rustc: $(rustc --version)"
+  echo "node: $(node --version) (peers in $peers_dir: $(cd "$peers_dir" && node -p 'const d=require("./package.json").dependencies; Object.keys(d).map(n=>n+" "+require(n+"/package.json").version).join(", ")'))"
   echo "loadavg before: $(cut -d' ' -f1-3 /proc/loadavg)"
 } | tee "$raw/machine.txt"
 
 started=$(date +%s)
 wait_quiet
-"$bin" drain --database-url "$url" --rows 100000 --profile-rows 100000 --out "$out" | tee "$raw/drain.txt"
+"$bin" drain --database-url "$url" --rows 100000 --profile-rows 100000 \
+  --peers graphile,pgboss --peers-dir "$peers_dir" --out "$out" | tee "$raw/drain.txt"
 wait_quiet
 # What events cost the drain (docs/events.md): off / one live subscriber / with replay history.
-"$bin" drain --database-url "$url" --rows 50000 --batch-sizes 500 --profile-rows 0 --sync-off-variant false \
+"$bin" drain --database-url "$url" --rows 50000 --batch-sizes 500 --profile-rows 0 --sync-off-variant false --floor false \
   --baseline-rows 1000 --event-modes off,live,retained --event-rounds 3 --out "$out" | tee "$raw/drain-events.txt"
 wait_quiet
 "$bin" latency --database-url "$url" --rate 500 --seconds 20 --out "$out" | tee "$raw/latency-postgres.txt"
@@ -91,5 +98,8 @@ if [ "$quick" = 0 ]; then
   "$bin" memory --database-url "$url" --rows 1000000 --batch-size 500 --out "$out" | tee "$raw/memory.txt"
 fi
 echo "loadavg after: $(cut -d' ' -f1-3 /proc/loadavg)" | tee -a "$raw/machine.txt"
+echo
+echo "summary (issue 16 targets, from $raw/drain.txt):"
+sed -n '/^issue 16 targets/,/^$/p' "$raw/drain.txt"
 echo "benchmarks took $(( $(date +%s) - started ))s; raw output in $raw" | tee -a "$raw/machine.txt"
 ln -sfn "$stamp" target/bench/latest

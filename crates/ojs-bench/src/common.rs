@@ -502,32 +502,80 @@ pub async fn wal_bytes_since(admin: &sqlx::PgPool, lsn: &str) -> BoxResult<f64> 
     )
 }
 
-/// `(n_tup_upd, n_tup_hot_upd)` of a table. Backends report their counters when their
-/// connection closes (or every second): close the pools that wrote first.
-pub async fn update_counts(admin: &sqlx::PgPool, table: &str) -> BoxResult<(i64, i64)> {
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    let row: Option<(i64, i64)> = sqlx::query_as(
-        "SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables WHERE relname = $1",
-    )
-    .bind(table)
-    .fetch_optional(admin)
-    .await?;
-    Ok(row.unwrap_or((0, 0)))
+/// Row-level write counters of one table, or summed over a schema's tables, from
+/// `pg_stat_user_tables` (cumulative since the table was created: the benchmarks create their
+/// tables fresh, so these are the run's writes, staging included).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct TupleCounts {
+    pub inserted: i64,
+    pub updated: i64,
+    pub hot_updated: i64,
+    pub deleted: i64,
 }
 
-/// `{wal_bytes_per_job, updates_per_job, hot_update_percent}` for a run of `rows` jobs.
+impl TupleCounts {
+    /// `n_tup_ins + n_tup_upd + n_tup_del`.
+    pub fn writes(&self) -> i64 {
+        self.inserted + self.updated + self.deleted
+    }
+}
+
+/// The counters of `table` in `schema` (every table of the schema when `table` is `None`).
+/// Backends report their counters when their connection closes (or every second): close the
+/// pools that wrote first.
+pub async fn tuple_counts(
+    admin: &sqlx::PgPool,
+    schema: &str,
+    table: Option<&str>,
+) -> BoxResult<TupleCounts> {
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let row: (i64, i64, i64, i64) = sqlx::query_as(
+        "SELECT coalesce(sum(n_tup_ins), 0)::int8, coalesce(sum(n_tup_upd), 0)::int8, \
+                coalesce(sum(n_tup_hot_upd), 0)::int8, coalesce(sum(n_tup_del), 0)::int8 \
+         FROM pg_stat_user_tables WHERE schemaname = $1 AND ($2::text IS NULL OR relname = $2)",
+    )
+    .bind(schema)
+    .bind(table)
+    .fetch_one(admin)
+    .await?;
+    Ok(TupleCounts {
+        inserted: row.0,
+        updated: row.1,
+        hot_updated: row.2,
+        deleted: row.3,
+    })
+}
+
+/// `{wal_bytes_per_job, updates_per_job, hot_update_percent, tuples, writes_per_row}` for a run
+/// of `rows` jobs on `table` (schema `public`).
 pub async fn write_stats(
     admin: &sqlx::PgPool,
     table: &str,
     lsn: &str,
     rows: usize,
 ) -> BoxResult<Value> {
+    write_stats_in(admin, "public", Some(table), lsn, rows).await
+}
+
+/// [`write_stats`] for a table of another schema, or every table of `schema` (`None`).
+/// `writes_per_row` is `(n_tup_ins + n_tup_upd + n_tup_del) / rows` since the table was
+/// created, so it counts the staging INSERT too.
+pub async fn write_stats_in(
+    admin: &sqlx::PgPool,
+    schema: &str,
+    table: Option<&str>,
+    lsn: &str,
+    rows: usize,
+) -> BoxResult<Value> {
     let wal = wal_bytes_since(admin, lsn).await?;
-    let (updates, hot) = update_counts(admin, table).await?;
+    let counts = tuple_counts(admin, schema, table).await?;
+    let (updates, hot) = (counts.updated, counts.hot_updated);
     Ok(json!({
         "wal_bytes_per_job": round1(wal / rows as f64),
         "updates_per_job": round3(updates as f64 / rows as f64),
         "hot_update_percent": round1(if updates > 0 { hot as f64 * 100.0 / updates as f64 } else { 0.0 }),
+        "tuples": {"inserted": counts.inserted, "updated": counts.updated, "deleted": counts.deleted},
+        "writes_per_row": round3(counts.writes() as f64 / rows as f64),
     }))
 }
 

@@ -1,8 +1,12 @@
 //! `drain`: how fast the relay empties a staged backlog on PostgreSQL into the devserver, per
 //! batch size, against a naive one-row-per-transaction relay written here, plus a phase
-//! profile (claim / build / HTTP / settle) of the same round the engine runs.
+//! profile (claim / build / HTTP / settle) of the same round the engine runs; the SQL floor
+//! (only the writes a delivered row cannot avoid, no HTTP) and peer job queues (graphile-worker,
+//! pg-boss: Node scripts in `crates/ojs-bench/peers/`) on the same PostgreSQL in the same run.
 
+use std::io::{BufRead, BufReader, Write as _};
 use std::path::PathBuf;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use clap::Args;
@@ -61,7 +65,35 @@ pub struct DrainArgs {
     /// Rounds of the event-cost drains; each mode's median is compared.
     #[arg(long, default_value_t = 3)]
     pub event_rounds: usize,
+    /// Also measure the SQL floor at every batch size: the same backlog, and only the writes a
+    /// delivered row cannot avoid (`UPDATE ... SET status = 'sent', sent_at = now() WHERE id =
+    /// ANY($1)`, one statement per batch), on a connection with the relay's settings, no HTTP.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    pub floor: bool,
+    /// Peer job queues to measure on the same PostgreSQL (graphile, pgboss): N no-op jobs added
+    /// in one batch, worked with the peer's throughput settings. Empty: none. Needs node and
+    /// `crates/ojs-bench/peers/install.sh` run first (scripts/bench.sh does).
+    #[arg(long, value_delimiter = ',', default_value = "")]
+    pub peers: Vec<String>,
+    /// Jobs per peer run (default: --rows, the relay's drain size at batch >= 100).
+    #[arg(long)]
+    pub peer_rows: Option<usize>,
+    /// Where install.sh put the pinned peer packages.
+    #[arg(
+        long,
+        env = "OJS_BENCH_PEERS_DIR",
+        default_value = "target/bench-peers"
+    )]
+    pub peers_dir: PathBuf,
+    /// The peer scripts (graphile.js, pgboss.js).
+    #[arg(long, default_value = concat!(env!("CARGO_MANIFEST_DIR"), "/peers"))]
+    pub peer_scripts: PathBuf,
 }
+
+/// The issue-16 thresholds the summary checks.
+const FLOOR_TARGET: f64 = 0.60;
+const WRITES_PER_ROW_TARGET: f64 = 2.0;
+const PEER_TARGET: f64 = 1.5;
 
 /// What listens to the relay's events during a drain.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -128,6 +160,13 @@ pub async fn run(args: DrainArgs) -> BoxResult<()> {
         )
         .await?;
         results.push(result);
+        if args.floor {
+            results.push(floor_run(&args, &admin, &devserver, batch_size, rows).await?);
+        }
+    }
+    let mut peer_results = Vec::new();
+    for name in args.peers.iter().filter(|n| !n.is_empty()) {
+        peer_results.push(peer_run(&args, &admin, &devserver, name).await?);
     }
     if args.sync_off_variant && args.batch_sizes.contains(&1) {
         results.push(
@@ -151,7 +190,11 @@ pub async fn run(args: DrainArgs) -> BoxResult<()> {
         .expect("two baselines");
 
     let mut table = Vec::new();
-    for result in results.iter().chain(baselines.iter()) {
+    for result in results
+        .iter()
+        .chain(peer_results.iter())
+        .chain(baselines.iter())
+    {
         let ratio = result.jobs_per_s / baseline.jobs_per_s;
         let mut record = result.record.clone();
         record["ratio_vs_baseline"] = json!(round1(ratio));
@@ -171,6 +214,7 @@ pub async fn run(args: DrainArgs) -> BoxResult<()> {
             format!("{}", result.record["cpu"]["other_cpu_s"]),
             format!("{}", result.record["postgres_writes"]["wal_bytes_per_job"]),
             format!("{}", result.record["postgres_writes"]["hot_update_percent"]),
+            format!("{}", result.record["postgres_writes"]["writes_per_row"]),
         ]);
     }
     print_table(
@@ -188,9 +232,11 @@ pub async fn run(args: DrainArgs) -> BoxResult<()> {
             "other CPU s",
             "WAL B/job",
             "HOT upd %",
+            "writes/row",
         ],
         &table,
     );
+    targets_summary(&args, &results, &peer_results)?;
 
     if !args.event_modes.is_empty() && !args.event_modes.iter().all(String::is_empty) {
         event_costs(&args, &admin, &devserver).await?;
@@ -744,4 +790,326 @@ fn profile_cells(record: &Value) -> Vec<String> {
         format!("{:.0}", record["jobs_per_s"].as_f64().unwrap_or(0.0)),
         format!("{}", record["postgres_writes"]["wal_bytes_per_job"]),
     ]
+}
+
+/// The SQL floor: what the same PostgreSQL does at best for the same backlog (staged the same
+/// way, same table and indexes) when a delivered row costs only the write that cannot be
+/// avoided: marking it sent, one `UPDATE ... WHERE id = ANY($1)` per batch of `batch_size` ids,
+/// in id order, one statement at a time, through a pool opened by `Store::connect` (the relay's
+/// connection settings: `synchronous_commit=off`). No claim, no lease, no HTTP. The ids are
+/// read before the clock starts (a relay must read its rows too, but reading is not a write).
+async fn floor_run(
+    args: &DrainArgs,
+    admin: &sqlx::PgPool,
+    devserver: &DevServer,
+    batch_size: usize,
+    rows: usize,
+) -> BoxResult<RunResult> {
+    let table = table_name(&format!("floor_{batch_size}"));
+    let staged = fresh_backlog(args, admin, devserver, &table, rows).await?;
+    let store = Store::connect(&args.database_url, &table).await?;
+    let pool = store
+        .postgres_pool()
+        .ok_or_else(|| err("the floor runs on PostgreSQL"))?
+        .clone();
+    let synchronous_commit: String = sqlx::query_scalar("SHOW synchronous_commit")
+        .fetch_one(&pool)
+        .await?;
+    let ids: Vec<i64> =
+        sqlx::query_scalar(AssertSqlSafe(format!("SELECT id FROM {table} ORDER BY id")))
+            .fetch_all(&pool)
+            .await?;
+    let update = format!("UPDATE {table} SET status = 'sent', sent_at = now() WHERE id = ANY($1)");
+    println!(
+        "  SQL floor, batch {batch_size}: {rows} rows staged in {:.1}s; marking sent...",
+        staged.as_secs_f64()
+    );
+    let lsn = wal_lsn(admin).await?;
+    let postmaster = postmaster_pid(admin).await;
+    let cpu_before = CpuSample::take("self", devserver.pid(), postmaster);
+    let started = Instant::now();
+    let mut updated = 0u64;
+    for chunk in ids.chunks(batch_size.max(1)) {
+        updated += sqlx::query(AssertSqlSafe(update.clone()))
+            .bind(chunk)
+            .execute(&pool)
+            .await?
+            .rows_affected();
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    let cpu_after = CpuSample::take("self", devserver.pid(), postmaster);
+    let status = store.status().await?;
+    if updated != rows as u64 || status.sent != rows as i64 {
+        return Err(err(format!(
+            "SQL floor: updated {updated}, outbox sent={} (want {rows})",
+            status.sent
+        )));
+    }
+    store.close().await;
+    let writes = write_stats(admin, &table, &lsn, rows).await?;
+    let jobs_per_s = rows as f64 / seconds;
+    let record = json!({
+        "bench": "drain",
+        "relay": "sql_floor",
+        "floor_statement": update.replace(&table, "<table>"),
+        "postgres_writes": writes,
+        "batch_size": batch_size,
+        "rows": rows,
+        "seconds": round3(seconds),
+        "jobs_per_s": round1(jobs_per_s),
+        "relay_synchronous_commit": synchronous_commit,
+        "cpu": cpu_before.delta(&cpu_after),
+        "staging_seconds": round3(staged.as_secs_f64()),
+    });
+    drop_table(admin, &table).await?;
+    Ok(RunResult {
+        label: "SQL floor (UPDATE sent by id, no HTTP)".into(),
+        batch_size,
+        rows,
+        seconds,
+        jobs_per_s,
+        record,
+    })
+}
+
+/// One peer job queue (a Node script in `--peer-scripts`, protocol in its lib.js): it adds N
+/// no-op jobs in one batch and says so; the bench vacuums and checkpoints its tables as it does
+/// for the relay's backlog, samples CPU and WAL, says go; the peer works the jobs and reports
+/// when its handler ran N times (`worked_seconds`, the rate compared) and when the database
+/// shows all N completed (`completed_seconds`).
+async fn peer_run(
+    args: &DrainArgs,
+    admin: &sqlx::PgPool,
+    devserver: &DevServer,
+    name: &str,
+) -> BoxResult<RunResult> {
+    let (script, label) = match name {
+        "graphile" | "graphile-worker" => ("graphile.js", "graphile-worker"),
+        "pgboss" | "pg-boss" => ("pgboss.js", "pg-boss"),
+        other => {
+            return Err(err(format!("--peers: {other:?} is not graphile or pgboss")));
+        }
+    };
+    let rows = args.peer_rows.unwrap_or(args.rows);
+    let batch_size = args.batch_sizes.iter().copied().max().unwrap_or(500);
+    let peers_dir = std::fs::canonicalize(&args.peers_dir).map_err(|e| {
+        err(format!(
+            "--peers-dir {}: {e} (run crates/ojs-bench/peers/install.sh)",
+            args.peers_dir.display()
+        ))
+    })?;
+    let mut child = Command::new("node")
+        .arg(args.peer_scripts.join(script))
+        .env("DATABASE_URL", &args.database_url)
+        .env("JOBS", rows.to_string())
+        .env("OJS_BENCH_PEERS_DIR", &peers_dir)
+        .env("GW_POLL_MS", args.poll_interval_ms.to_string())
+        .env("PB_BATCH", batch_size.to_string())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .map_err(|e| err(format!("cannot start node {script}: {e}")))?;
+    let pid = child.id();
+    let mut stdin = child.stdin.take().expect("piped stdin");
+    let stdout = BufReader::new(child.stdout.take().expect("piped stdout"));
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<String>();
+    let reader = tokio::task::spawn_blocking(move || {
+        for line in stdout.lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let mut next_event = async |want: &str| -> BoxResult<Value> {
+        loop {
+            let line = tokio::time::timeout(Duration::from_secs(600), rx.recv())
+                .await
+                .map_err(|_| err(format!("{script}: no {want:?} line after 600 s")))?
+                .ok_or_else(|| err(format!("{script} exited before {want:?}")))?;
+            if let Ok(value) = serde_json::from_str::<Value>(&line)
+                && value["event"] == want
+            {
+                return Ok(value);
+            }
+            println!("  {label}: {line}");
+        }
+    };
+    let added = next_event("added").await?;
+    let tables = added["tables"].as_array().cloned().unwrap_or_default();
+    let schema = tables
+        .first()
+        .and_then(|t| t["schema"].as_str())
+        .unwrap_or("public")
+        .to_owned();
+    let one_table = (tables.len() == 1)
+        .then(|| tables[0]["name"].as_str().map(str::to_owned))
+        .flatten();
+    // As for the relay's backlog: statistics known, hint bits set, no checkpoint pending.
+    for statement in ["VACUUM ANALYZE", "CHECKPOINT"] {
+        sqlx::raw_sql(statement).execute(admin).await?;
+    }
+    devserver.reset().await?;
+    println!(
+        "  {label} {}: {rows} jobs added in one batch in {:.2}s; working...",
+        added["version"].as_str().unwrap_or("?"),
+        added["add_seconds"].as_f64().unwrap_or(f64::NAN)
+    );
+    let lsn = wal_lsn(admin).await?;
+    let postmaster = postmaster_pid(admin).await;
+    let cpu_before = CpuSample::take(&pid.to_string(), devserver.pid(), postmaster);
+    writeln!(stdin, "go")?;
+    stdin.flush()?;
+    let done = next_event("done").await?;
+    let cpu_after = CpuSample::take(&pid.to_string(), devserver.pid(), postmaster);
+    drop(stdin);
+    let exit = tokio::task::spawn_blocking(move || child.wait()).await??;
+    let _ = reader.await;
+    if !exit.success() {
+        return Err(err(format!("{script} exited with {exit}")));
+    }
+    let worked = done["worked"].as_u64().unwrap_or(0);
+    if worked < rows as u64 {
+        return Err(err(format!("{label} worked {worked} of {rows} jobs")));
+    }
+    let seconds = done["worked_seconds"].as_f64().unwrap_or(f64::NAN);
+    let writes = write_stats_in(admin, &schema, one_table.as_deref(), &lsn, rows).await?;
+    let jobs_per_s = rows as f64 / seconds;
+    let mut cpu = cpu_before.delta(&cpu_after);
+    cpu["relay_cpu_s"] = json!(round3(
+        cpu_after_child(&cpu).unwrap_or(done["peer_cpu_s"].as_f64().unwrap_or(f64::NAN))
+    ));
+    let record = json!({
+        "bench": "drain",
+        "relay": format!("peer_{}", label.replace('-', "_")),
+        "peer": label,
+        "peer_version": done["version"],
+        "peer_settings": done["settings"],
+        "postgres_writes": writes,
+        "batch_size": batch_size,
+        "rows": rows,
+        "seconds": round3(seconds),
+        "completed_seconds": done["completed_seconds"],
+        "first_job_seconds": done["first_job_seconds"],
+        "jobs_per_s": round1(jobs_per_s),
+        "completed_jobs_per_s": round1(rows as f64 / done["completed_seconds"].as_f64().unwrap_or(f64::NAN)),
+        "add_seconds": added["add_seconds"],
+        "peer_cpu_s": done["peer_cpu_s"],
+        "cpu": cpu,
+    });
+    Ok(RunResult {
+        label: format!(
+            "{label} {} (no-op jobs)",
+            done["version"].as_str().unwrap_or("?")
+        ),
+        batch_size,
+        rows,
+        seconds,
+        jobs_per_s,
+        record,
+    })
+}
+
+/// The peer's own CPU as the bench sampled it from /proc (NaN when the sample failed).
+fn cpu_after_child(cpu: &Value) -> Option<f64> {
+    cpu["relay_cpu_s"].as_f64().filter(|x| x.is_finite())
+}
+
+/// The issue-16 targets this run measures, each as a same-run ratio with met / not met; printed
+/// as one table and emitted as `drain_targets` records.
+fn targets_summary(args: &DrainArgs, results: &[RunResult], peers: &[RunResult]) -> BoxResult<()> {
+    let relay = |batch: usize| {
+        results
+            .iter()
+            .find(|r| r.batch_size == batch && r.record["relay"] == "ojs_relay")
+    };
+    let floor = |batch: usize| {
+        results
+            .iter()
+            .find(|r| r.batch_size == batch && r.record["relay"] == "sql_floor")
+    };
+    let mut rows = Vec::new();
+    let mut add = |target: String,
+                   ours: String,
+                   theirs: String,
+                   ratio: f64,
+                   want: &str,
+                   met: bool| {
+        rows.push(vec![
+            target.clone(),
+            ours.clone(),
+            theirs.clone(),
+            format!("{ratio:.2}"),
+            want.to_owned(),
+            if met { "met" } else { "NOT MET" }.to_owned(),
+        ]);
+        emit(
+            &args.out,
+            json!({"bench": "drain_targets", "target": target, "ours": ours, "reference": theirs,
+                   "ratio": round3(ratio), "want": want, "met": met}),
+        )
+    };
+    let mut batches: Vec<usize> = args.batch_sizes.clone();
+    batches.sort_unstable();
+    batches.dedup();
+    for &batch in &batches {
+        if let (Some(ours), Some(floor)) = (relay(batch), floor(batch)) {
+            let ratio = ours.jobs_per_s / floor.jobs_per_s;
+            add(
+                format!("drain vs SQL floor, batch {batch}, {} rows", ours.rows),
+                format!("{:.0} jobs/s", ours.jobs_per_s),
+                format!("{:.0} jobs/s", floor.jobs_per_s),
+                ratio,
+                ">= 0.60",
+                ratio >= FLOOR_TARGET,
+            )?;
+        }
+    }
+    for &batch in &batches {
+        if let Some(ours) = relay(batch)
+            && let Some(writes) = ours.record["postgres_writes"]["writes_per_row"].as_f64()
+        {
+            let t = &ours.record["postgres_writes"]["tuples"];
+            add(
+                format!("writes per delivered row, batch {batch}"),
+                format!(
+                    "{writes:.3} (ins {} upd {} del {})",
+                    t["inserted"], t["updated"], t["deleted"]
+                ),
+                "INSERT + 1".into(),
+                writes,
+                "<= 2",
+                writes <= WRITES_PER_ROW_TARGET + 1e-9,
+            )?;
+        }
+    }
+    let biggest = batches.last().copied().unwrap_or(500);
+    for peer in peers {
+        let Some(ours) = relay(biggest) else { continue };
+        let ratio = ours.jobs_per_s / peer.jobs_per_s;
+        let rows_note = if ours.rows == peer.rows {
+            String::new()
+        } else {
+            format!(" (rows differ: {} vs {})", ours.rows, peer.rows)
+        };
+        add(
+            format!(
+                "drain (batch {biggest}) vs {}{rows_note}",
+                peer.label.trim_end_matches(" (no-op jobs)")
+            ),
+            format!("{:.0} jobs/s", ours.jobs_per_s),
+            format!("{:.0} jobs/s", peer.jobs_per_s),
+            ratio,
+            ">= 1.50",
+            ratio >= PEER_TARGET,
+        )?;
+    }
+    if !rows.is_empty() {
+        print_table(
+            "issue 16 targets (same run; ratio = ours / reference, writes = pg_stat_user_tables n_tup_ins+upd+del per delivered row)",
+            &["target", "ours", "reference", "ratio", "want", "met?"],
+            &rows,
+        );
+    }
+    Ok(())
 }
