@@ -121,7 +121,7 @@ class Run:
     def check_rows(self, expected: Optional[dict]) -> None:
         if not expected:
             return
-        rows = self.outbox_rows()
+        rows = self.rows()
         for ref, allowed in expected.items():
             actual = rows.get(self.id_of(ref), "absent")
             allowed = allowed if isinstance(allowed, list) else [allowed]
@@ -243,7 +243,7 @@ class Run:
         elif op == "expect_outbox":
             self.check_rows(step.get("rows"))
             if step.get("absent"):
-                rows = self.outbox_rows() if self.atomics else outbox_rows(self.alias, self.table)
+                rows = self.rows() if self.atomics else outbox_rows(self.alias, self.table)
                 for ref in step["absent"]:
                     if self.id_of(ref) in rows:
                         raise CaseFailed(f"outbox still has a row for {ref!r}")

@@ -214,6 +214,70 @@ def test_jobs_of_one_level_share_one_commit_callback_and_keep_the_savepoint_rule
         adapter.reset()
 
 
+#: A trigger refusing every row of type boom.job, so that a bulk fails part-way.
+BOOM = {
+    "sqlite": ["CREATE TRIGGER {t}_boom BEFORE INSERT ON {t} WHEN NEW.job_type = 'boom.job' "
+               "BEGIN SELECT RAISE(ABORT, 'boom'); END"],
+    "postgresql": ["CREATE OR REPLACE FUNCTION {t}_boom() RETURNS trigger LANGUAGE plpgsql AS "
+                   "$$ BEGIN IF NEW.job_type = 'boom.job' THEN RAISE EXCEPTION 'boom'; END IF; "
+                   "RETURN NEW; END $$",
+                   "CREATE TRIGGER {t}_boom BEFORE INSERT ON {t} FOR EACH ROW "
+                   "EXECUTE FUNCTION {t}_boom()"],
+}
+
+
+@DB
+def test_a_bulk_runs_in_a_savepoint_exactly_when_the_core_says_so(alias, backend):
+    """The savepoint decision is the core's (``needs_savepoint``): a bulk of one INSERT runs
+    none; one larger than an INSERT (5,000 rows) runs in a savepoint of its own, so a failure of
+    its second INSERT leaves nothing of the first, and the transaction stays usable (on
+    PostgreSQL too). Observed through Django's execute wrappers, which also get the ``%s``
+    statements Django documents; with query logging on, a bulk stages the same."""
+    from ojs_adapter_django.errors import DatabaseError
+
+    table = "py_bulk_savepoint"
+    adapter = own_ojs(backend, alias, table)
+    connection = connections[alias]
+    seen = []
+
+    def record(execute, sql, params, many, context):
+        seen.append(sql)
+        return execute(sql, params, many, context)
+
+    def savepoints():
+        return [sql for sql in seen if sql.lstrip().upper().startswith("SAVEPOINT")]
+
+    try:
+        with connection.cursor() as cursor:
+            for sql in BOOM[connection.vendor]:
+                cursor.execute(sql.format(t=table))
+        with transaction.atomic(using=alias):
+            with connection.execute_wrapper(record):
+                small = adapter.enqueue_bulk([{"type": "bulk.small", "args": [i]} for i in range(3)],
+                                             using=alias)
+            assert savepoints() == [] and any("%s" in sql for sql in seen), seen
+            jobs = [{"type": "bulk.big", "args": [i]} for i in range(5000)]
+            with connection.execute_wrapper(record), pytest.raises(DatabaseError) as raised:
+                adapter.enqueue_bulk(jobs + [{"type": "boom.job", "args": [0]}], using=alias)
+            assert raised.value.code == "DATABASE" and "boom" in str(raised.value)
+            assert len(savepoints()) == 1, "one savepoint around the bulk's two INSERTs"
+            assert outbox_count(alias, table) == 3, "nothing of the failed bulk stays"
+            connection.force_debug_cursor = True
+            try:
+                logged = adapter.enqueue_bulk([{"type": "bulk.logged", "args": [1]}], using=alias)
+            finally:
+                connection.force_debug_cursor = False
+            assert any(table in query["sql"] for query in connection.queries)
+        backend.wait_for(small + logged)
+        assert outbox_count(alias, table) == 4
+    finally:
+        adapter.reset()
+        drop_table(alias, table)
+        if connection.vendor == "postgresql":
+            with connection.cursor() as cursor:
+                cursor.execute(f"DROP FUNCTION IF EXISTS {table}_boom()")
+
+
 MANAGE = str(Path(__file__).with_name("manage.py"))
 #: SIGTERM's bit in the SigCgt mask of /proc/<pid>/status: set once the process handles it.
 SIGTERM_CAUGHT = 1 << (signal.SIGTERM - 1)
