@@ -350,7 +350,7 @@ function levelOf(trx) {
   const parent = trx.parentTransaction ? levelOf(trx.parentTransaction) : null;
   const root = parent ? parent.root : { ledgers: new Map(), depth: 0, ended: false, suppressed: false };
   root.depth += 1;
-  for (const ledger of root.ledgers.values()) ledger.savepoint();
+  for (const { ledger } of root.ledgers.values()) ledger.savepoint();
   const level = { root, ending: null, dialect: dialectOf(trx) };
   Object.defineProperty(trx, LEVEL, { value: level });
   const commit = trx.commit;
@@ -370,13 +370,13 @@ function levelOf(trx) {
     root.depth -= 1;
     if (parent === null) {
       root.ended = true;
-      for (const [adapter, ledger] of root.ledgers) {
+      for (const [adapter, { ledger }] of root.ledgers) {
         if (committed && !root.suppressed) adapter.committed(ledger);
         else ledger.rollback();
       }
       return;
     }
-    for (const ledger of root.ledgers.values()) {
+    for (const { ledger } of root.ledgers.values()) {
       if (committed) ledger.release();
       else ledger.rollbackSavepoint();
     }
@@ -388,16 +388,20 @@ function levelOf(trx) {
   return level;
 }
 
-/** The core's ledger of `adapter` in `level`'s outermost transaction, opened to its depth. */
+/**
+ * The core's ledger of `adapter` in `level`'s outermost transaction, opened to its depth, as
+ * `{ledger, handle}`: the `NativeLedger` and the handle `stageJob` records ids through.
+ */
 function ledgerOf(level, adapter) {
   const root = level.root;
-  let ledger = root.ledgers.get(adapter);
-  if (ledger === undefined) {
-    ledger = new native.NativeLedger();
+  let entry = root.ledgers.get(adapter);
+  if (entry === undefined) {
+    const ledger = new native.NativeLedger();
     for (let depth = 1; depth < root.depth; depth += 1) ledger.savepoint();
-    root.ledgers.set(adapter, ledger);
+    entry = { ledger, handle: ledger.handle() };
+    root.ledgers.set(adapter, entry);
   }
-  return ledger;
+  return entry;
 }
 
 /** Refuses a transactor that has already committed or rolled back. */

@@ -283,7 +283,7 @@ class Ojs {
       if (hostKnex.isTransaction(executor)) {
         hostKnex.assertOpen(executor);
         level = hostKnex.levelOf(executor);
-        ledger = hostKnex.ledgerOf(level, this);
+        ledger = hostKnex.ledgerOf(level, this).handle;
       }
       const dialect = level !== null ? level.dialect : executor === this.knex ? this.dialect : hostKnex.dialectOf(executor);
       const stager = this._stagers[dialect] || this._stager(dialect);
@@ -351,7 +351,7 @@ class Ojs {
     const staged = JSON.parse(callNative(() => this.native.stage(dialect, 'question', jobsText, contextText(scope))));
     await hostKnex.execute(executor, staged);
     if (staged.job_ids.length === 0) return staged.job_ids;
-    if (level !== null) hostKnex.ledgerOf(level, this).staged(staged.job_ids.join('\n'));
+    if (level !== null) hostKnex.ledgerOf(level, this).ledger.staged(staged.job_ids.join('\n'));
     else this.notifyCommitted(staged.job_ids);
     return staged.job_ids;
   }

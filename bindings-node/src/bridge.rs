@@ -3,6 +3,8 @@
 //! function on an external handle. `NativeLedger`: the core's savepoint bookkeeping
 //! (`ojs_bridge::Ledger`) of one outermost knex transaction, for `NativeBridge::committed`.
 
+use std::cell::RefCell;
+use std::rc::Rc;
 use std::sync::{Arc, Mutex};
 
 use napi::bindgen_prelude::{AsyncTask, External, ToNapiValue, TypeName};
@@ -285,10 +287,11 @@ impl NativeBridge {
     /// The outermost transaction of `ledger` committed: the core wakes the relay for the ids
     /// it still holds (`Bridge::committed`). The ledger is ended, also on a closed bridge.
     #[napi]
-    pub fn committed(&self, ledger: &mut NativeLedger) {
+    pub fn committed(&self, ledger: &NativeLedger) {
+        let mut ledger = ledger.inner.borrow_mut();
         match self.bridge() {
-            Some(bridge) => bridge.committed(&mut ledger.inner),
-            None => ledger.inner.rollback(),
+            Some(bridge) => bridge.committed(&mut ledger),
+            None => ledger.rollback(),
         }
     }
 
@@ -362,12 +365,17 @@ impl NativeBridge {
 }
 
 /// The savepoint bookkeeping of one outermost knex transaction for one bridge
-/// (`ojs_bridge::Ledger`): `lib/knex.js` records staged ids and each savepoint's end as knex
-/// settles it, and hands it to `NativeBridge::committed` at the outermost commit.
+/// (`ojs_bridge::Ledger`): `lib/knex.js` reports each savepoint's end to it as knex settles
+/// it, `stage_job` records staged ids in it (through `handle`), and `NativeBridge::committed`
+/// takes it at the outermost commit. Used on the JavaScript thread only.
 #[napi]
 pub struct NativeLedger {
-    inner: Ledger,
+    inner: LedgerHandle,
 }
+
+/// The ledger as `stage_job` takes it: an external handle costs a fraction of a class
+/// instance's unwrap per call (measured: about 0.07 µs against 0.27 µs).
+pub type LedgerHandle = Rc<RefCell<Ledger>>;
 
 #[napi]
 impl NativeLedger {
@@ -375,50 +383,57 @@ impl NativeLedger {
     #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         NativeLedger {
-            inner: Ledger::new(),
+            inner: Rc::new(RefCell::new(Ledger::new())),
         }
+    }
+
+    /// The handle `stage_job` records ids through (ask once per ledger).
+    #[napi]
+    pub fn handle(&self) -> External<LedgerHandle> {
+        External::new(self.inner.clone())
     }
 
     /// Open levels: 1 in the outermost transaction, +1 per open savepoint, 0 once ended.
     #[napi(getter)]
     pub fn depth(&self) -> u32 {
-        u32::try_from(self.inner.depth()).unwrap_or(u32::MAX)
+        u32::try_from(self.inner.borrow().depth()).unwrap_or(u32::MAX)
     }
 
     /// Records ids (an `encode_ids` text) staged at the innermost open level.
     #[napi]
-    pub fn staged(&mut self, job_ids: String) -> napi::Result<()> {
+    pub fn staged(&self, job_ids: String) -> napi::Result<()> {
         self.inner
+            .borrow_mut()
             .staged(ojs_bridge::decode_ids(&job_ids))
             .map_err(to_js)
     }
 
     #[napi]
-    pub fn savepoint(&mut self) -> napi::Result<()> {
-        self.inner.savepoint().map_err(to_js)
+    pub fn savepoint(&self) -> napi::Result<()> {
+        self.inner.borrow_mut().savepoint().map_err(to_js)
     }
 
     #[napi]
-    pub fn release(&mut self) -> napi::Result<()> {
-        self.inner.release().map_err(to_js)
+    pub fn release(&self) -> napi::Result<()> {
+        self.inner.borrow_mut().release().map_err(to_js)
     }
 
     #[napi]
-    pub fn rollback_savepoint(&mut self) -> napi::Result<()> {
-        self.inner.rollback_savepoint().map_err(to_js)
+    pub fn rollback_savepoint(&self) -> napi::Result<()> {
+        self.inner.borrow_mut().rollback_savepoint().map_err(to_js)
     }
 
     /// The outermost transaction rolled back: nothing wakes the relay.
     #[napi]
-    pub fn rollback(&mut self) {
-        self.inner.rollback();
+    pub fn rollback(&self) {
+        self.inner.borrow_mut().rollback();
     }
 
     /// The outermost transaction committed, for a relay in another process (the SQLite relay
     /// host): the ids to wake as an `encode_ids` text; the ledger is ended.
     #[napi]
-    pub fn commit(&mut self) -> String {
-        ojs_bridge::encode_ids(&self.inner.commit())
+    pub fn commit(&self) -> String {
+        ojs_bridge::encode_ids(&self.inner.borrow_mut().commit())
     }
 }
 
@@ -432,7 +447,7 @@ pub struct Stager {
 /// One job staged (`Bridge::stage_job`, the per-call hot path of `enqueueAfterCommit`),
 /// returned as its one encoding, `StagedJob::encode(with_sql)`. The INSERT text is the same
 /// for every call of a dialect and placeholder style, so JavaScript asks for it once. In a
-/// transaction, `ledger` is its outermost transaction's ledger: the job id is recorded there,
+/// transaction, `ledger` is its outermost transaction's ledger (`NativeLedger::handle`): the job id is recorded there,
 /// at the innermost open level, here (one call fewer per job). The INSERT runs right after,
 /// on the same connection, so the id belongs to the level its row is written in; should the
 /// INSERT fail and the transaction still commit, the wake-up for the id finds no row (a
@@ -446,7 +461,7 @@ pub struct Stager {
 #[allow(clippy::too_many_arguments)]
 pub fn stage_job(
     stager: &External<Stager>,
-    ledger: Option<&mut NativeLedger>,
+    ledger: Option<&External<LedgerHandle>>,
     job_type: String,
     args_json: String,
     options_json: Option<String>,
@@ -468,7 +483,7 @@ pub fn stage_job(
         .map_err(to_js)?;
     if let Some(ledger) = ledger {
         ledger
-            .inner
+            .borrow_mut()
             .staged(std::iter::once(staged.job_id.clone()))
             .map_err(to_js)?;
     }

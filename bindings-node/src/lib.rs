@@ -12,8 +12,9 @@ mod error;
 mod log;
 
 pub use bridge::{
-    AdminReport, NativeBridge, NativeHost, NativeLedger, Stager, context_header_names,
-    database_url_from_parts, option_keys, reject_option, request_context_json, stage_job,
+    AdminReport, LedgerHandle, NativeBridge, NativeHost, NativeLedger, Stager,
+    context_header_names, database_url_from_parts, option_keys, reject_option,
+    request_context_json, stage_job,
 };
 pub use error::{codes_json, database_error_code, unencodable};
 pub use log::{LogRecord, drain_log_feed, enable_log_feed};
