@@ -223,6 +223,17 @@ def _staging_error(exc: DjangoDatabaseError) -> OJSError:
                                          f"staging the outbox rows failed: {exc}"))
 
 
+def _not_started(alias: str, native: _native.NativeError) -> None:
+    """An in-process relay that ``auto_start`` could not start: a bad configuration raises;
+    anything else is logged, and the next enqueue tries again (the rows are durable either way:
+    the relay started by a later enqueue, or by another process, sends them)."""
+    error = from_native(native)
+    if isinstance(error, ConfigurationError):
+        raise error from None
+    logger.error("ojs: the in-process relay for %r did not start (retried on the next "
+                 "enqueue): %s", alias, error)
+
+
 def _job(job_type: Any, args: Any, options: Mapping[str, Any], meta: Any) -> dict:
     job = {"type": job_type, "args": args}
     if options:
@@ -350,21 +361,17 @@ class OJS:
         except Exception as exc:  # a fork hook must not raise
             logger.error("ojs: the in-process relay did not start after fork: %s", exc)
 
-    def _start_by_itself(self, alias: str, bridge: Optional[_native.Bridge] = None) -> None:
+    def _start_by_itself(self, alias: str) -> None:
         """``auto_start``: the relay of ``alias`` runs in this process, or the reason it does
         not is logged (a bad configuration raises)."""
-        bridge = bridge or self.bridge(alias)
+        bridge = self.bridge(alias)
         if alias not in self._auto_aliases:
             return
+        relay_log.start()
         try:
-            self._ensure_relay(bridge)
-        except ConfigurationError:
-            raise
-        except OJSError as exc:
-            # The row is durable either way: the relay started by a later enqueue (or by
-            # another process) sends it. Not started, so the next enqueue tries again.
-            logger.error("ojs: the in-process relay for %r did not start (retried on the next "
-                         "enqueue): %s", alias, exc)
+            bridge.ensure_relay()
+        except _native.NativeError as native:
+            _not_started(alias, native)
 
     def stop_relay(self, using: Optional[str] = None) -> None:
         """Graceful stop of this process's relay(s): flushes what was notified, releases leases.
@@ -460,7 +467,13 @@ class OJS:
                 "manual transaction management has no commit hook"
             )
         if alias in self._auto_aliases:
-            self._start_by_itself(alias, bridge)
+            # One atomic load in the core once the relay runs in this process (inlined: this
+            # is every enqueue's path).
+            relay_log.start()
+            try:
+                bridge.ensure_relay()
+            except _native.NativeError as native:
+                _not_started(alias, native)
         try:
             if needs_savepoint:
                 with transaction.atomic(using=alias), connection.cursor() as cursor:

@@ -80,9 +80,9 @@ class _Pump:
 _pump = _Pump()
 
 
-def start() -> None:
-    """Starts forwarding the relay's records in this process (idempotent, fork-aware)."""
-    _pump.start()
+#: Starts forwarding the relay's records in this process (idempotent, fork-aware); called
+#: before every enqueue's ``ensure_relay``, so one bound call.
+start = _pump.start
 
 
 class console:
