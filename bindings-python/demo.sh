@@ -80,7 +80,7 @@ status, rolled_back = signup("bob@example.com", fail=True)
 print(f"demo: signup bob@example.com -> {status}, rolled back after enqueueing job {rolled_back['job_id']}")
 
 def outbox_status():
-    out = subprocess.run([sys.executable, "manage.py", "ojs_outbox", "status"], check=True,
+    out = subprocess.run([sys.executable, "manage.py", "ojs_outbox", "status", "--json"], check=True,
                          capture_output=True, text=True).stdout
     return json.loads(out)
 
