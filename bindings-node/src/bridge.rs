@@ -447,11 +447,11 @@ pub struct Stager {
 /// One job staged (`Bridge::stage_job`, the per-call hot path of `enqueueAfterCommit`),
 /// returned as its one encoding, `StagedJob::encode(with_sql)`. The INSERT text is the same
 /// for every call of a dialect and placeholder style, so JavaScript asks for it once. In a
-/// transaction, `ledger` is its outermost transaction's ledger (`NativeLedger::handle`): the job id is recorded there,
-/// at the innermost open level, here (one call fewer per job). The INSERT runs right after,
-/// on the same connection, so the id belongs to the level its row is written in; should the
-/// INSERT fail and the transaction still commit, the wake-up for the id finds no row (a
-/// wake-up is a hint: the relay claims only rows that exist).
+/// transaction, `ledger` is its outermost transaction's ledger (`NativeLedger::handle`): the
+/// job id is recorded there, at the innermost open level, here (one call fewer per job). The
+/// INSERT runs right after, on the same connection, so the id belongs to the level its row is
+/// written in; should the INSERT fail and the transaction still commit, the wake-up for the
+/// id finds no row (a wake-up is a hint: the relay claims only rows that exist).
 ///
 /// Why this shape: per call, Node-API costs more than the core's staging. A plain function on
 /// an external handle avoids a class method's receiver checks; the handle carries the dialect
