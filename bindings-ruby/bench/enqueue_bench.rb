@@ -36,8 +36,9 @@ def connect(kind)
     ActiveRecord::Base.connection.drop_table(TABLE, if_exists: true)
   end
   OJS.configure do |config|
+    config.url = "http://127.0.0.1:9" # the relay does not run: nothing is sent
     config.outbox_table = TABLE
-    config.start_relay_on_first_use = false
+    config.auto_start = false
   end
   OJS::Migration.create_outbox_table
   ActiveRecord::Base.connection
@@ -59,7 +60,7 @@ results = {}
   connection = connect(kind)
   # The core's INSERT and one row's parameters (job_id, job_type, job_args, job_options,
   # job_meta, tenant_id): the raw INSERTs write the same row shape.
-  *params, sql = OJS.adapter.stage_job(OJS.adapter.stager_of(connection), "email.welcome", "[42]", nil, nil, nil)
+  *params, sql = OJS.client.stage_job(OJS.client.stager_of(connection), "email.welcome", "[42]", nil, nil, nil)
   job_type = params[1]
   rest = params.drop(3)
   bulk_jobs = Array.new(JOBS) { |i| { type: "email.welcome", args: [i] } }

@@ -23,7 +23,7 @@ require_relative "ojs/context"
 require_relative "ojs/configuration"
 require_relative "ojs/transaction_hook"
 require_relative "ojs/relay_log"
-require_relative "ojs/adapter"
+require_relative "ojs/client"
 require_relative "ojs/migration"
 require_relative "ojs/schema_dumper"
 require_relative "ojs/middleware"
@@ -35,11 +35,11 @@ module OJS
     def configure
       config = Configuration.new
       yield config if block_given?
-      replacement = Adapter.new(config) # validates now: bad settings raise OJS::InvalidConfig
+      replacement = Client.new(config) # validates now: bad settings raise OJS::InvalidConfig
       @lock.synchronize do
-        @adapter&.stop_relay
+        @client&.stop_relay
         @configuration = config
-        @adapter = replacement
+        @client = replacement
       end
       replacement
     end
@@ -52,10 +52,10 @@ module OJS
       !@configuration.nil?
     end
 
-    # The configured adapter (built from the default configuration if OJS.configure was not
+    # The configured client (built from the default configuration if OJS.configure was not
     # called: the core's defaults then apply).
-    def adapter
-      @adapter || @lock.synchronize { @adapter ||= Adapter.new(configuration) }
+    def client
+      @client || @lock.synchronize { @client ||= Client.new(configuration) }
     end
 
     attr_writer :logger
@@ -73,20 +73,20 @@ module OJS
     # commit, or at once when no transaction is open. Returns the job id (UUIDv7).
     #   OJS.enqueue_after_commit("email.welcome", [user.id], queue: "email", meta: {...})
     def enqueue_after_commit(type, args, meta: nil, **options)
-      (@adapter || adapter).enqueue_job(type, args, options.empty? ? nil : options, meta)
+      (@client || client).enqueue_job(type, args, options.empty? ? nil : options, meta)
     end
 
     # Stages several jobs with one INSERT (all or none), with the semantics of
     # enqueue_after_commit. `jobs`: hashes `{type:, args:, options: {...}, meta: {...}}`.
     # Returns their ids in order.
     def enqueue_bulk(jobs)
-      adapter.enqueue_after_commit(jobs)
+      client.enqueue_after_commit(jobs)
     end
 
     # Spec §5.1 `enqueue`: sends the job to the backend now, without the outbox and without
     # regard to any open transaction (a rollback does not undo it). Returns the job id.
     def enqueue(type, args, meta: nil, **options)
-      adapter.enqueue_now(job(type, args, options, meta))
+      client.enqueue_now(job(type, args, options, meta))
     end
 
     # --- request context (FA-R001) ---------------------------------------------------------
@@ -110,11 +110,11 @@ module OJS
     # --- relay (FA-R003) ---------------------------------------------------------------------
 
     def start_relay
-      adapter.start_relay
+      client.start_relay
     end
 
     def stop_relay
-      @adapter&.stop_relay
+      @client&.stop_relay
     end
 
     # Flushes and stops this process's relay (registered with at_exit once a relay starts).
@@ -132,38 +132,49 @@ module OJS
     end
 
     def run_relay_until_signal
-      adapter.run_relay_until_signal
+      client.run_relay_until_signal
     end
 
     # From now on SIGINT and SIGTERM stop OJS.run_relay_until_signal gracefully instead of
     # killing the process, also one that arrives before the relay runs (the core's
-    # `bridge::arm_stop_signals`; `rake ojs:relay` calls it first thing). Idempotent.
+    # `ojs_bridge::arm_stop_signals`; `rake ojs:relay` calls it first thing). Idempotent.
     def arm_stop_signals
       native_call { Native.arm_stop_signals }
     end
 
     def status
-      adapter.status
+      client.status
     end
 
     def metrics
-      adapter.metrics
+      client.metrics
     end
 
     def dead_list(tenant: nil, limit: nil)
-      adapter.dead_list(tenant: tenant, limit: limit)
+      client.dead_list(tenant: tenant, limit: limit)
     end
 
     def dead_replay(tenant: nil)
-      adapter.dead_replay(tenant: tenant)
+      client.dead_replay(tenant: tenant)
     end
 
     def dead_purge(tenant: nil)
-      adapter.dead_purge(tenant: tenant)
+      client.dead_purge(tenant: tenant)
     end
 
     def prune(older_than:)
-      adapter.prune(older_than: older_than)
+      client.prune(older_than: older_than)
+    end
+
+    # Committed state of these jobs' outbox rows: { job_id => { "status", "attempts", "error" } }.
+    def outbox_rows(job_ids)
+      client.outbox_rows(job_ids)
+    end
+
+    # An operator command by the core's rules and words (OJS::Client#admin): the report's
+    # `stdout`, `stderr` and `exit_code`. The rake tasks print it.
+    def admin(command)
+      client.admin(command)
     end
 
     private
@@ -181,7 +192,7 @@ module OJS
 
   @lock = Monitor.new
   @configuration = nil
-  @adapter = nil
+  @client = nil
 end
 
 require_relative "ojs/railtie" if defined?(::Rails::Railtie)

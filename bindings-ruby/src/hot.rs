@@ -1,105 +1,56 @@
-//! The calls made once per job or per commit, as plain C entry points exported from the same
-//! library as the uniffi scaffolding and called from Ruby through the `ffi` gem's
-//! `attach_function` (the gem uniffi's Ruby bindings already load): staging one job
-//! (`enqueue_after_commit`), staging a bulk (`enqueue_bulk`), and the after-commit wake-up.
+//! The calls made once per job or per commit, as plain C functions of the same library as the
+//! uniffi scaffolding, bound in `lib/ojs/native.rb` with the `ffi` gem's `attach_function` (the
+//! gem uniffi's Ruby bindings load): staging one job (`enqueue_after_commit`), staging a bulk
+//! (`enqueue_bulk`), the relay's start once per process (`ensure_relay`) and the after-commit
+//! wake-up.
 //!
-//! Why not uniffi for these: its Ruby side lowers every string argument in Ruby (an Array of
-//! byte Integers, a RustBuffer allocated and grown by further FFI calls) and lifts the result
-//! the same way. Measured on the per-job path: about 28 µs for `stage` (one job) against about
-//! 1 µs here, where Ruby strings are passed as pointers and the answer is written into a buffer
-//! the caller owns (docs/rails.md, "Performance"). Everything else stays uniffi.
+//! Why not uniffi's generated Ruby for these: it lowers every string argument in Ruby (an Array
+//! of byte Integers, a RustBuffer allocated and grown by further FFI calls): measured, a
+//! one-job `stage_job` through it costs more than the INSERT it prepares (docs/rails.md,
+//! "Performance"). Here Ruby strings go in as `(pointer, length)` pairs and the answer is
+//! written into a buffer the caller owns. Everything else is the uniffi side's:
+//! - handles: the uniffi handles of `Bridge` and `Stager` (the `Arc` pointer uniffi hands Ruby),
+//!   borrowed for the call (the Ruby object holding it is alive during the call);
+//! - errors and panics: uniffi's `RustCallStatus` (last argument) through `uniffi::rust_call`:
+//!   an error is `NativeError` (the `Error::to_json` text), a panic uniffi's unexpected-error
+//!   status with its message; Ruby reads both with the uniffi side's code;
+//! - answers: the core's encodings, `StagedJob::encode` and `Staged::to_json`; id lists as
+//!   `encode_ids` text.
 //!
-//! Protocol of the two staging functions: the caller passes `out`/`out_capacity`, a buffer it
-//! owns.
-//! - return `n >= 0`: success, `n` bytes written to `out`;
-//! - return `n < 0` with `-n <= out_capacity`: the core refused the call; `out` holds `-n` bytes
-//!   of JSON `{"code", "field", "message", "retryable"}`;
-//! - return `n < 0` with `-n > out_capacity`: nothing written, the answer needs `-n` bytes: the
-//!   caller grows its buffer and calls again (a new call: new job ids);
-//! - return `i64::MIN`: the native code panicked (a bug), nothing written.
+//! Answer protocol of the staging functions: they return the answer's length in bytes; when
+//! it is at most `out_capacity` the answer was written to `out`, else nothing was written and
+//! the caller calls again with a buffer that large (a new call: new job ids). On an error
+//! (status code non-zero) the return value is 0 and means nothing.
 //!
-//! Strings are `(pointer, length)` pairs of UTF-8 bytes; a null pointer means "none". Adapters
-//! and stagers are named by ids from a registry (a stale id is an error, never a dangling
-//! pointer). The caller holds the GVL (a plain `attach_function` does): nothing here blocks,
-//! and nothing calls back into Ruby.
+//! `lib/ojs/native.rb` declares these signatures again for the ffi gem;
+//! `test/native_signature_test.rb` parses both files and fails when they differ.
 
-use std::collections::HashMap;
-use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, LazyLock, Mutex, MutexGuard};
+use std::panic::AssertUnwindSafe;
 
-use ojs_bridge::Bridge;
-use ojs_outbox::{Error, ErrorCode};
+use uniffi::{LowerError, RustCallError, RustCallStatus};
 
-/// An adapter with the dialect and placeholder style of one host connection kind.
-struct Stager {
-    adapter: Arc<Bridge>,
-    dialect: String,
-    placeholder: String,
+use crate::{Bridge, NativeError, Stager, UniFfiTag};
+
+/// The object behind a uniffi handle, for the duration of a call.
+///
+/// # Safety
+/// `handle` is the live uniffi handle of a `T` (uniffi's `Handle::from_arc`: the `Arc`'s
+/// pointer), owned by a Ruby object that outlives the call.
+unsafe fn borrow<'a, T>(handle: u64) -> &'a T {
+    // SAFETY: the caller's contract: a pointer from `Arc::into_raw`, still counted.
+    unsafe { &*uniffi::Handle::from_raw_unchecked(handle).as_pointer::<T>() }
 }
 
-#[derive(Default)]
-struct Registry {
-    adapters: HashMap<u64, Arc<Bridge>>,
-    stagers: HashMap<u64, Arc<Stager>>,
+/// The error's uniffi form (what uniffi's own scaffolding writes into the status).
+fn lower(error: NativeError) -> uniffi::RustBuffer {
+    <NativeError as LowerError<UniFfiTag>>::lower_error(error)
 }
 
-static REGISTRY: LazyLock<Mutex<Registry>> = LazyLock::new(Default::default);
-static NEXT_ID: AtomicU64 = AtomicU64::new(1);
-
-fn registry() -> MutexGuard<'static, Registry> {
-    REGISTRY
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
-}
-
-/// Registers an adapter for `ojs_ruby_notify_committed`; returns its id (never 0).
-pub(crate) fn register_adapter(adapter: &Arc<Bridge>) -> u64 {
-    let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
-    registry().adapters.insert(id, Arc::clone(adapter));
-    id
-}
-
-/// Registers a stager for the staging functions; returns its id (never 0).
-pub(crate) fn register_stager(adapter: &Arc<Bridge>, dialect: String, placeholder: String) -> u64 {
-    let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
-    let stager = Stager {
-        adapter: Arc::clone(adapter),
-        dialect,
-        placeholder,
-    };
-    registry().stagers.insert(id, Arc::new(stager));
-    id
-}
-
-/// Forgets an adapter and its stagers (when its `NativeAdapter` is dropped).
-pub(crate) fn unregister(adapter_id: u64, stager_ids: &[u64]) {
-    let mut registry = registry();
-    registry.adapters.remove(&adapter_id);
-    for id in stager_ids {
-        registry.stagers.remove(id);
-    }
-}
-
-fn stager(id: u64) -> Result<Arc<Stager>, Error> {
-    registry().stagers.get(&id).cloned().ok_or_else(|| {
-        Error::new(
-            ErrorCode::InvalidConfig,
-            format!("stager {id} is not registered (its adapter was dropped)"),
-        )
-    })
-}
-
-/// `(ptr, len)` as text; a null pointer is `None`. Invalid UTF-8 is refused with `code`.
+/// `(ptr, len)` as text; a null pointer is `None`.
 ///
 /// # Safety
 /// `ptr` is null or points to `len` readable bytes that stay valid for the call.
-unsafe fn text<'a>(
-    ptr: *const u8,
-    len: usize,
-    code: ErrorCode,
-    field: &str,
-) -> Result<Option<&'a str>, Error> {
+unsafe fn text<'a>(ptr: *const u8, len: usize, part: &str) -> Result<Option<&'a str>, NativeError> {
     if ptr.is_null() {
         return Ok(None);
     }
@@ -107,78 +58,45 @@ unsafe fn text<'a>(
     let bytes = unsafe { std::slice::from_raw_parts(ptr, len) };
     std::str::from_utf8(bytes)
         .map(Some)
-        .map_err(|_| Error::field(code, field, "is not valid UTF-8 text"))
+        .map_err(|_| ojs_bridge::unencodable(part, part, "is not valid UTF-8 text").into())
 }
 
-fn error_json(error: &Error) -> Vec<u8> {
-    serde_json::json!({
-        "code": error.code.as_str(),
-        "field": error.field,
-        "message": error.message,
-        "retryable": error.code.retryable(),
-    })
-    .to_string()
-    .into_bytes()
-}
-
-/// Writes the answer of `work` into `out` by the protocol of this module.
+/// Runs `work` by uniffi's rules (a panic or an error set `status`) and writes its answer
+/// into `out` by the protocol of this module.
 ///
 /// # Safety
-/// `out` points to `out_capacity` writable bytes.
+/// `out` points to `out_capacity` writable bytes; `status` to a zeroed `RustCallStatus`.
 unsafe fn answer(
     out: *mut u8,
     out_capacity: usize,
-    work: impl FnOnce() -> Result<Vec<u8>, Error>,
-) -> i64 {
-    let (bytes, failed) = match catch_unwind(AssertUnwindSafe(work)) {
-        Ok(Ok(bytes)) => (bytes, false),
-        Ok(Err(error)) => (error_json(&error), true),
-        Err(_) => return i64::MIN,
-    };
-    let Ok(len) = i64::try_from(bytes.len()) else {
-        return i64::MIN;
-    };
-    if bytes.len() > out_capacity {
-        return -len;
-    }
-    // SAFETY: `out` has `out_capacity >= bytes.len()` writable bytes (caller's contract), and
-    // cannot overlap a Vec we just built.
-    unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), out, bytes.len()) };
-    if failed { -len } else { len }
+    status: &mut RustCallStatus,
+    work: impl FnOnce() -> Result<String, NativeError>,
+) -> u64 {
+    uniffi::rust_call(
+        status,
+        AssertUnwindSafe(|| {
+            let text = work().map_err(|error| RustCallError::Error(lower(error)))?;
+            if text.len() <= out_capacity {
+                // SAFETY: `out` has `out_capacity >= text.len()` writable bytes (caller's
+                // contract), and cannot overlap a String we just built.
+                unsafe { std::ptr::copy_nonoverlapping(text.as_ptr(), out, text.len()) };
+            }
+            Ok(text.len() as u64)
+        }),
+    )
 }
 
-fn push_field(out: &mut Vec<u8>, lengths: &mut [i32; 7], slot: usize, value: Option<&str>) {
-    match value {
-        None => lengths[slot] = -1,
-        Some(value) => {
-            // Every field is below the core's 1 MiB wire limit, far below i32::MAX.
-            lengths[slot] = i32::try_from(value.len()).unwrap_or(i32::MAX);
-            out.extend_from_slice(value.as_bytes());
-        }
-    }
-}
-
-/// A length in the answer of `ojs_ruby_stage_job`: this parameter is exactly the caller's
-/// argument (`job_type`, `job_args`), so its bytes are not sent back.
-const ECHO: i32 = -2;
-
-/// One job (`Adapter::stage_job`). On success `out` holds 7 native-endian `i32` lengths, then
-/// the bytes they measure, in this order: the INSERT's SQL (only when `with_sql` is non-zero,
-/// else length -1), then its 6 parameters `job_id, job_type, job_args, job_options, job_meta,
-/// tenant_id` (length -1: SQL NULL; `ECHO` (-2): the same text as the argument).
-///
-/// An answer of exactly 36 bytes (a full one has at least the 28-byte header and the 36-byte
-/// id) is the job id alone: the usual job, without `with_sql`, whose type and args are the
-/// caller's texts, options and meta `{}` and tenant NULL. Reading one string instead of seven
-/// is a third of the call's cost in Ruby.
+/// One job (`Bridge::stage_job`): the answer is `StagedJob::encode(with_sql != 0)`, the
+/// INSERT's text first when asked, then its parameters, NUL-separated.
 ///
 /// # Safety
-/// Every `(pointer, length)` pair is null or `length` readable bytes; `out` is
-/// `out_capacity` writable bytes not overlapping them. All stay valid during the call.
+/// `stager` is a live `Stager` handle; every `(pointer, length)` pair is null or `length`
+/// readable bytes; `out` is `out_capacity` writable bytes not overlapping them; `status` a
+/// zeroed `RustCallStatus`. All stay valid during the call.
 #[unsafe(no_mangle)]
 #[allow(clippy::too_many_arguments)]
-pub unsafe extern "C" fn ojs_ruby_stage_job(
-    stager_id: u64,
+pub unsafe extern "C" fn ojs_ruby_bridge_stage_job(
+    stager: u64,
     job_type: *const u8,
     job_type_len: usize,
     args: *const u8,
@@ -189,19 +107,20 @@ pub unsafe extern "C" fn ojs_ruby_stage_job(
     meta_len: usize,
     context: *const u8,
     context_len: usize,
-    with_sql: i32,
+    with_sql: i8,
     out: *mut u8,
     out_capacity: usize,
-) -> i64 {
+    status: &mut RustCallStatus,
+) -> u64 {
     let work = || {
-        let stager = stager(stager_id)?;
-        // SAFETY (all four): the caller's contract.
-        let job_type = unsafe { text(job_type, job_type_len, ErrorCode::InvalidJobType, "type")? };
-        let args = unsafe { text(args, args_len, ErrorCode::InvalidArgs, "args")? };
-        let options = unsafe { text(options, options_len, ErrorCode::InvalidOptions, "options")? };
-        let meta = unsafe { text(meta, meta_len, ErrorCode::InvalidMeta, "meta")? };
-        let context = unsafe { text(context, context_len, ErrorCode::InvalidMeta, "context")? };
-        let staged = stager.adapter.stage_job(
+        // SAFETY (all): the caller's contract.
+        let stager = unsafe { borrow::<Stager>(stager) };
+        let job_type = unsafe { text(job_type, job_type_len, "type")? };
+        let args = unsafe { text(args, args_len, "args")? };
+        let options = unsafe { text(options, options_len, "options")? };
+        let meta = unsafe { text(meta, meta_len, "meta")? };
+        let context = unsafe { text(context, context_len, "context")? };
+        let staged = stager.bridge.stage_job(
             &stager.dialect,
             &stager.placeholder,
             job_type.unwrap_or_default(),
@@ -210,123 +129,93 @@ pub unsafe extern "C" fn ojs_ruby_stage_job(
             meta,
             context,
         )?;
-        let [
-            job_id,
-            staged_type,
-            staged_args,
-            staged_options,
-            staged_meta,
-            tenant,
-        ] = &staged.params;
-        if with_sql == 0
-            && staged_type.as_deref() == job_type
-            && staged_args.as_deref() == args
-            && staged_options.as_deref() == Some("{}")
-            && staged_meta.as_deref() == Some("{}")
-            && tenant.is_none()
-        {
-            // The usual job: its id is all the caller does not already know (ID_ONLY).
-            return Ok(job_id.clone().unwrap_or_default().into_bytes());
-        }
-        let mut lengths = [0i32; 7];
-        let mut bytes = Vec::with_capacity(
-            28 + staged.sql.len()
-                + staged
-                    .params
-                    .iter()
-                    .flatten()
-                    .map(String::len)
-                    .sum::<usize>(),
-        );
-        bytes.resize(28, 0);
-        push_field(
-            &mut bytes,
-            &mut lengths,
-            0,
-            (with_sql != 0).then_some(&*staged.sql),
-        );
-        for (index, param) in staged.params.iter().enumerate() {
-            let echoed = match index {
-                1 => job_type,
-                2 => args,
-                _ => None,
-            };
-            if echoed.is_some() && param.as_deref() == echoed {
-                lengths[index + 1] = ECHO; // the caller's own text: not copied back
-            } else {
-                push_field(&mut bytes, &mut lengths, index + 1, param.as_deref());
-            }
-        }
-        for (index, length) in lengths.iter().enumerate() {
-            bytes[index * 4..index * 4 + 4].copy_from_slice(&length.to_ne_bytes());
-        }
-        Ok(bytes)
+        Ok(staged.encode(with_sql != 0))
     };
-    // SAFETY: the caller's contract on `out`.
-    unsafe { answer(out, out_capacity, work) }
+    // SAFETY: the caller's contract on `out` and `status`.
+    unsafe { answer(out, out_capacity, status, work) }
 }
 
-/// Several jobs (`Adapter::stage`, `jobs_json` a JSON array). On success `out` holds JSON
-/// `{"job_ids": [...], "statements": [{"sql": "...", "params": [text or null, ...]}]}`.
+/// Several jobs (`Bridge::stage`, `jobs_json` a JSON array): the answer is `Staged::to_json`.
 ///
 /// # Safety
-/// As `ojs_ruby_stage_job`.
+/// As `ojs_ruby_bridge_stage_job`.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn ojs_ruby_stage(
-    stager_id: u64,
+pub unsafe extern "C" fn ojs_ruby_bridge_stage(
+    stager: u64,
     jobs_json: *const u8,
     jobs_json_len: usize,
     context: *const u8,
     context_len: usize,
     out: *mut u8,
     out_capacity: usize,
-) -> i64 {
+    status: &mut RustCallStatus,
+) -> u64 {
     let work = || {
-        let stager = stager(stager_id)?;
-        // SAFETY (both): the caller's contract.
-        let jobs = unsafe { text(jobs_json, jobs_json_len, ErrorCode::InvalidArgs, "jobs")? };
-        let context = unsafe { text(context, context_len, ErrorCode::InvalidMeta, "context")? };
-        let staged = stager.adapter.stage(
+        // SAFETY (all): the caller's contract.
+        let stager = unsafe { borrow::<Stager>(stager) };
+        let jobs = unsafe { text(jobs_json, jobs_json_len, "args")? };
+        let context = unsafe { text(context, context_len, "context")? };
+        let staged = stager.bridge.stage(
             &stager.dialect,
             &stager.placeholder,
             jobs.unwrap_or("null"),
             context,
         )?;
-        Ok(staged.to_json().into_bytes())
+        Ok(staged.to_json())
     };
-    // SAFETY: the caller's contract on `out`.
-    unsafe { answer(out, out_capacity, work) }
+    // SAFETY: the caller's contract on `out` and `status`.
+    unsafe { answer(out, out_capacity, status, work) }
 }
 
-/// The after-commit wake-up (`Adapter::notify_committed`) for job ids joined by `\n`. Returns 0,
-/// or -1 when the adapter id is unknown or the ids are not UTF-8 (nothing woken: the poller
-/// still finds the rows). Never blocks.
+/// `Bridge::ensure_relay`: starts this process's relay once, and again in a forked child; one
+/// atomic load when it runs. Bound with `blocking: true` (the GVL is released: a start opens
+/// the relay's database connection). Returns 1; 0 when it failed (see `status`).
 ///
 /// # Safety
-/// `job_ids` is null or `job_ids_len` readable bytes, valid during the call.
+/// `bridge` is a live `Bridge` handle; `status` a zeroed `RustCallStatus`.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn ojs_ruby_notify_committed(
-    adapter_id: u64,
+pub unsafe extern "C" fn ojs_ruby_bridge_ensure_relay(
+    bridge: u64,
+    status: &mut RustCallStatus,
+) -> i8 {
+    uniffi::rust_call(
+        status,
+        AssertUnwindSafe(|| {
+            // SAFETY: the caller's contract.
+            let bridge = unsafe { borrow::<Bridge>(bridge) };
+            bridge
+                .inner
+                .ensure_relay()
+                .map(|()| 1)
+                .map_err(|error| RustCallError::Error(lower(error.into())))
+        }),
+    )
+}
+
+/// The after-commit wake-up (`Bridge::notify_committed`) for job ids as `encode_ids` text.
+/// Never blocks. Returns 1; 0 when it failed (see `status`).
+///
+/// # Safety
+/// `bridge` is a live `Bridge` handle; `job_ids` null or `job_ids_len` readable bytes;
+/// `status` a zeroed `RustCallStatus`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ojs_ruby_bridge_notify_committed(
+    bridge: u64,
     job_ids: *const u8,
     job_ids_len: usize,
-) -> i32 {
-    let work = || {
-        let Some(adapter) = registry().adapters.get(&adapter_id).cloned() else {
-            return -1;
-        };
-        // SAFETY: the caller's contract.
-        let Ok(Some(ids)) =
-            (unsafe { text(job_ids, job_ids_len, ErrorCode::InvalidArgs, "job_ids") })
-        else {
-            return -1;
-        };
-        adapter.notify_committed(
-            ids.split('\n')
-                .filter(|id| !id.is_empty())
-                .map(str::to_owned)
-                .collect(),
-        );
-        0
-    };
-    catch_unwind(AssertUnwindSafe(work)).unwrap_or(-1)
+    status: &mut RustCallStatus,
+) -> i8 {
+    uniffi::rust_call(
+        status,
+        AssertUnwindSafe(|| {
+            // SAFETY (both): the caller's contract.
+            let bridge = unsafe { borrow::<Bridge>(bridge) };
+            let ids = unsafe { text(job_ids, job_ids_len, "args") }
+                .map_err(|error| RustCallError::Error(lower(error)))?;
+            bridge
+                .inner
+                .notify_committed(ojs_bridge::decode_ids(ids.unwrap_or_default()));
+            Ok(1)
+        }),
+    )
 }

@@ -1,42 +1,42 @@
 //! uniffi glue between the core's binding surface (`ojs_bridge::Bridge`) and the
 //! `ojs-adapter-rails` gem. It converts types and nothing else: every rule lives in the core.
 //!
-//! Shape of the line, dictated by uniffi's Ruby backend (docs toolchain.md):
-//! - what runs once per job or per commit (staging for `enqueue_after_commit` and
-//!   `enqueue_bulk`, the after-commit wake-up) is plain C entry points (`hot.rs`), because
-//!   uniffi's Ruby side costs more per call than the INSERT they prepare; a `NativeAdapter`
-//!   hands out the ids they take (`registry_id`, `stager`);
-//! - other cheap calls that never touch the network or the relay's database
-//!   (`create_table_sql`, `metrics_json`, ...) are synchronous methods of `NativeAdapter`;
-//! - calls that block on I/O are `async` top-level functions taking the adapter handle
-//!   (`adapter_<verb>`). Ruby's ffi keeps the GVL during a synchronous call, so blocking work
-//!   runs on a thread of its own and the Ruby caller waits on a future, which releases the GVL.
+//! One FFI mechanism, one handle system, one error channel, one panic channel:
+//! - the native class is uniffi's `Bridge` (its methods named and ordered as
+//!   `ojs_bridge::Bridge`'s); a `Stager` (uniffi object too) is a Bridge bound to one dialect
+//!   and placeholder style, for the per-job calls;
+//! - every error crosses as uniffi's `NativeError::Failure { json }`, the JSON text of
+//!   `Error::to_json` (`{"code", "field", "message", "retryable", "family"}`), decoded by one
+//!   Ruby function (`OJS::Error.from_json`); a panic is uniffi's "unexpected error" status;
+//! - the calls made once per job or per commit (`hot.rs`) are exported from this library as C
+//!   functions, because uniffi's generated Ruby lowers a string byte by byte (measured:
+//!   docs/rails.md, "Performance"). They take the uniffi handles of `Bridge`/`Stager` (borrowed,
+//!   no registry of their own) and uniffi's `RustCallStatus` (`uniffi::rust_call`: the same
+//!   error and panic channel); their answers are the core's encodings
+//!   (`StagedJob::encode`, `Staged::to_json`, `encode_ids`). `lib/ojs/native.rb` binds them,
+//!   and `test/native_signature_test.rb` checks the bindings against the declarations;
+//! - cheap calls that never touch the network or the relay's database are synchronous methods;
+//!   calls that block on I/O are `async` top-level functions taking the Bridge
+//!   (`bridge_<verb>`): Ruby's ffi keeps the GVL during a synchronous call, so blocking work runs
+//!   on a thread of its own and the Ruby caller waits on a future, which releases the GVL.
 //!   uniffi does not generate async methods on objects for Ruby, hence the flat functions.
 
-use std::sync::{Arc, Mutex};
-
-use ojs_bridge::Bridge;
-use ojs_outbox::ErrorCode;
+use std::sync::Arc;
 
 mod hot;
 
 uniffi::setup_scaffolding!();
 
-/// Every core error, with the stable code of `docs/errors.md`.
+/// Every core error: the JSON text of `ojs_outbox::Error::to_json`.
 #[derive(Debug, uniffi::Error)]
 pub enum NativeError {
-    Failure {
-        code: String,
-        field: Option<String>,
-        message: String,
-        retryable: bool,
-    },
+    Failure { json: String },
 }
 
 impl std::fmt::Display for NativeError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let NativeError::Failure { code, message, .. } = self;
-        write!(f, "[{code}] {message}")
+        let NativeError::Failure { json } = self;
+        f.write_str(json)
     }
 }
 
@@ -45,33 +45,24 @@ impl std::error::Error for NativeError {}
 impl From<ojs_outbox::Error> for NativeError {
     fn from(error: ojs_outbox::Error) -> Self {
         NativeError::Failure {
-            code: error.code.as_str().to_owned(),
-            field: error.field,
-            message: error.message,
-            retryable: error.code.retryable(),
+            json: error.to_json(),
         }
     }
 }
 
 type NativeResult<T> = Result<T, NativeError>;
 
-/// One error code of the core and whether retrying the same call may succeed.
-#[derive(Debug, uniffi::Record)]
-pub struct ErrorCodeInfo {
-    pub code: String,
-    pub retryable: bool,
+/// The core's error codes with their family and retryable flag (`error::codes_json`), so the
+/// gem's tests check its exception classes against the core's list.
+#[uniffi::export]
+pub fn error_codes_json() -> String {
+    ojs_outbox::error::codes_json()
 }
 
-/// The core's error codes, so the gem builds its exception classes from the core's list.
+/// The workspace version this library was built from (`[workspace.package] version`).
 #[uniffi::export]
-pub fn error_codes() -> Vec<ErrorCodeInfo> {
-    ErrorCode::ALL
-        .iter()
-        .map(|code| ErrorCodeInfo {
-            code: code.as_str().to_owned(),
-            retryable: code.retryable(),
-        })
-        .collect()
+pub fn version() -> String {
+    env!("CARGO_PKG_VERSION").to_owned()
 }
 
 /// The core's code for a database error raised by ActiveRecord's driver while staging (pg's
@@ -84,28 +75,58 @@ pub fn database_error_code(sqlstate: Option<String>, message: String) -> String 
         .to_owned()
 }
 
-/// One configured adapter (`bridge::Bridge`) per application.
-#[derive(uniffi::Object)]
-pub struct NativeAdapter {
-    inner: Arc<Bridge>,
-    /// This adapter's id in the registry of the C entry points (`hot.rs`).
-    registry_id: u64,
-    /// The stager ids it handed out for them.
-    stagers: Mutex<Vec<u64>>,
+/// The relay's database URL from ActiveRecord's connection settings (`db_url::ConnectionParts`
+/// as JSON).
+#[uniffi::export]
+pub fn database_url_from_parts(parts_json: String) -> NativeResult<String> {
+    Ok(ojs_bridge::database_url_from_parts(&parts_json)?)
 }
 
-impl Drop for NativeAdapter {
-    fn drop(&mut self) {
-        let ids = self
-            .stagers
-            .get_mut()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        hot::unregister(self.registry_id, ids);
-    }
+/// The request headers the middleware passes in the context's `"headers"` (lowercase).
+#[uniffi::export]
+pub fn context_header_names() -> Vec<String> {
+    ojs_bridge::context_header_names()
+}
+
+/// The error (as `Error::to_json` text) for a value Ruby cannot turn into JSON: `part` is
+/// `args`, `options`, `meta`, `context` or `type`, `path` where the value is.
+#[uniffi::export]
+pub fn unencodable(part: String, path: String, why: String) -> String {
+    ojs_bridge::unencodable(&part, &path, &why).to_json()
+}
+
+/// The error (as `Error::to_json` text) for a setting `key` that is none of `accepted` (the
+/// gem's setting names), naming the accepted spelling when `key` is a near miss of one.
+#[uniffi::export]
+pub fn unknown_option_error(key: String, accepted: Vec<String>) -> String {
+    ojs_bridge::unknown_option_error(&key, &accepted).to_json()
+}
+
+/// What an operator command printed and its exit code (`admin::Report`).
+#[derive(Debug, uniffi::Record)]
+pub struct Report {
+    pub exit_code: i32,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+/// One configured `ojs_bridge::Bridge` per application.
+#[derive(uniffi::Object)]
+pub struct Bridge {
+    inner: Arc<ojs_bridge::Bridge>,
+}
+
+/// A Bridge staging for one host connection kind (dialect and placeholder style, checked by
+/// the core on each call): the handle of the per-job calls (`hot.rs`).
+#[derive(uniffi::Object)]
+pub struct Stager {
+    bridge: Arc<ojs_bridge::Bridge>,
+    dialect: String,
+    placeholder: String,
 }
 
 #[uniffi::export]
-impl NativeAdapter {
+impl Bridge {
     /// Parses the spec §5.2 configuration (JSON text) as the host runs (`config::Host`):
     /// `development` (Rails' development environment), `url_setting` (named when the backend
     /// URL is missing), `needs_backend` (false for a DDL-only handle). No I/O.
@@ -121,21 +142,17 @@ impl NativeAdapter {
             url_setting: &url_setting,
             needs_backend,
         };
-        let inner = Arc::new(Bridge::for_host(&config_json, &host)?);
-        Ok(Arc::new(NativeAdapter {
-            registry_id: hot::register_adapter(&inner),
-            inner,
-            stagers: Mutex::new(Vec::new()),
-        }))
-    }
-
-    pub fn table_name(&self) -> String {
-        self.inner.table_name().to_owned()
+        let inner = Arc::new(ojs_bridge::Bridge::for_host(&config_json, &host)?);
+        Ok(Arc::new(Bridge { inner }))
     }
 
     /// The line to log once (warn) when the development default URL was taken, else nil.
     pub fn notice(&self) -> Option<String> {
         self.inner.notice().map(str::to_owned)
+    }
+
+    pub fn table_name(&self) -> String {
+        self.inner.table_name().to_owned()
     }
 
     pub fn relay_in_process(&self) -> bool {
@@ -146,41 +163,36 @@ impl NativeAdapter {
         Ok(self.inner.create_table_sql(&dialect)?)
     }
 
-    /// An id for `ojs_ruby_stage_job` / `ojs_ruby_stage` (`hot.rs`) that stages with this
-    /// adapter in a dialect and placeholder style (checked by the core on each call). Valid
-    /// while this adapter lives.
-    pub fn stager(&self, dialect: String, placeholder: String) -> u64 {
-        let id = hot::register_stager(&self.inner, dialect, placeholder);
-        self.stagers
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .push(id);
-        id
+    pub fn drop_table_sql(&self, dialect: String) -> NativeResult<String> {
+        Ok(self.inner.drop_table_sql(&dialect)?)
     }
 
-    /// This adapter's id for `ojs_ruby_notify_committed` (`hot.rs`): the after-commit wake-up,
-    /// which would cost several µs per job id through uniffi's Ruby side. Valid while this
-    /// adapter lives.
-    pub fn registry_id(&self) -> u64 {
-        self.registry_id
-    }
-
-    pub fn metrics_json(&self) -> String {
-        self.inner.metrics_json()
+    /// The handle of `ojs_ruby_bridge_stage` / `ojs_ruby_bridge_stage_job` (`hot.rs`) for
+    /// this dialect and placeholder style.
+    pub fn stager(&self, dialect: String, placeholder: String) -> Arc<Stager> {
+        Arc::new(Stager {
+            bridge: Arc::clone(&self.inner),
+            dialect,
+            placeholder,
+        })
     }
 
     /// Abrupt stop, as a crash: no flush, leases stay until they expire (tests of recovery).
     pub fn kill_relay(&self) {
         self.inner.kill_relay();
     }
+
+    pub fn metrics_json(&self) -> String {
+        self.inner.metrics_json()
+    }
 }
 
 /// Runs blocking core work on a thread of its own; the returned future completes with it.
 async fn off_thread<T: Send + 'static>(
-    adapter: &Arc<NativeAdapter>,
-    work: impl FnOnce(&Bridge) -> T + Send + 'static,
+    bridge: &Arc<Bridge>,
+    work: impl FnOnce(&ojs_bridge::Bridge) -> T + Send + 'static,
 ) -> T {
-    let inner = Arc::clone(&adapter.inner);
+    let inner = Arc::clone(&bridge.inner);
     let (sender, receiver) = tokio::sync::oneshot::channel();
     std::thread::Builder::new()
         .name("ojs-ruby-call".into())
@@ -192,88 +204,99 @@ async fn off_thread<T: Send + 'static>(
 }
 
 #[uniffi::export]
-pub async fn adapter_start_relay(adapter: Arc<NativeAdapter>) -> NativeResult<()> {
-    Ok(off_thread(&adapter, |inner| inner.start_relay()).await?)
+pub async fn bridge_start_relay(bridge: Arc<Bridge>) -> NativeResult<()> {
+    Ok(off_thread(&bridge, |inner| inner.start_relay()).await?)
 }
 
 #[uniffi::export]
-pub async fn adapter_stop_relay(adapter: Arc<NativeAdapter>) {
-    off_thread(&adapter, |inner| inner.stop_relay()).await
+pub async fn bridge_stop_relay(bridge: Arc<Bridge>) {
+    off_thread(&bridge, |inner| inner.stop_relay()).await
 }
 
 #[uniffi::export]
-pub async fn adapter_enqueue_now(
-    adapter: Arc<NativeAdapter>,
+pub async fn bridge_close(bridge: Arc<Bridge>) {
+    off_thread(&bridge, |inner| inner.close()).await
+}
+
+#[uniffi::export]
+pub async fn bridge_enqueue_now(
+    bridge: Arc<Bridge>,
     job_json: String,
     context_json: Option<String>,
 ) -> NativeResult<String> {
-    Ok(off_thread(&adapter, move |inner| {
+    Ok(off_thread(&bridge, move |inner| {
         inner.enqueue_now(&job_json, context_json.as_deref())
     })
     .await?)
 }
 
 #[uniffi::export]
-pub async fn adapter_prune(adapter: Arc<NativeAdapter>, older_than: String) -> NativeResult<u64> {
-    Ok(off_thread(&adapter, move |inner| inner.prune(&older_than)).await?)
+pub async fn bridge_prune(bridge: Arc<Bridge>, older_than: String) -> NativeResult<u64> {
+    Ok(off_thread(&bridge, move |inner| inner.prune(&older_than)).await?)
 }
 
 #[uniffi::export]
-pub async fn adapter_migrate(adapter: Arc<NativeAdapter>) -> NativeResult<()> {
-    Ok(off_thread(&adapter, |inner| inner.migrate()).await?)
+pub async fn bridge_migrate(bridge: Arc<Bridge>) -> NativeResult<()> {
+    Ok(off_thread(&bridge, |inner| inner.migrate()).await?)
 }
 
 #[uniffi::export]
-pub async fn adapter_status_json(adapter: Arc<NativeAdapter>) -> NativeResult<String> {
-    Ok(off_thread(&adapter, |inner| inner.status_json()).await?)
+pub async fn bridge_status_json(bridge: Arc<Bridge>) -> NativeResult<String> {
+    Ok(off_thread(&bridge, |inner| inner.status_json()).await?)
 }
 
 #[uniffi::export]
-pub async fn adapter_dead_list_json(
-    adapter: Arc<NativeAdapter>,
+pub async fn bridge_dead_list_json(
+    bridge: Arc<Bridge>,
     tenant: Option<String>,
     limit: Option<u32>,
 ) -> NativeResult<String> {
-    Ok(off_thread(&adapter, move |inner| {
+    Ok(off_thread(&bridge, move |inner| {
         inner.dead_list_json(tenant.as_deref(), limit)
     })
     .await?)
 }
 
 #[uniffi::export]
-pub async fn adapter_dead_replay(
-    adapter: Arc<NativeAdapter>,
-    tenant: Option<String>,
-) -> NativeResult<u64> {
-    Ok(off_thread(&adapter, move |inner| inner.dead_replay(tenant.as_deref())).await?)
+pub async fn bridge_dead_replay(bridge: Arc<Bridge>, tenant: Option<String>) -> NativeResult<u64> {
+    Ok(off_thread(&bridge, move |inner| inner.dead_replay(tenant.as_deref())).await?)
 }
 
 #[uniffi::export]
-pub async fn adapter_dead_purge(
-    adapter: Arc<NativeAdapter>,
-    tenant: Option<String>,
-) -> NativeResult<u64> {
-    Ok(off_thread(&adapter, move |inner| inner.dead_purge(tenant.as_deref())).await?)
+pub async fn bridge_dead_purge(bridge: Arc<Bridge>, tenant: Option<String>) -> NativeResult<u64> {
+    Ok(off_thread(&bridge, move |inner| inner.dead_purge(tenant.as_deref())).await?)
 }
 
+/// An operator command (`admin::Command` as JSON) of `rake ojs:status` / `ojs:dead:*`.
 #[uniffi::export]
-pub async fn adapter_rows_json(
-    adapter: Arc<NativeAdapter>,
-    job_ids: Vec<String>,
-) -> NativeResult<String> {
-    Ok(off_thread(&adapter, move |inner| inner.rows_json(job_ids)).await?)
+pub async fn bridge_admin(bridge: Arc<Bridge>, command_json: String) -> NativeResult<Report> {
+    let report = off_thread(&bridge, move |inner| inner.admin(&command_json)).await?;
+    Ok(Report {
+        exit_code: report.exit_code,
+        stdout: report.stdout,
+        stderr: report.stderr,
+    })
+}
+
+/// The committed state of these jobs' rows (ids as `ojs_bridge::encode_ids` text), as JSON.
+#[uniffi::export]
+pub async fn bridge_outbox_rows_json(bridge: Arc<Bridge>, job_ids: String) -> NativeResult<String> {
+    Ok(off_thread(&bridge, move |inner| {
+        inner.rows_json(ojs_bridge::decode_ids(&job_ids))
+    })
+    .await?)
 }
 
 /// Runs the relay as the process's only job until SIGINT/SIGTERM (`rake ojs:relay`).
 #[uniffi::export]
-pub async fn adapter_run_relay_until_signal(adapter: Arc<NativeAdapter>) -> NativeResult<()> {
-    Ok(off_thread(&adapter, |inner| inner.run_relay_until_signal()).await?)
+pub async fn bridge_run_relay_until_signal(bridge: Arc<Bridge>) -> NativeResult<()> {
+    Ok(off_thread(&bridge, |inner| inner.run_relay_until_signal()).await?)
 }
 
 /// From now on SIGINT and SIGTERM no longer kill the process but stop
-/// `adapter_run_relay_until_signal` gracefully, also one that arrives before the relay runs
-/// (`ojs_bridge::arm_stop_signals`). Called first thing by `rake ojs:relay`, after
-/// its Ruby traps (the core's handlers chain to them). Idempotent.
+/// `bridge_run_relay_until_signal` gracefully, also one that arrives before the relay runs
+/// (`ojs_bridge::arm_stop_signals`). Called first thing by `rake ojs:relay`, after its Ruby
+/// traps (the core's handlers chain to them). Idempotent.
 #[uniffi::export]
 pub fn arm_stop_signals() -> NativeResult<()> {
     Ok(ojs_bridge::arm_stop_signals()?)
@@ -289,7 +312,7 @@ pub struct LogRecord {
     pub table: String,
 }
 
-/// Turns the relay's log feed on for this process (`bridge::enable_log_feed`). Idempotent.
+/// Turns the relay's log feed on for this process (`ojs_bridge::enable_log_feed`). Idempotent.
 #[uniffi::export]
 pub fn enable_log_feed() {
     ojs_bridge::enable_log_feed();

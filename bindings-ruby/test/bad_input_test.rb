@@ -95,13 +95,37 @@ class BadInputTest < Minitest::Test
     assert_match(/\Ajobs\[1\]: type/, error.message)
   end
 
-  def test_every_core_code_has_a_class_with_its_retryable_flag
-    assert_equal OJS::Native.error_codes.map(&:code).sort, OJS::Error::CLASSES.keys.sort
-    OJS::Native.error_codes.each do |info|
-      error = OJS::Error.for_code(info.code, "m")
-      assert_instance_of OJS::Error::CLASSES.fetch(info.code), error
-      assert_equal info.retryable, error.retryable?
-      assert_kind_of StandardError, error
+  # docs/errors.md's table: every code of the core (`error::codes_json`) is its class, below its
+  # family's class (ValidationError, ConfigurationError, DatabaseError, BackendError; the
+  # transaction and relay families' one code each directly below OJS::Error), with the core's
+  # retryable flag; decoded from the core's error JSON by the one decoder.
+  EXPECTED_CLASSES = {
+    "INVALID_JOB_TYPE" => "InvalidJobType", "INVALID_QUEUE" => "InvalidQueue", "INVALID_ARGS" => "InvalidArgs",
+    "INVALID_OPTIONS" => "InvalidOptions", "INVALID_META" => "InvalidMeta", "PAYLOAD_TOO_LARGE" => "PayloadTooLarge",
+    "INVALID_CONFIG" => "InvalidConfig", "INVALID_DATABASE_URL" => "InvalidDatabaseUrl",
+    "OUTBOX_TABLE_MISSING" => "OutboxTableMissing", "DATABASE" => "DatabaseError",
+    "BACKEND_UNAVAILABLE" => "BackendUnavailable", "BACKEND_REJECTED" => "BackendRejected",
+    "NO_TRANSACTION" => "NoTransaction", "RELAY_SHUT_DOWN" => "RelayShutDown"
+  }.freeze
+  FAMILY_CLASSES = { "validation" => "ValidationError", "configuration" => "ConfigurationError",
+                     "database" => "DatabaseError", "backend" => "BackendError",
+                     "transaction" => "Error", "relay" => "Error" }.freeze
+
+  def test_every_core_code_is_its_class_below_its_family
+    codes = JSON.parse(OJS::Native.error_codes_json)
+    assert_equal EXPECTED_CLASSES.keys.sort, codes.map { |info| info["code"] }.sort
+    assert_equal codes.map { |info| info["code"] }.sort, OJS::Error::CLASSES.keys.sort
+    codes.each do |info|
+      klass = OJS.const_get(EXPECTED_CLASSES.fetch(info["code"]))
+      family = OJS.const_get(FAMILY_CLASSES.fetch(info["family"]))
+      json = JSON.generate("code" => info["code"], "field" => "f", "message" => "m",
+                           "retryable" => info["retryable"], "family" => info["family"])
+      error = OJS::Error.from_json(json)
+      assert_instance_of klass, error, info
+      assert_operator klass, :<=, family, "#{klass} derives from #{family}"
+      assert_operator klass, :<=, OJS::Error
+      assert_equal [info["code"], "f", "m", info["retryable"]], [error.code, error.field, error.message, error.retryable?]
+      assert_equal info["retryable"], OJS::Error.for_code(info["code"], "m").retryable?
     end
     assert_same OJS::Error, OJS::OJSError
   end

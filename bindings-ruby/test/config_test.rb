@@ -49,13 +49,22 @@ class ConfigTest < Minitest::Test
       @log.truncate(0)
       @log.rewind
       OJS.configure { |c| c.relay = :external }
-      OJS.adapter # the configured adapter: no second warning
+      OJS.client # the configured client: no second warning
       warnings = @log.string.lines.grep(/no OJS backend URL is set/)
       assert_equal 1, warnings.size, @log.string
       assert_match(/WARN/, warnings[0])
       assert_includes warnings[0], "http://localhost:8080"
       assert_includes warnings[0], SETTING
     end
+  end
+
+  # A removed or misspelled setting is an error naming it, never silently ignored.
+  def test_an_unknown_or_renamed_setting_is_refused
+    error = assert_raises(OJS::InvalidConfig) { OJS.configure { |c| c.start_relay_on_first_use = false } }
+    assert_includes error.message, "config.auto_start"
+    error = assert_raises(OJS::InvalidConfig) { OJS.configure { |c| c.autostart = false } }
+    assert_equal "config.autostart", error.field
+    assert_includes error.message, "config.auto_start" # the core's near miss
   end
 
   def test_a_url_that_is_set_is_used_without_a_word_in_development

@@ -15,7 +15,7 @@ class DatabaseErrorTest < Minitest::Test
     OJS.configure do |config|
       config.url = TestSupport.devserver.url
       config.outbox_table = TABLE
-      config.start_relay_on_first_use = false
+      config.auto_start = false
     end
   end
 
@@ -28,7 +28,7 @@ class DatabaseErrorTest < Minitest::Test
   end
 
   def core_retryable(code)
-    OJS::Native.error_codes.find { |info| info.code == code }.retryable
+    JSON.parse(OJS::Native.error_codes_json).find { |info| info["code"] == code }["retryable"]
   end
 
   TestSupport.databases.each do |database|
@@ -50,7 +50,7 @@ class DatabaseErrorTest < Minitest::Test
         calls.each do |description, call|
           error = assert_raises(OJS::OutboxTableMissing, description) { call.call }
           assert_equal "OUTBOX_TABLE_MISSING", error.code, description
-          assert_kind_of OJS::ConfigurationError, error, description
+          assert_kind_of OJS::DatabaseError, error, description
           assert_equal core_retryable("OUTBOX_TABLE_MISSING"), error.retryable?, description
           assert_kind_of ActiveRecord::StatementInvalid, error.cause, description
           assert_includes error.message, TABLE, description

@@ -64,6 +64,22 @@ class MiddlewareTest < Minitest::Test
     end
   end
 
+  # The middleware passes the headers the core names and Rails' own request id, which wins
+  # over X-Request-ID; the core maps them (trimmed values, the first Accept-Language tag).
+  def test_rails_request_id_wins_and_the_core_maps_the_headers
+    with_rails_id = ->(env) { env["action_dispatch.request_id"] = "rails-req-1"; OJS::Middleware.new(SIGNUP).call(env) }
+    response = request(with_rails_id, "X-Request-ID" => "req-7", "X-OJS-Tenant" => "  acme  ",
+                                      "Accept-Language" => " de-CH;q=0.9, en")
+    ids = JSON.parse(response.body)
+    TestSupport.devserver.wait_for(ids).each do |job|
+      assert_equal "rails-req-1", job["meta"]["ojs.context.request_id"], job
+      assert_equal "acme", job["meta"]["tenant_id"]
+      assert_equal "de-CH", job["meta"]["ojs.context.locale"]
+    end
+    context = OJS::Middleware.new(SIGNUP).context_for("HTTP_TRACEPARENT" => TRACEPARENT, "HTTP_X_OTHER" => "x")
+    assert_equal({ "traceparent" => TRACEPARENT }, context[:headers], "only the headers the core names")
+  end
+
   def test_no_context_outside_a_request
     request(OJS::Middleware.new(SIGNUP), "X-Request-ID" => "req-1")
     assert_nil OJS.context
@@ -81,8 +97,8 @@ class MiddlewareTest < Minitest::Test
     app = lambda do |env|
       arrived << true
       go.pop # both requests are in flight
-      seen << [env["HTTP_X_REQUEST_ID"], OJS.context[:request_id]]
-      Fiber.new { seen << [:fiber, OJS.context&.fetch(:request_id)] }.resume
+      seen << [env["HTTP_X_REQUEST_ID"], OJS.context[:headers]["x-request-id"]]
+      Fiber.new { seen << [:fiber, OJS.context&.fetch(:headers)&.fetch("x-request-id")] }.resume
       [200, {}, [""]]
     end
     threads = %w[req-a req-b].map do |id|

@@ -12,6 +12,7 @@ require "open3"
 require "socket"
 require "sqlite3"
 require "timeout"
+require "net/http"
 
 class RailsAppTest < Minitest::Test
   EXAMPLE = File.join(TestSupport::ROOT, "bindings-ruby", "example")
@@ -49,7 +50,7 @@ class RailsAppTest < Minitest::Test
 
     output, = rails("runner", <<~RUBY)
       raise "middleware missing" unless Rails.application.middleware.include?(OJS::Middleware)
-      raise "relay should be external" if OJS.adapter.relay_in_process?
+      raise "relay should be external" if OJS.client.relay_in_process?
       ActiveRecord::Base.transaction do
         OJS.enqueue_after_commit("email.welcome", [1])
         OJS.enqueue_after_commit("poison.job", [2])
@@ -96,7 +97,7 @@ class RailsAppTest < Minitest::Test
   def test_generated_initializer_without_ojs_url
     rails("generate", "ojs:install")
     @env = @env.merge("OJS_URL" => nil)
-    output, = rails("runner", "puts OJS.adapter.table_name")
+    output, = rails("runner", "puts OJS.client.table_name")
     warnings = output.lines.grep(/no OJS backend URL is set/)
     assert_equal 1, warnings.size, output
     assert_includes warnings[0], "http://localhost:8080"
@@ -108,6 +109,90 @@ class RailsAppTest < Minitest::Test
     refute status.success?, output
     refute_includes output, "booted"
     assert_match(/adapter\.ojs_url: no OJS backend URL is set: set config\.ojs_url/, output)
+  end
+
+  # --- config.auto_start in a serving process --------------------------------------------------
+
+  # A probe in front of OJS::Middleware (so asking it starts nothing): this process's relay
+  # metrics (nil: no relay runs here); with ?fork, after an async call of the gem in this
+  # process, the same from a forked child (ActiveSupport::ForkTracker), whose async call must
+  # answer too (ffi issue #1114 hung it).
+  PROBE = <<~'RUBY'
+    class OjsProbe
+      def initialize(app)
+        @app = app
+      end
+
+      def call(env)
+        return @app.call(env) unless env["PATH_INFO"] == "/_ojs_probe"
+
+        probe = { "ffi" => FFI::VERSION, "pid" => Process.pid, "metrics" => OJS.client.metrics }
+        probe["child"] = forked_probe if env["QUERY_STRING"] == "fork"
+        [200, { "content-type" => "application/json" }, [JSON.generate(probe)]]
+      end
+
+      def forked_probe
+        OJS.status # an async call in the parent before the fork
+        reader, writer = IO.pipe
+        pid = fork do
+          reader.close
+          child = { "metrics" => OJS.client.metrics, "pending" => OJS.status.fetch("pending") }
+          writer.write(JSON.generate(child))
+          writer.close
+          exit!(0)
+        end
+        writer.close
+        ready = IO.select([reader], nil, nil, 30)
+        answer = ready ? reader.read : nil
+        Process.kill("KILL", pid) unless ready
+        Process.wait(pid)
+        answer ? JSON.parse(answer) : { "hung" => true }
+      end
+    end
+    Rails.application.config.middleware.insert_before OJS::Middleware, OjsProbe
+  RUBY
+
+  def boot_start_expected?
+    Gem::Version.new(FFI::VERSION) >= Gem::Version.new("1.17.0")
+  end
+
+  # GET path on the server, retried until it answers (the server booting) within PATIENCE.
+  def server_get(port, path)
+    TestSupport.wait_until("the server answering #{path}", every: 0.1) do
+      Net::HTTP.get_response(URI("http://127.0.0.1:#{port}#{path}"))
+    rescue SystemCallError, EOFError, Net::ReadTimeout
+      nil
+    end
+  end
+
+  # A real `rails server`: with ffi >= 1.17.0 its relay runs before the first request, and a
+  # forked child runs its own (its async calls answer); with an older ffi the relay starts on
+  # the first request (the lazy start, docs/rails.md "Relay modes").
+  def test_auto_start_in_a_rails_server
+    rails("generate", "ojs:install")
+    rails("db:migrate")
+    File.write(File.join(@app, "config/initializers/zz_probe.rb"), PROBE)
+    port = TCPServer.open("127.0.0.1", 0) { |server| server.addr[1] }
+    log = File.join(TestSupport::TMP, "rails_server.log")
+    pid = Process.spawn(@env, RbConfig.ruby, "bin/rails", "server", "-u", "webrick", "-b", "127.0.0.1",
+                        "-p", port.to_s, chdir: @app, %i[out err] => [log, "w"])
+    first = JSON.parse(server_get(port, "/_ojs_probe").body)
+    if boot_start_expected?
+      refute_nil first["metrics"], "ffi #{first['ffi']}: the relay runs before the first request\n#{File.read(log)}"
+      child = JSON.parse(server_get(port, "/_ojs_probe?fork").body)["child"]
+      refute child["hung"], "the forked child's async call hung (ffi issue #1114)"
+      refute_nil child["metrics"], "the forked child runs its own relay: #{child}"
+      assert_equal 0, child["pending"]
+    else
+      assert_nil first["metrics"], "ffi #{first['ffi']}: no start at boot (lazy start)"
+      server_get(port, "/") # any request passes OJS::Middleware
+      refute_nil JSON.parse(server_get(port, "/_ojs_probe").body)["metrics"], "started by the first request"
+    end
+  ensure
+    if pid
+      Process.kill("TERM", pid)
+      Process.wait(pid)
+    end
   end
 
   # --- ojs:relay and SIGTERM, whenever it arrives ---------------------------------------------

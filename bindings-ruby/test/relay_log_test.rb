@@ -29,7 +29,7 @@ class RelayLogTest < Minitest::Test
       config.outbox_table = table
       config.outbox_options = { poll_interval: "PT0.1S" }
       config.relay_options = { initial_backoff: "PT0.05S", max_backoff: "PT0.2S" }
-      config.start_relay_on_first_use = false
+      config.auto_start = false
       config.logger = logger
     end
     OJS::Migration.create_outbox_table
@@ -68,7 +68,7 @@ class RelayLogTest < Minitest::Test
       line = logged_line(io, /\AERROR /)
       assert_includes line, "outbox relay: job #{job_id} (poison.job) is dead"
       assert_includes line, "invalid_request"
-      assert_equal "dead", OJS.adapter.rows([job_id]).dig(job_id, "status")
+      assert_equal "dead", OJS.outbox_rows([job_id]).dig(job_id, "status")
     ensure
       TestSupport.devserver.call(:delete, "/_dev/faults")
       OJS.stop_relay

@@ -111,7 +111,7 @@ class SchemaDumpTest < Minitest::Test
     OJS.configure do |config|
       config.url = TestSupport.devserver.url
       config.outbox_table = TABLE
-      config.start_relay_on_first_use = false
+      config.auto_start = false
     end
     OJS::Migration.create_outbox_table
     describe(kind, env)

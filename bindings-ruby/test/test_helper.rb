@@ -159,7 +159,7 @@ module TestSupport
         config.outbox_table = table
         config.outbox_options = { poll_interval: "PT0.2S" }.merge(outbox)
         config.relay_options = { initial_backoff: "PT0.05S", max_backoff: "PT0.5S" }.merge(relay)
-        config.start_relay_on_first_use = false
+        config.auto_start = false
       end
       OJS::Migration.create_outbox_table
       OJS.start_relay if start_relay

@@ -1,7 +1,5 @@
 # frozen_string_literal: true
 
-require "uri"
-
 module OJS
   # Settings in the shape of the spec's §8.1 example, turned into the core's adapter
   # configuration (spec §5.2 JSON). Only what is set is passed on: every default and every
@@ -18,7 +16,10 @@ module OJS
   #     config.outbox_options = { poll_interval: "PT1S", batch_size: 100 } # adapter.outbox.*
   #     config.relay_options = { max_attempts: 10 }                          # adapter.relay.*
   #     config.logger = Rails.logger              # where the relay's records go (the default)
+  #     config.auto_start = true                  # the in-process relay starts by itself
   #   end
+  #
+  # A setting that does not exist (a misspelling, a removed name) raises OJS::InvalidConfig.
   class Configuration
     # How an application sets the backend URL, named by the core when it is missing.
     URL_SETTING = "config.ojs_url (config.url) in OJS.configure"
@@ -40,9 +41,10 @@ module OJS
     attr_accessor :outbox_options, :relay_options
     # The ActiveRecord class whose connection stages the rows (ActiveRecord::Base by default).
     attr_writer :connection_class
-    # Start the in-process relay in each process on its first enqueue (true), or only when
-    # OJS.start_relay is called (false). The Railtie keeps true.
-    attr_accessor :start_relay_on_first_use
+    # true (the default): the in-process relay starts by itself in each process (at boot of a
+    # serving process where that is safe, else on the first request or enqueue; again in a
+    # forked child). false: only when the application calls OJS.start_relay.
+    attr_accessor :auto_start
     # A callable `->(env) { id }` giving the current user's id for the request context; the
     # middleware falls back to `env["warden"].user.id` (Devise) when this is nil.
     attr_accessor :current_user_id
@@ -55,11 +57,30 @@ module OJS
       @adapter = :active_record
       @outbox_options = {}
       @relay_options = {}
-      @start_relay_on_first_use = true
+      @auto_start = true
     end
 
     alias ojs_url url
     alias ojs_url= url=
+
+    # The settings of this class, as `config.<name> =` spells them.
+    SETTINGS = %w[url ojs_url adapter outbox_table database_url auth_token relay outbox_options relay_options
+                  connection_class auto_start current_user_id logger].freeze
+    # Names this gem used before, and what they are now.
+    RENAMED = { "start_relay_on_first_use" => "auto_start" }.freeze
+
+    # `config.<unknown> = value` is an error naming the setting (the core's near-miss rule), never
+    # silently ignored.
+    def method_missing(name, *args, &block)
+      setting = name.to_s
+      return super unless setting.end_with?("=") && args.length == 1
+
+      key = setting.delete_suffix("=")
+      error = OJS::Error.from_json(OJS::Native.unknown_option_error("config.#{key}", SETTINGS.map { |s| "config.#{s}" }))
+      raise error unless RENAMED.key?(key)
+
+      raise InvalidConfig.new("config.#{key}: renamed config.#{RENAMED[key]}", field: error.field)
+    end
 
     # Whether the application runs in development mode, as the core is told (a missing URL
     # then takes the core's development default, with a warning): Rails.env.development?, or
@@ -95,7 +116,7 @@ module OJS
       }.compact
       core["outbox"] = outbox unless outbox.empty?
       core["relay"] = relay_section unless relay_section.empty?
-      JSONValue.dump({ "adapter" => core }, code: "INVALID_CONFIG", field: "config")
+      JSONValue.dump({ "adapter" => core }, "config")
     end
 
     # An external relay has its own settings: a URL that cannot be derived is no error then.
@@ -105,71 +126,34 @@ module OJS
       raise unless relay.to_s == "external"
     end
 
-    # The relay's database URL from ActiveRecord's configuration of `connection_class`
-    # (language glue: the relay opens its own connection to the application's database).
+    # The relay's database URL from ActiveRecord's configuration of `connection_class`: the
+    # connection settings as ActiveRecord has them, the URL by the core's rule
+    # (`ojs_bridge::database_url_from_parts`).
     def derived_database_url
       return nil unless defined?(::ActiveRecord::Base)
 
       db_config = connection_class.connection_db_config
-      OJS::Configuration.database_url_from(db_config.configuration_hash)
+      OJS.native_call { Native.database_url_from_parts(JSON.generate(Configuration.connection_parts(db_config.configuration_hash))) }
     rescue ::ActiveRecord::ConnectionNotEstablished
       nil
     end
 
-    def self.database_url_from(config)
+    # ActiveRecord's connection settings as the core's `db_url::ConnectionParts`.
+    def self.connection_parts(config)
       config = config.transform_keys(&:to_sym)
-      return normalize_url(config[:url]) if config[:url]
-
-      adapter = config[:adapter].to_s
-      case adapter
-      when /sqlite/
-        database = config[:database].to_s
-        if database.empty? || database == ":memory:" || database.include?("mode=memory")
-          raise InvalidDatabaseUrl.new(
-            "database_url: an in-memory SQLite database cannot be shared with the relay; " \
-            "use a file, or set config.database_url",
-            field: "database_url"
-          )
-        end
-        root = defined?(::Rails) && ::Rails.respond_to?(:root) && ::Rails.root ? ::Rails.root.to_s : Dir.pwd
-        "sqlite://#{File.expand_path(database.delete_prefix('file:'), root)}"
-      when /postg/
-        postgres_url(config)
-      else
-        raise InvalidDatabaseUrl.new(
-          "database_url: cannot derive the relay's URL from ActiveRecord adapter #{adapter.inspect} " \
-          "(postgresql and sqlite3 are supported); set config.database_url",
-          field: "database_url"
-        )
-      end
-    end
-
-    def self.postgres_url(config)
-      userinfo = config[:username] && URI.encode_www_form_component(config[:username].to_s)
-      if userinfo && config[:password]
-        userinfo += ":#{URI.encode_www_form_component(config[:password].to_s)}"
-      end
-      host = config[:host].to_s
-      query = {}
-      if host.start_with?("/")
-        query["host"] = host
-        host = "localhost"
-      end
-      host = "localhost" if host.empty?
-      query["sslmode"] = config[:sslmode].to_s if config[:sslmode]
-      url = +"postgres://"
-      url << "#{userinfo}@" if userinfo
-      url << host
-      url << ":#{config[:port]}" if config[:port]
-      url << "/#{URI.encode_www_form_component(config[:database].to_s)}" if config[:database]
-      url << "?#{URI.encode_www_form(query)}" unless query.empty?
-      url
-    end
-
-    # ActiveRecord URLs name the adapter (`postgresql://`, `sqlite3:`); the core takes
-    # `postgres://`/`postgresql://` and `sqlite:`.
-    def self.normalize_url(url)
-      url.to_s.sub(/\Asqlite3:/, "sqlite:")
+      root = defined?(::Rails) && ::Rails.respond_to?(:root) && ::Rails.root ? ::Rails.root.to_s : Dir.pwd
+      {
+        "engine" => config[:adapter].to_s,
+        "url" => config[:url]&.to_s,
+        "database" => config[:database]&.to_s,
+        "host" => config[:host]&.to_s,
+        "port" => config[:port],
+        "user" => config[:username]&.to_s,
+        "password" => config[:password]&.to_s,
+        "sslmode" => config[:sslmode]&.to_s,
+        "base_dir" => root,
+        "setting" => "config.database_url"
+      }.compact
     end
 
     private

@@ -54,7 +54,7 @@ module OJS
           value = value.call if value.respond_to?(:call)
           out[key] = value unless value.nil?
         end
-        text = values.empty? ? nil : JSONValue.dump(values, code: "INVALID_META", field: "context")
+        text = values.empty? ? nil : JSONValue.dump(values, "context")
         storage[KEY] = [context, text] unless dynamic || text.nil?
         text
       end

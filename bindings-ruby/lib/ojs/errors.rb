@@ -40,9 +40,11 @@ module OJS
         CLASSES.fetch(code, Error).new(message, code: code, field: field, retryable: retryable)
       end
 
-      # Converts the uniffi error (which shares no base class with anything) to this hierarchy.
-      def from_native(failure)
-        for_code(failure.code, failure.message, field: failure.field, retryable: failure.retryable)
+      # The one decoder of the core's error encoding (`Error::to_json`: {"code", "field",
+      # "message", "retryable", "family"}), whichever call it came from.
+      def from_json(text)
+        failure = JSON.parse(text)
+        for_code(failure["code"], failure["message"], field: failure["field"], retryable: failure["retryable"])
       end
     end
   end
@@ -60,14 +62,15 @@ module OJS
   class InvalidMeta < ValidationError; end
   class PayloadTooLarge < ValidationError; end
 
-  # Settings, database URL or schema are wrong: fix the deployment.
+  # Settings or database URL are wrong: fix the deployment.
   class ConfigurationError < Error; end
   class InvalidConfig < ConfigurationError; end
   class InvalidDatabaseUrl < ConfigurationError; end
-  class OutboxTableMissing < ConfigurationError; end
 
-  # A database operation failed (retryable).
+  # A database operation failed (DATABASE, retryable), or the outbox table is missing (run
+  # the migration).
   class DatabaseError < Error; end
+  class OutboxTableMissing < DatabaseError; end
 
   # The OJS backend could not be reached (retryable) or refused the job.
   class BackendError < Error; end
@@ -98,16 +101,25 @@ module OJS
       "RELAY_SHUT_DOWN" => RelayShutDown
     }.freeze
 
-    # Code => retryable, from the core (ErrorCode::ALL), not restated here.
-    RETRYABLE = OJS::Native.error_codes.to_h { |info| [info.code, info.retryable] }.freeze
+    # The family classes of docs/errors.md; a code of the transaction and relay families is
+    # its own class, directly below OJS::Error.
+    FAMILIES = {
+      "validation" => ValidationError,
+      "configuration" => ConfigurationError,
+      "database" => DatabaseError,
+      "backend" => BackendError
+    }.freeze
+
+    # Code => retryable, from the core (`error::codes_json`), not restated here.
+    RETRYABLE = JSON.parse(OJS::Native.error_codes_json).to_h { |info| [info["code"], info["retryable"]] }.freeze
   end
 
   class << self
-    # Runs a native call, turning the uniffi error into an OJS::Error.
+    # Runs a native call, turning the uniffi error (the core's error JSON) into an OJS::Error.
     def native_call
       yield
     rescue OJS::Native::NativeError::Failure => e
-      raise OJS::Error.from_native(e), cause: nil
+      raise OJS::Error.from_json(e.json), cause: nil
     end
   end
 end

@@ -6,21 +6,23 @@ require "json"
 module OJS
   # Converts Ruby values to JSON text for the core, strictly: only what has one obvious JSON
   # form (nil, true, false, Integer, finite Float, String in UTF-8, Symbol as its name, Array,
-  # Hash with String or Symbol keys). Anything else raises the core's code for the field
-  # (INVALID_ARGS, INVALID_OPTIONS, INVALID_META, ...), naming the path of the bad value,
-  # instead of being silently stringified. Every rule about *what* the JSON may hold is the
-  # core's.
+  # Hash with String or Symbol keys). Anything else is refused, naming the path of the bad value,
+  # instead of being silently stringified: this module finds the path, the core decides the
+  # error (`ojs_bridge::unencodable(part, path, why)`: INVALID_ARGS, INVALID_OPTIONS,
+  # INVALID_META, ...). Every rule about *what* the JSON may hold is the core's.
   module JSONValue
     module_function
 
-    def dump(value, code:, field:)
-      JSON.generate(checked(value, code: code, field: field))
+    # `part`: what the value is of ("args", "options", "meta", "context", "type"; "config" for
+    # the settings), `path`: its name in messages.
+    def dump(value, part, path = part)
+      JSON.generate(checked(value, part, path))
     end
 
     # `value` itself when it is plain JSON (the common case, checked without allocating),
     # else its normalized copy; raises for what has no JSON form.
-    def checked(value, code:, field:)
-      plain?(value) ? value : normalize(value, code, field, field)
+    def checked(value, part, path = part)
+      plain?(value) ? value : normalize(value, part, path)
     end
 
     # Exact classes whose values are JSON as they are (checked by identity first: `case` with
@@ -46,7 +48,7 @@ module OJS
       end
     end
 
-    def normalize(value, code, field, path)
+    def normalize(value, part, path)
       case value
       when nil, true, false, Integer
         value
@@ -56,25 +58,25 @@ module OJS
         utf8 = value.encode(Encoding::UTF_8) rescue nil
         return utf8 if utf8&.valid_encoding?
 
-        refuse(code, field, path, "is not valid UTF-8 text")
+        refuse(part, path, "is not valid UTF-8 text")
       when Symbol
         value.name
       when Float
         return value if value.finite?
 
-        refuse(code, field, path, "#{value} has no JSON form")
+        refuse(part, path, "#{value} has no JSON form")
       when Array
-        value.each_with_index.map { |item, index| normalize(item, code, field, "#{path}[#{index}]") }
+        value.each_with_index.map { |item, index| normalize(item, part, "#{path}[#{index}]") }
       when Hash
         value.each_with_object({}) do |(key, item), out|
           unless key.is_a?(String) || key.is_a?(Symbol)
-            refuse(code, field, path, "has a #{key.class} key #{key.inspect}; JSON object keys are strings")
+            refuse(part, path, "has a #{key.class} key #{key.inspect}; JSON object keys are strings")
           end
           name = key.to_s
-          out[name] = normalize(item, code, field, "#{path}.#{name}")
+          out[name] = normalize(item, part, "#{path}.#{name}")
         end
       else
-        refuse(code, field, path, "a #{value.class} is not a JSON value " \
+        refuse(part, path, "a #{value.class} is not a JSON value " \
                                   "(use nil, true, false, numbers, strings, arrays and hashes)")
       end
     end
@@ -91,7 +93,7 @@ module OJS
 
       options.to_h do |key, value|
         if value.instance_of?(Date)
-          refuse("INVALID_OPTIONS", "options.#{key}", "options.#{key}",
+          refuse("options", "options.#{key}",
                  "a Date has no time of day or zone; pass a Time (date.in_time_zone, date.beginning_of_day)")
         end
         [key, value.is_a?(Time) || value.is_a?(DateTime) ? timestamp(value) : value]
@@ -114,8 +116,12 @@ module OJS
       nsec.zero? ? "#{text}Z" : "#{text}.#{format('%09d', nsec).sub(/0+\z/, '')}Z"
     end
 
-    def refuse(code, field, path, why)
-      raise OJS::Error.for_code(code, "#{path}: #{why}", field: field)
+    # The core's error for the value at `path` of `part`. The settings are no part of a job:
+    # a setting Ruby cannot encode is an OJS::InvalidConfig.
+    def refuse(part, path, why)
+      raise OJS::InvalidConfig.new("#{path}: #{why}", field: part) if part == "config"
+
+      raise OJS::Error.from_json(OJS::Native.unencodable(part, path, why))
     end
   end
 end

@@ -4,50 +4,45 @@ module OJS
   # Rack middleware (FA-R001): sets the request context for the request's duration, so every
   # job enqueued while handling it carries it in `meta`. Thread- and fiber-safe (OJS::Context).
   #
-  #   traceparent, tracestate   W3C Trace Context headers
-  #   request_id                X-Request-ID (or ActionDispatch's request id)
-  #   tenant_id                 X-OJS-Tenant
-  #   locale                    the first language of Accept-Language
-  #   user_id                   config.current_user_id.call(env), else env["warden"].user.id
-  #                             (Devise), evaluated when a job is enqueued: a user who signs in
-  #                             during the request is seen
+  # It passes the core the request's headers it names (`ojs_bridge::context_header_names`:
+  # traceparent, tracestate, X-Request-Id, X-OJS-Tenant, Accept-Language), which the core maps
+  # (values trimmed, the first Accept-Language tag, ...), plus what only Rails knows:
   #
-  # The core checks the values (a malformed traceparent is dropped with its tracestate).
+  #   request_id   env["action_dispatch.request_id"], Rails' own request id (it wins over
+  #                X-Request-Id, which ActionDispatch::RequestId already took into account)
+  #   user_id      config.current_user_id.call(env), else env["warden"].user.id (Devise),
+  #                evaluated when a job is enqueued: a user who signs in during the request is
+  #                seen
   class Middleware
+    # Each header the core reads, as Rack's env key ("x-request-id" => "HTTP_X_REQUEST_ID").
+    HEADERS = Native.context_header_names.to_h { |name| [name, "HTTP_#{name.upcase.tr('-', '_')}"] }.freeze
+
     def initialize(app, current_user_id: nil)
       @app = app
       @current_user_id = current_user_id
     end
 
     def call(env)
-      OJS.adapter.ensure_relay if OJS.configured?
+      client = OJS.configured? ? OJS.client : nil
+      client.ensure_relay if client&.auto_start?
       Context.with(context_for(env)) { @app.call(env) }
     end
 
+    # The context JSON's keys (`{"headers": {...}, "request_id", "user_id"}`).
     def context_for(env)
+      headers = {}
+      HEADERS.each do |name, key|
+        value = env[key]
+        headers[name] = value unless value.nil?
+      end
       {
-        request_id: header(env, "HTTP_X_REQUEST_ID") || env["action_dispatch.request_id"],
-        traceparent: header(env, "HTTP_TRACEPARENT"),
-        tracestate: header(env, "HTTP_TRACESTATE"),
-        tenant_id: header(env, "HTTP_X_OJS_TENANT"),
-        locale: first_language(env["HTTP_ACCEPT_LANGUAGE"]),
+        headers: headers,
+        request_id: env["action_dispatch.request_id"],
         user_id: user_resolver(env)
       }.compact
     end
 
     private
-
-    def header(env, key)
-      value = env[key]
-      value.nil? || value.strip.empty? ? nil : value.strip
-    end
-
-    def first_language(accept_language)
-      return nil if accept_language.nil?
-
-      tag = accept_language.split(",").first.to_s.split(";").first.to_s.strip
-      tag.empty? || tag == "*" ? nil : tag
-    end
 
     def user_resolver(env)
       finder = @current_user_id || (OJS.configured? && OJS.configuration.current_user_id)

@@ -13,7 +13,7 @@ module OJS
     # `force: true` drops a table of that name first (what `create_table force: :cascade` does
     # in schema.rb), so loading a schema replaces an outbox table of another shape.
     def create_outbox_table(connection = OJS.configuration.connection_class.connection, table: nil, force: false)
-      name = OJS.adapter.table_name
+      name = OJS.client.table_name
       if table && table.to_s != name
         raise OJS::InvalidConfig.new(
           "the schema names the outbox table #{table.to_s.inspect} but the configured outbox_table is " \
@@ -22,13 +22,13 @@ module OJS
         )
       end
       connection.drop_table(name, if_exists: true, force: :cascade) if force
-      OJS.adapter.create_table_sql(connection).each { |statement| connection.execute(statement) }
+      OJS.client.create_table_sql(connection).each { |statement| connection.execute(statement) }
       name
     end
 
     # Drops the outbox table (the migration's `down`), through ActiveRecord's schema API.
     def drop_outbox_table(connection = OJS.configuration.connection_class.connection)
-      connection.drop_table(OJS.adapter.table_name, if_exists: true)
+      connection.drop_table(OJS.client.table_name, if_exists: true)
     end
   end
 end

@@ -10,32 +10,70 @@ require "ffi"
 require_relative "native/ojs_ruby_native"
 
 module OJS
-  # The generated module: `NativeAdapter` (cheap synchronous calls) and the `adapter_*` async
-  # functions (blocking work on a core thread; the GVL is released while Ruby waits).
+  # The generated module: the `Bridge` and `Stager` objects (cheap synchronous calls) and the
+  # `bridge_*` async functions (blocking work on a core thread; the GVL is released while Ruby
+  # waits).
   Native = ::OjsRubyNative
 
-  # The calls made per job or per commit, plain C functions of the same library
-  # (`src/hot.rs`), bound with the ffi gem: Ruby strings go in as pointers and the answer comes
-  # back in a buffer the caller owns, instead of uniffi's per-byte lowering in Ruby, which cost
-  # more per call than the INSERT itself (docs/rails.md, "Performance"). They hold the GVL:
-  # they never block and never call Ruby. OJS::Adapter#stage_job and #enqueue_after_commit
-  # read the answers.
-  module NativeStaging
+  # The calls made per job or per commit (`src/hot.rs`): C functions of the same library that
+  # take the uniffi handles of Native::Bridge / Native::Stager and uniffi's RustCallStatus, so
+  # a core error arrives as the uniffi side's NativeError (the Error::to_json text) and a panic
+  # as its InternalError. Only the arguments differ: Ruby strings go in as (pointer, length)
+  # instead of uniffi's per-byte lowering, which cost more per call than the INSERT itself
+  # (docs/rails.md, "Performance"); the staging answers come back in a buffer the caller owns.
+  # test/native_signature_test.rb checks these declarations against src/hot.rs.
+  module HotCalls
     extend FFI::Library
     ffi_lib File.join(__dir__, "native", "libojs_ruby_native.so")
 
-    # A text argument: (pointer to the String's bytes or nil, bytesize).
-    TEXT = %i[buffer_in size_t].freeze
+    # uniffi's call status (the generated bindings' own struct).
+    Status = Native.const_get(:RustCallStatus)
 
-    # (stager, type, args, options, meta, context, with_sql, out, out_capacity) -> int64
-    attach_function :stage_job, :ojs_ruby_stage_job,
-                    [:uint64, *TEXT, *TEXT, *TEXT, *TEXT, *TEXT, :int, :pointer, :size_t], :int64
-    # (stager, jobs_json, context, out, out_capacity) -> int64
-    attach_function :stage, :ojs_ruby_stage, [:uint64, *TEXT, *TEXT, :pointer, :size_t], :int64
-    # (adapter registry id, job ids joined by "\n") -> 0, or -1 for an unknown id
-    attach_function :notify_committed, :ojs_ruby_notify_committed, [:uint64, *TEXT], :int
+    # (stager, type, args, options, meta, context, with_sql, out, out_capacity, status) -> answer length
+    attach_function :ojs_ruby_bridge_stage_job,
+                    %i[uint64 buffer_in size_t buffer_in size_t buffer_in size_t buffer_in size_t buffer_in size_t
+                       int8 pointer size_t pointer], :uint64
+    # (stager, jobs_json, context, out, out_capacity, status) -> answer length
+    attach_function :ojs_ruby_bridge_stage,
+                    %i[uint64 buffer_in size_t buffer_in size_t pointer size_t pointer], :uint64
+    # (bridge, status) -> 1 (0: see the status): starts the relay once per process; releases
+    # the GVL (a start connects)
+    attach_function :ojs_ruby_bridge_ensure_relay, %i[uint64 pointer], :int8, blocking: true
+    # (bridge, job ids as encode_ids text, status) -> 1 (0: see the status)
+    attach_function :ojs_ruby_bridge_notify_committed, %i[uint64 buffer_in size_t pointer], :int8
 
-    # The answer of a call that panicked (a bug): nothing was written.
-    PANICKED = -(2**63)
+    STATUS_KEY = :ojs_call_status
+    private_constant :STATUS_KEY
+
+    class << self
+      # This thread's call status, zeroed (reused: a call that fails gets a fresh one).
+      def status
+        Thread.current[STATUS_KEY] ||= Status.new
+      end
+
+      # Raises what the status of the call just made reports, as uniffi's own calls do: an
+      # error as OJS::Error (from NativeError's JSON), a panic as Native::InternalError.
+      def raise_failure(status)
+        Thread.current[STATUS_KEY] = nil # the failed status is consumed here
+        case status.code
+        when 1
+          failure = nil
+          status.error_buf.consumeWithStream { |stream| failure = stream.read_TypeNativeError }
+          raise OJS::Error.from_json(failure.json)
+        when 2
+          message = status.error_buf.len.positive? ? status.error_buf.consume_into_string : "Rust panic"
+          raise Native::InternalError, message
+        else
+          raise Native::InternalError, "Unknown call status: #{status.code}"
+        end
+      end
+    end
+  end
+
+  # The raw uniffi handle of a generated object (what the hot calls take), checked by class.
+  def self.native_handle(object, klass)
+    raise TypeError, "expected a #{klass}, got #{object.class}" unless object.is_a?(klass)
+
+    object.instance_variable_get(:@handle)
   end
 end

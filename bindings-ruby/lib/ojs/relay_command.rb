@@ -44,7 +44,7 @@ module OJS
           say("ojs:relay: stopped before the relay started")
           return
         end
-        say("ojs:relay: running for table #{OJS.adapter.table_name}")
+        say("ojs:relay: running for table #{OJS.client.table_name}")
         # The relay's records go to OJS.logger; when that does not write to the terminal
         # (Rails logs to log/<env>.log) they are printed on stderr too.
         if RelayLog.console?(OJS.logger)
@@ -53,6 +53,22 @@ module OJS
           RelayLog.echo("ojs:relay") { OJS.run_relay_until_signal }
         end
         say("ojs:relay: stopped")
+      end
+
+      # An operator command of the rake tasks (`ojs:status`, `ojs:dead:*`): the core runs it
+      # (OJS.admin) and says what to print; its stdout and stderr are printed unchanged and a
+      # non-zero exit code ends the task with it. The confirmation of a purge is `YES=1` here
+      # (rake takes no --yes): a refused purge says so after the core's words.
+      def admin(command)
+        report = OJS.admin(command)
+        $stdout.write(report.stdout)
+        $stdout.flush
+        $stderr.write(report.stderr)
+        if report.exit_code != 0 && command[:action] == "purge" && !command[:yes]
+          $stderr.puts("ojs:dead:purge: confirm with YES=1 (rake's spelling of --yes)")
+        end
+        $stderr.flush
+        exit(report.exit_code) unless report.exit_code.zero?
       end
 
       private

@@ -16,17 +16,23 @@ module OJS
     INTERVAL = 0.25
     LEVELS = { "info" => ::Logger::INFO, "warning" => ::Logger::WARN, "error" => ::Logger::ERROR }.freeze
     LABELS = { "info" => "INFO", "warning" => "WARN", "error" => "ERROR" }.freeze
+    LOCK = Mutex.new
 
     class << self
-      # Turns the core's feed on and starts the draining thread in this process, once. Called
-      # under the adapter's relay lock (or by the single-threaded relay command).
+      # Turns the core's feed on and starts the draining thread in this process, once: called
+      # before every start of the relay (OJS::Client#start_relay, `rake ojs:relay`). In a forked
+      # child the parent's thread is gone (threads do not survive a fork): it starts again.
       def start
-        return if @pid == Process.pid && @thread&.alive?
+        return if @thread&.alive?
 
-        Native.enable_log_feed
-        @thread = Thread.new { run }
-        @thread.name = "ojs-relay-log" if @thread.respond_to?(:name=)
-        @pid = Process.pid
+        LOCK.synchronize do
+          return if @thread&.alive?
+
+          Native.enable_log_feed
+          thread = Thread.new { run }
+          thread.name = "ojs-relay-log" if thread.respond_to?(:name=)
+          @thread = thread
+        end
       end
 
       # Drains the core's queue into OJS.logger now (and to the echo, when one is set).

@@ -30,7 +30,7 @@ module OJS
     private
 
     def table(table, stream)
-      return super unless table == OJS.adapter.table_name
+      return super unless table == OJS.client.table_name
 
       stream.print(OJS::SchemaDumper.statement(table).gsub(/^(?=.)/, "  "))
       stream

@@ -34,11 +34,11 @@ module OJS
     # ids staged at that level, so a commit wakes the relay with one call, however many jobs.
     WAKEUPS = ObjectSpace::WeakMap.new
 
-    def register(connection, adapter, job_ids, transaction = connection.current_transaction)
+    def register(connection, client, job_ids, transaction = connection.current_transaction)
       wakeup = WAKEUPS[transaction]
-      return wakeup.add(job_ids) if wakeup&.open_for?(adapter) # this level already has one
+      return wakeup.add(job_ids) if wakeup&.open_for?(client) # this level already has one
 
-      wakeup = Wakeup.new(adapter, job_ids)
+      wakeup = Wakeup.new(client, job_ids)
       WAKEUPS[transaction] = wakeup
       if api == :transaction_callbacks
         transaction.after_commit { wakeup.committed! }
@@ -53,22 +53,22 @@ module OJS
     # in a transaction: committed!, rolledback!, ...).
     class Wakeup
       # Wakes the relay, instrumented as `wakeup.ojs` (payload `job_ids`) for logs and tests.
-      def self.fire(adapter, job_ids)
+      def self.fire(client, job_ids)
         return if Testing.hooks_suppressed?
 
         ActiveSupport::Notifications.instrument("wakeup.ojs", job_ids: job_ids) do
-          adapter.notify_committed(job_ids)
+          client.notify_committed(job_ids)
         end
       end
 
-      def initialize(adapter, job_ids)
-        @adapter = adapter
+      def initialize(client, job_ids)
+        @client = client
         @job_ids = job_ids.dup
         @finished = false
       end
 
-      def open_for?(adapter)
-        !@finished && @adapter.equal?(adapter)
+      def open_for?(client)
+        !@finished && @client.equal?(client)
       end
 
       def add(job_ids)
@@ -82,7 +82,7 @@ module OJS
         return if @finished
 
         @finished = true
-        Wakeup.fire(@adapter, @job_ids)
+        Wakeup.fire(@client, @job_ids)
       end
 
       # The transaction or savepoint holding the rows rolled back: the rows are gone.

@@ -1,7 +1,8 @@
 # frozen_string_literal: true
 
-# Operator commands over the core's relay and dead-letter store, with the app's OJS settings
-# (the same engine as `ojs-relay run | status | dead ...`).
+# Operator commands over the core's relay and dead-letter store, with the app's OJS settings:
+# the core's commands (`Bridge::admin`, the same rules and words as `ojs-relay status | dead
+# ...`), printed as they are.
 require_relative "../relay_command"
 
 # As early as this gem gets control in a run of ojs:relay: before :environment loads the
@@ -16,28 +17,24 @@ namespace :ojs do
 
   desc "Print the outbox status (counts by status, oldest pending age, lag) as JSON"
   task status: :environment do
-    puts JSON.pretty_generate(OJS.status)
+    OJS::RelayCommand.admin(command: "status", json: true)
   end
 
   namespace :dead do
-    desc "List dead rows, oldest first: rake ojs:dead:list[tenant,limit]"
+    desc "List dead rows, oldest first, as JSON: rake ojs:dead:list[tenant,limit]"
     task :list, %i[tenant limit] => :environment do |_task, args|
-      rows = OJS.dead_list(tenant: args[:tenant].to_s.empty? ? nil : args[:tenant],
-                           limit: args[:limit]&.to_i)
-      puts JSON.pretty_generate(rows)
+      limit = args[:limit].to_s.empty? ? nil : Integer(args[:limit])
+      OJS::RelayCommand.admin(command: "dead", action: "list", tenant: args[:tenant], limit: limit, json: true)
     end
 
     desc "Make dead rows due again with fresh attempts: rake ojs:dead:replay[tenant]"
     task :replay, %i[tenant] => :environment do |_task, args|
-      count = OJS.dead_replay(tenant: args[:tenant].to_s.empty? ? nil : args[:tenant])
-      puts "replayed #{count} dead row(s)"
+      OJS::RelayCommand.admin(command: "dead", action: "replay", tenant: args[:tenant])
     end
 
-    desc "Delete dead rows (needs YES=1): rake ojs:dead:purge[tenant] YES=1"
+    desc "Delete dead rows (confirm with YES=1, the core's --yes): rake ojs:dead:purge[tenant] YES=1"
     task :purge, %i[tenant] => :environment do |_task, args|
-      abort "ojs:dead:purge deletes jobs for good; run it again with YES=1" unless ENV["YES"] == "1"
-      count = OJS.dead_purge(tenant: args[:tenant].to_s.empty? ? nil : args[:tenant])
-      puts "purged #{count} dead row(s)"
+      OJS::RelayCommand.admin(command: "dead", action: "purge", tenant: args[:tenant], yes: ENV["YES"] == "1")
     end
   end
 end

@@ -14,4 +14,5 @@ OJS.configure do |config|
   # config.relay_options = { max_attempts: 10 }
   # config.current_user_id = ->(env) { env["warden"]&.user&.id }
   # config.logger = Rails.logger       # the relay's pauses, resumes and dead letters (default)
+  # config.auto_start = true           # the in-process relay starts by itself (false: OJS.start_relay)
 end
