@@ -123,7 +123,6 @@ impl Relay {
             probe: false,
             hot_rx,
             stop_rx,
-            pending_settle: None,
         };
         let task = tokio::spawn(engine.run());
         Relay {
@@ -261,13 +260,7 @@ struct Engine {
     probe: bool,
     hot_rx: mpsc::Receiver<String>,
     stop_rx: watch::Receiver<bool>,
-    /// The previous round's settle, running while this round claims and sends (its rows keep
-    /// their lease until it commits, so no claim takes them meanwhile).
-    pending_settle: Option<JoinHandle<SettleDone>>,
 }
-
-/// A settle statement's result, with the rows and outcomes it recorded.
-type SettleDone = (crate::Result<u64>, Vec<ClaimedRow>, Vec<Settlement>);
 
 impl Engine {
     async fn run(mut self) {
@@ -282,7 +275,6 @@ impl Engine {
                 break;
             }
             if let Some(until) = self.pause_until {
-                self.idle().await;
                 let mut stop = self.stop_rx.clone();
                 tokio::select! {
                     _ = tokio::time::sleep_until(until) => {}
@@ -310,8 +302,6 @@ impl Engine {
                 }
                 continue;
             }
-            // Nothing to do at once: record the last round before waiting.
-            self.idle().await;
             let mut stop = self.stop_rx.clone();
             tokio::select! {
                 biased;
@@ -326,9 +316,7 @@ impl Engine {
                 _ = tokio::time::sleep_until(next_poll.min(next_prune).min(next_refresh)) => {}
             }
         }
-        self.idle().await;
         self.flush().await;
-        self.idle().await;
     }
 
     fn stopping(&self) -> bool {
@@ -483,25 +471,10 @@ impl Engine {
                 settlements.push(self.send_single(row).await);
             }
         }
-        // The previous round's settle first (its outcomes are recorded in round order), then
-        // this round's starts and runs while the next round claims and sends.
-        self.finish_settle().await;
-        let store = self.store.clone();
-        let token = token.to_owned();
-        self.pending_settle = Some(tokio::spawn(async move {
-            let result = store.settle(&token, &settlements).await;
-            (result, rows, settlements)
-        }));
-    }
-
-    /// Waits for the previous round's settle and records it: counted once the table says so
-    /// (rows whose lease was lost count nowhere), dead letters logged, events published.
-    async fn finish_settle(&mut self) {
-        let Some(task) = self.pending_settle.take() else {
-            return;
-        };
-        match task.await {
-            Ok((Ok(_), rows, settlements)) => {
+        match self.store.settle(token, &settlements).await {
+            // Counted once the table says so; rows whose lease was lost count nowhere. Dead
+            // letters are logged at the same moment.
+            Ok(_) => {
                 self.database_ok();
                 self.count_settled(&settlements);
                 self.record_lag(&rows, &settlements);
@@ -510,20 +483,8 @@ impl Engine {
                     self.publish_job_events(&rows, &settlements);
                 }
             }
-            Ok((Err(error), _, _)) => self.database_trouble(error).await,
-            Err(join) => {
-                let error = crate::Error::new(
-                    crate::ErrorCode::Database,
-                    format!("the settle task failed: {join}"),
-                );
-                self.database_trouble(error).await;
-            }
+            Err(error) => self.database_trouble(error).await,
         }
-    }
-
-    /// Between rounds: the last settle recorded, nothing in flight.
-    async fn idle(&mut self) {
-        self.finish_settle().await;
         self.counters.in_flight.store(0, Ordering::Relaxed);
     }
 
