@@ -114,9 +114,7 @@ class RailsAppTest < Minitest::Test
   # --- config.auto_start in a serving process --------------------------------------------------
 
   # A probe in front of OJS::Middleware (so asking it starts nothing): this process's relay
-  # metrics (nil: no relay runs here); with ?fork, after an async call of the gem in this
-  # process, the same from a forked child (ActiveSupport::ForkTracker), whose async call must
-  # answer too (ffi issue #1114 hung it).
+  # metrics (nil: no relay runs here).
   PROBE = <<~'RUBY'
     class OjsProbe
       def initialize(app)
@@ -127,34 +125,11 @@ class RailsAppTest < Minitest::Test
         return @app.call(env) unless env["PATH_INFO"] == "/_ojs_probe"
 
         probe = { "ffi" => FFI::VERSION, "pid" => Process.pid, "metrics" => OJS.client.metrics }
-        probe["child"] = forked_probe if env["QUERY_STRING"] == "fork"
         [200, { "content-type" => "application/json" }, [JSON.generate(probe)]]
-      end
-
-      def forked_probe
-        OJS.status # an async call in the parent before the fork
-        reader, writer = IO.pipe
-        pid = fork do
-          reader.close
-          child = { "metrics" => OJS.client.metrics, "pending" => OJS.status.fetch("pending") }
-          writer.write(JSON.generate(child))
-          writer.close
-          exit!(0)
-        end
-        writer.close
-        ready = IO.select([reader], nil, nil, 30)
-        answer = ready ? reader.read : nil
-        Process.kill("KILL", pid) unless ready
-        Process.wait(pid)
-        answer ? JSON.parse(answer) : { "hung" => true }
       end
     end
     Rails.application.config.middleware.insert_before OJS::Middleware, OjsProbe
   RUBY
-
-  def boot_start_expected?
-    Gem::Version.new(FFI::VERSION) >= Gem::Version.new("1.17.0")
-  end
 
   # GET path on the server, retried until it answers (the server booting) within PATIENCE.
   def server_get(port, path)
@@ -165,9 +140,9 @@ class RailsAppTest < Minitest::Test
     end
   end
 
-  # A real `rails server`: with ffi >= 1.17.0 its relay runs before the first request, and a
-  # forked child runs its own (its async calls answer); with an older ffi the relay starts on
-  # the first request (the lazy start, docs/rails.md "Relay modes").
+  # A real `rails server` with config.auto_start: no relay at boot (the lazy start,
+  # docs/rails.md "Relay modes": a start at boot is not fork-safe), started by the first
+  # request that passes OJS::Middleware, which then relays a job staged by another process.
   def test_auto_start_in_a_rails_server
     rails("generate", "ojs:install")
     rails("db:migrate")
@@ -176,18 +151,10 @@ class RailsAppTest < Minitest::Test
     log = File.join(TestSupport::TMP, "rails_server.log")
     pid = Process.spawn(@env, RbConfig.ruby, "bin/rails", "server", "-u", "webrick", "-b", "127.0.0.1",
                         "-p", port.to_s, chdir: @app, %i[out err] => [log, "w"])
-    first = JSON.parse(server_get(port, "/_ojs_probe").body)
-    if boot_start_expected?
-      refute_nil first["metrics"], "ffi #{first['ffi']}: the relay runs before the first request\n#{File.read(log)}"
-      child = JSON.parse(server_get(port, "/_ojs_probe?fork").body)["child"]
-      refute child["hung"], "the forked child's async call hung (ffi issue #1114)"
-      refute_nil child["metrics"], "the forked child runs its own relay: #{child}"
-      assert_equal 0, child["pending"]
-    else
-      assert_nil first["metrics"], "ffi #{first['ffi']}: no start at boot (lazy start)"
-      server_get(port, "/") # any request passes OJS::Middleware
-      refute_nil JSON.parse(server_get(port, "/_ojs_probe").body)["metrics"], "started by the first request"
-    end
+    probe = JSON.parse(server_get(port, "/_ojs_probe").body)
+    assert_nil probe["metrics"], "ffi #{probe['ffi']}: no relay before the first request\n#{File.read(log)}"
+    server_get(port, "/") # any request passes OJS::Middleware
+    refute_nil JSON.parse(server_get(port, "/_ojs_probe").body)["metrics"], "started by the first request"
   ensure
     if pid
       Process.kill("TERM", pid)
