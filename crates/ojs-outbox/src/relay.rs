@@ -512,6 +512,7 @@ impl Engine {
     /// `job.failed` then `job.retrying`; (`job.failed` when an attempt was used, then)
     /// `job.dead_lettered`. Releases and deferrals (no attempt, no decision) make none.
     fn publish_job_events(&self, rows: &[ClaimedRow], settlements: &[Settlement]) {
+        use crate::events::EventData;
         let by_id: std::collections::HashMap<i64, &ClaimedRow> =
             rows.iter().map(|row| (row.id, row)).collect();
         for settlement in settlements {
@@ -519,46 +520,35 @@ impl Engine {
                 continue;
             };
             let attempt = row.attempts + i32::from(settlement.consumed_attempt);
-            let queue = json_string(&row.options_json, "queue");
+            let queue = top_level_string(&row.options_json, "queue");
             let queue = queue.as_deref().unwrap_or("default");
-            let tenant = json_string(&row.meta_json, "tenant_id");
-            let tenant = tenant.as_deref();
-            let event = |kind: &str, data: serde_json::Value| {
-                self.events
-                    .job_event(kind, &row.job_id, &row.job_type, queue, tenant, data)
-            };
-            let error = settlement.error.as_deref();
+            let tenant = top_level_string(&row.meta_json, "tenant_id");
+            let event =
+                |kind: &str, error: Option<String>, next: Option<i64>, dedupe: Option<bool>| {
+                    let data = EventData::Job {
+                        job_type: row.job_type.clone(),
+                        attempt,
+                        error,
+                        next_attempt_at_ms: next,
+                        deduplicated: dedupe,
+                    };
+                    self.events
+                        .job_event(kind, &row.job_id, queue, tenant.as_deref(), data)
+                };
+            let error = settlement.error.clone();
             match settlement.status {
-                Some(RowStatus::Sent) => event(
-                    "job.enqueued",
-                    serde_json::json!({"attempt": attempt, "deduplicated": error.is_some()}),
-                ),
+                Some(RowStatus::Sent) => event("job.enqueued", None, None, Some(error.is_some())),
                 Some(RowStatus::Failed) => {
-                    event(
-                        "job.failed",
-                        serde_json::json!({"attempt": attempt, "error": error}),
-                    );
+                    event("job.failed", error, None, None);
                     let next = crate::events::now_ms()
                         + settlement.retry_in.unwrap_or_default().as_millis() as i64;
-                    event(
-                        "job.retrying",
-                        serde_json::json!({
-                            "attempt": attempt,
-                            "next_attempt_at": crate::events::rfc3339_ms(next),
-                        }),
-                    );
+                    event("job.retrying", None, Some(next), None);
                 }
                 Some(RowStatus::Dead) => {
                     if settlement.consumed_attempt {
-                        event(
-                            "job.failed",
-                            serde_json::json!({"attempt": attempt, "error": error}),
-                        );
+                        event("job.failed", error.clone(), None, None);
                     }
-                    event(
-                        "job.dead_lettered",
-                        serde_json::json!({"attempt": attempt, "reason": error}),
-                    );
+                    event("job.dead_lettered", error, None, None);
                 }
                 _ => {}
             }
@@ -940,15 +930,42 @@ enum Trouble {
     Refused,
 }
 
-/// A top-level string of a JSON object text (a row's options or meta), if there is one.
-fn json_string(json: &str, key: &str) -> Option<String> {
-    match serde_json::from_str::<serde_json::Value>(json)
-        .ok()?
-        .get(key)?
-    {
-        serde_json::Value::String(text) => Some(text.clone()),
-        _ => None,
+/// A top-level string of a JSON object text (a row's options or meta), if there is one: read
+/// without building the rest of the object (the other values are skipped, not allocated).
+fn top_level_string(json: &str, key: &str) -> Option<String> {
+    struct Find<'k>(&'k str);
+    impl<'de> serde::de::DeserializeSeed<'de> for Find<'_> {
+        type Value = Option<String>;
+        fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+            d.deserialize_map(self)
+        }
     }
+    impl<'de> serde::de::Visitor<'de> for Find<'_> {
+        type Value = Option<String>;
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("a JSON object")
+        }
+        fn visit_map<A: serde::de::MapAccess<'de>>(
+            self,
+            mut map: A,
+        ) -> Result<Self::Value, A::Error> {
+            let mut found = None;
+            while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
+                if key == self.0 && found.is_none() {
+                    found = match map.next_value::<serde_json::Value>()? {
+                        serde_json::Value::String(text) => Some(text),
+                        _ => None,
+                    };
+                } else {
+                    map.next_value::<serde::de::IgnoredAny>()?;
+                }
+            }
+            Ok(found)
+        }
+    }
+    use serde::de::DeserializeSeed;
+    let mut deserializer = serde_json::Deserializer::from_str(json);
+    Find(key).deserialize(&mut deserializer).ok().flatten()
 }
 
 /// A duration for a log line: `40 ms`, `1.5 s`, `60.0 s`.
@@ -1067,6 +1084,15 @@ mod tests {
             }
         }
         requests
+    }
+
+    #[test]
+    fn a_top_level_string_is_read_without_the_rest() {
+        let json = r#"{"retry": {"queue": "inner"}, "queue": "email", "tags": ["a"]}"#;
+        assert_eq!(top_level_string(json, "queue").as_deref(), Some("email"));
+        assert_eq!(top_level_string(r#"{"queue": 5}"#, "queue"), None);
+        assert_eq!(top_level_string("{}", "queue"), None);
+        assert_eq!(top_level_string("not json", "queue"), None);
     }
 
     #[test]

@@ -99,7 +99,7 @@ async fn a_retried_job_that_dies_and_a_delivered_one_in_causal_order() {
     );
     assert_eq!(of(&good), ["job.enqueued"]);
     let dead = seen.iter().find(|e| e.kind == "job.dead_lettered").unwrap();
-    let data = &dead.data;
+    let data = &dead.data_json();
     assert_eq!(data["job_id"], flaky.as_str());
     assert_eq!(data["type"], "flaky.job");
     assert_eq!(data["queue"], "email");
@@ -108,7 +108,7 @@ async fn a_retried_job_that_dies_and_a_delivered_one_in_causal_order() {
     assert!(data["reason"].as_str().unwrap().contains("500"), "{data}");
     let retrying = seen.iter().find(|e| e.kind == "job.retrying").unwrap();
     assert!(
-        retrying.data["next_attempt_at"]
+        retrying.data_json()["next_attempt_at"]
             .as_str()
             .unwrap()
             .ends_with('Z')
