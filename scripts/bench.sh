@@ -83,11 +83,11 @@ pg_bin=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1)
 
 started=$(date +%s)
 wait_quiet
-"$bin" drain --database-url "$url" --rows 100000 --profile-rows 100000 \
+"$bin" drain --database-url "$url" --rows 100000 \
   --peers graphile,pgboss --peers-dir "$peers_dir" --out "$out" | tee "$raw/drain.txt"
 wait_quiet
 # What events cost the drain (docs/events.md): off / one live subscriber / with replay history.
-"$bin" drain --database-url "$url" --rows 50000 --batch-sizes 500 --profile-rows 0 --sync-off-variant false --floor false \
+"$bin" drain --database-url "$url" --rows 50000 --batch-sizes 500 --sync-off-variant false --floor false \
   --baseline-rows 1000 --event-modes off,live,retained --event-rounds 3 --out "$out" | tee "$raw/drain-events.txt"
 wait_quiet
 "$bin" latency --database-url "$url" --rate 500 --seconds 20 --out "$out" | tee "$raw/latency-postgres.txt"

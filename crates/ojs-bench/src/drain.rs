@@ -1,6 +1,6 @@
 //! `drain`: how fast the relay empties a staged backlog on PostgreSQL into the devserver, per
 //! batch size, against a naive one-row-per-transaction relay written here, plus a phase
-//! profile (claim / build / HTTP / settle) of the same round the engine runs; the SQL floor
+//! breakdown of a round (claim / send / settle) from the relay's own histograms; the SQL floor
 //! (only the writes a delivered row cannot avoid, no HTTP) and peer job queues (graphile-worker,
 //! pg-boss: Node scripts in `crates/ojs-bench/peers/`) on the same PostgreSQL in the same run.
 
@@ -11,10 +11,9 @@ use std::time::{Duration, Instant};
 
 use clap::Args;
 use ojs_outbox::backend::Backend;
-use ojs_outbox::classify::Outcome;
 use ojs_outbox::job::wire_json;
-use ojs_outbox::store::Settlement;
-use ojs_outbox::{Outbox, Relay, RowStatus, Store};
+use ojs_outbox::prometheus::HistogramSnapshot;
+use ojs_outbox::{Histograms, Outbox, Relay, Store};
 use serde_json::{Value, json};
 use sqlx::AssertSqlSafe;
 use sqlx::postgres::PgPoolOptions;
@@ -38,9 +37,6 @@ pub struct DrainArgs {
     /// Rows drained by the naive baseline relay.
     #[arg(long, default_value_t = 5_000)]
     pub baseline_rows: usize,
-    /// Rows of the phase profile at the largest batch size (0 skips the profile).
-    #[arg(long, default_value_t = 20_000)]
-    pub profile_rows: usize,
     /// Also run batch size 1 with `synchronous_commit=off` on the relay's own connections.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     pub sync_off_variant: bool,
@@ -242,36 +238,24 @@ pub async fn run(args: DrainArgs) -> BoxResult<()> {
         event_costs(&args, &admin, &devserver).await?;
     }
 
-    if args.profile_rows > 0 {
-        let biggest = args.batch_sizes.iter().copied().max().unwrap_or(500);
-        let mut rows = Vec::new();
-        for (batch_size, n, pipelined) in [
-            (1, 2_000.min(args.profile_rows), false),
-            (biggest, args.profile_rows, false),
-            (biggest, args.profile_rows, true),
-        ] {
-            let record = profile_run(&args, &admin, &devserver, batch_size, n, pipelined).await?;
-            rows.push(profile_cells(&record));
-            emit(&args.out, record)?;
-        }
+    let phases: Vec<Vec<String>> = results.iter().filter_map(phase_cells).collect();
+    if !phases.is_empty() {
         print_table(
-            "phase profile of the relay round (same store/backend calls as the engine, timed one by one)",
+            "where a relay round's time goes (the relay's own histograms: mean per statement / request, and each phase's share of the summed time)",
             &[
-                "mode",
+                "relay",
                 "batch",
-                "rows",
-                "rounds",
-                "claim ms/round",
-                "build ms/round",
-                "http ms/round",
-                "settle ms/round",
+                "claims",
+                "claim ms",
+                "requests",
+                "send ms",
+                "settles",
+                "settle ms",
                 "claim %",
-                "http %",
+                "send %",
                 "settle %",
-                "jobs/s",
-                "WAL B/job",
             ],
-            &rows,
+            &phases,
         );
     }
     Ok(())
@@ -494,6 +478,7 @@ async fn relay_run(
         tokio::time::sleep(Duration::from_millis(20)).await;
     };
     let metrics = relay.metrics();
+    let phases = phases_json(&relay.histograms());
     relay.shutdown().await;
     drop(relay);
     let events_received = match reader {
@@ -526,6 +511,7 @@ async fn relay_run(
         "cpu": cpu_before.delta(&cpu_after),
         "staging_seconds": round3(staged.as_secs_f64()),
         "events_received": events_received,
+        "phases": phases,
     });
     drop_table(admin, &table).await?;
     Ok(RunResult {
@@ -652,144 +638,6 @@ async fn baseline_run(
         jobs_per_s,
         record,
     })
-}
-
-/// Runs the engine's round by hand with the core's own calls (claim_due -> wire forms ->
-/// send_batch -> settle) and times each phase.
-async fn profile_run(
-    args: &DrainArgs,
-    admin: &sqlx::PgPool,
-    devserver: &DevServer,
-    batch_size: usize,
-    rows: usize,
-    pipelined: bool,
-) -> BoxResult<Value> {
-    let table = table_name(&format!("profile_{batch_size}"));
-    fresh_backlog(args, admin, devserver, &table, rows).await?;
-    let lsn = wal_lsn(admin).await?;
-    let mut in_flight: Option<tokio::task::JoinHandle<ojs_outbox::Result<u64>>> = None;
-    let mut config = config_for(&args.database_url, &devserver.url, &table);
-    config.outbox.batch_size = batch_size;
-    let store = Store::connect(&args.database_url, &table).await?;
-    let backend = Backend::new(&config)?;
-    let lease = config.relay.lease;
-    let (mut claim, mut build, mut http, mut settle) = (
-        Duration::ZERO,
-        Duration::ZERO,
-        Duration::ZERO,
-        Duration::ZERO,
-    );
-    let mut rounds = 0u64;
-    let started = Instant::now();
-    loop {
-        let token = format!("profile-{rounds}");
-        let t0 = Instant::now();
-        let claimed = store
-            .claim_due(&token, lease, batch_size, Duration::ZERO)
-            .await?;
-        let t1 = Instant::now();
-        if claimed.is_empty() {
-            claim += t1 - t0;
-            break;
-        }
-        let mut body = String::from("{\"jobs\":[");
-        for (i, row) in claimed.iter().enumerate() {
-            if i > 0 {
-                body.push(',');
-            }
-            body.push_str(&wire_json(
-                &row.job_id,
-                &row.job_type,
-                &row.args_json,
-                &row.options_json,
-                &row.meta_json,
-            ));
-        }
-        body.push_str("]}");
-        let t2 = Instant::now();
-        let (outcome, _) = backend.send_batch(body).await;
-        let t3 = Instant::now();
-        if !matches!(outcome, Outcome::Delivered { .. }) {
-            return Err(err(format!("profile: batch not delivered: {outcome:?}")));
-        }
-        let settlements: Vec<Settlement> = claimed
-            .iter()
-            .map(|row| Settlement {
-                id: row.id,
-                status: Some(RowStatus::Sent),
-                consumed_attempt: false,
-                retry_in: None,
-                error: None,
-            })
-            .collect();
-        if pipelined {
-            // At most one settle outstanding; it runs while the next round claims and sends.
-            if let Some(previous) = in_flight.take() {
-                previous.await??;
-            }
-            let (store, token) = (store.clone(), token.clone());
-            in_flight = Some(tokio::spawn(async move {
-                store.settle(&token, &settlements).await
-            }));
-        } else {
-            store.settle(&token, &settlements).await?;
-        }
-        let t4 = Instant::now();
-        claim += t1 - t0;
-        build += t2 - t1;
-        http += t3 - t2;
-        settle += t4 - t3;
-        rounds += 1;
-    }
-    if let Some(previous) = in_flight.take() {
-        previous.await??;
-    }
-    let seconds = started.elapsed().as_secs_f64();
-    let stats = devserver.stats().await?;
-    check_delivered(&stats, &store.status().await?, rows)?;
-    store.close().await;
-    let writes = write_stats(admin, &table, &lsn, rows).await?;
-    drop_table(admin, &table).await?;
-    let per_round = |d: Duration| round3(d.as_secs_f64() * 1000.0 / rounds.max(1) as f64);
-    let total = (claim + build + http + settle).as_secs_f64();
-    let share = |d: Duration| round1(d.as_secs_f64() / total * 100.0);
-    Ok(json!({
-        "bench": "drain_profile",
-        "mode": if pipelined { "pipelined (settle k overlaps claim/send k+1)" } else { "sequential (as the engine)" },
-        "postgres_writes": writes,
-        "batch_size": batch_size,
-        "rows": rows,
-        "rounds": rounds,
-        "seconds": round3(seconds),
-        "jobs_per_s": round1(rows as f64 / seconds),
-        "ms_per_round": {"claim": per_round(claim), "build": per_round(build), "http": per_round(http), "settle": per_round(settle)},
-        "percent": {"claim": share(claim), "build": share(build), "http": share(http), "settle": share(settle)},
-    }))
-}
-
-fn profile_cells(record: &Value) -> Vec<String> {
-    let f = |v: &Value| v.as_f64().map(|x| format!("{x:.3}")).unwrap_or_default();
-    let p = |v: &Value| v.as_f64().map(|x| format!("{x:.1}")).unwrap_or_default();
-    vec![
-        if record["mode"].as_str().unwrap_or("").starts_with("pipe") {
-            "pipelined"
-        } else {
-            "sequential"
-        }
-        .to_owned(),
-        record["batch_size"].to_string(),
-        record["rows"].to_string(),
-        record["rounds"].to_string(),
-        f(&record["ms_per_round"]["claim"]),
-        f(&record["ms_per_round"]["build"]),
-        f(&record["ms_per_round"]["http"]),
-        f(&record["ms_per_round"]["settle"]),
-        p(&record["percent"]["claim"]),
-        p(&record["percent"]["http"]),
-        p(&record["percent"]["settle"]),
-        format!("{:.0}", record["jobs_per_s"].as_f64().unwrap_or(0.0)),
-        format!("{}", record["postgres_writes"]["wal_bytes_per_job"]),
-    ]
 }
 
 /// The SQL floor: what the same PostgreSQL does at best for the same backlog (staged the same
@@ -1112,4 +960,38 @@ fn targets_summary(args: &DrainArgs, results: &[RunResult], peers: &[RunResult])
         );
     }
     Ok(())
+}
+
+/// The relay's phase histograms as counts, mean milliseconds and shares of the summed time:
+/// where a round's time goes, measured by the engine itself (no round rebuilt here).
+fn phases_json(h: &Histograms) -> Value {
+    let count = |s: &HistogramSnapshot| s.counts.iter().sum::<u64>();
+    let total_ms = |s: &HistogramSnapshot| s.sum_micros as f64 / 1000.0;
+    let mean = |s: &HistogramSnapshot| total_ms(s) / count(s).max(1) as f64;
+    let all =
+        total_ms(&h.claim_duration) + total_ms(&h.send_duration) + total_ms(&h.settle_duration);
+    let share = |s: &HistogramSnapshot| round1(100.0 * total_ms(s) / all.max(f64::MIN_POSITIVE));
+    json!({
+        "claims": count(&h.claim_duration), "claim_ms_mean": round3(mean(&h.claim_duration)),
+        "requests": count(&h.send_duration), "send_ms_mean": round3(mean(&h.send_duration)),
+        "settles": count(&h.settle_duration), "settle_ms_mean": round3(mean(&h.settle_duration)),
+        "percent": {"claim": share(&h.claim_duration), "send": share(&h.send_duration), "settle": share(&h.settle_duration)},
+    })
+}
+
+fn phase_cells(result: &RunResult) -> Option<Vec<String>> {
+    let p = result.record.get("phases")?;
+    Some(vec![
+        result.label.clone(),
+        result.batch_size.to_string(),
+        p["claims"].to_string(),
+        p["claim_ms_mean"].to_string(),
+        p["requests"].to_string(),
+        p["send_ms_mean"].to_string(),
+        p["settles"].to_string(),
+        p["settle_ms_mean"].to_string(),
+        p["percent"]["claim"].to_string(),
+        p["percent"]["send"].to_string(),
+        p["percent"]["settle"].to_string(),
+    ])
 }

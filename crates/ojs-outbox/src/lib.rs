@@ -30,6 +30,6 @@ pub use config::{Config, DEVELOPMENT_OJS_URL, Host, Loaded, RelayMode};
 pub use error::{Error, ErrorCode, ErrorFamily, Result};
 pub use job::{NewJob, PreparedJob, RequestContext, prepare};
 pub use outbox::{Outbox, OutboxTransaction};
-pub use relay::{Metrics, Relay};
+pub use relay::{Histograms, Metrics, Relay};
 pub use sql::{Dialect, OutboxSql, Placeholder, Statement};
 pub use store::{OutboxStatus, RowStatus, Store};

@@ -7,7 +7,7 @@ use std::fmt::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use crate::relay::Metrics;
+use crate::relay::{Histograms, Metrics};
 use crate::store::OutboxStatus;
 
 /// Upper bounds of the histogram buckets, in seconds: 1 ms to 60 s.
@@ -58,10 +58,7 @@ impl Histogram {
 pub struct Sample<'a> {
     pub table: &'a str,
     pub metrics: &'a Metrics,
-    /// Time from staging (the job id's UUIDv7 time, just before COMMIT) to the backend's answer.
-    pub delivery_lag: &'a HistogramSnapshot,
-    /// One HTTP request to the backend (a single job or a batch).
-    pub send_duration: &'a HistogramSnapshot,
+    pub histograms: &'a Histograms,
     /// Counts read from the table just now (readable only with a database).
     pub status: Option<&'a OutboxStatus>,
 }
@@ -154,20 +151,31 @@ pub fn exposition(sample: &Sample<'_>) -> String {
             ],
         );
     }
-    histogram(
-        &mut out,
-        &table,
-        "ojs_relay_delivery_lag_seconds",
-        "Time from staging (just before COMMIT) to the backend accepting the job.",
-        sample.delivery_lag,
-    );
-    histogram(
-        &mut out,
-        &table,
-        "ojs_relay_send_duration_seconds",
-        "Duration of one request to the OJS backend (one job or one batch).",
-        sample.send_duration,
-    );
+    let h = sample.histograms;
+    for (name, help, snapshot) in [
+        (
+            "ojs_relay_delivery_lag_seconds",
+            "Time from staging (just before COMMIT) to the backend accepting the job.",
+            &h.delivery_lag,
+        ),
+        (
+            "ojs_relay_send_duration_seconds",
+            "Duration of one request to the OJS backend (one job or one batch).",
+            &h.send_duration,
+        ),
+        (
+            "ojs_relay_claim_duration_seconds",
+            "Duration of one claim statement (rows leased for sending).",
+            &h.claim_duration,
+        ),
+        (
+            "ojs_relay_settle_duration_seconds",
+            "Duration of one settle statement (outcomes recorded, leases cleared).",
+            &h.settle_duration,
+        ),
+    ] {
+        histogram(&mut out, &table, name, help, snapshot);
+    }
     out
 }
 
@@ -223,11 +231,14 @@ mod tests {
         h.record(Duration::from_micros(500));
         h.record(Duration::from_millis(7));
         h.record(Duration::from_secs(120));
+        let histograms = Histograms {
+            delivery_lag: h.snapshot(),
+            ..Histograms::default()
+        };
         let text = exposition(&Sample {
             table: "t",
             metrics: &Metrics::default(),
-            delivery_lag: &h.snapshot(),
-            send_duration: &HistogramSnapshot::default(),
+            histograms: &histograms,
             status: None,
         });
         assert!(

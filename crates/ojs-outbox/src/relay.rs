@@ -51,12 +51,27 @@ struct Counters {
     state: Mutex<BackendState>,
     delivery_lag: Histogram,
     send_duration: Histogram,
+    claim_duration: Histogram,
+    settle_duration: Histogram,
 }
 
 #[derive(Debug, Clone, Default)]
 struct BackendState {
     healthy: Option<bool>,
     last_error: Option<String>,
+}
+
+/// Where a relay's time goes, per round phase and per job (`prometheus.rs` exposes them).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Histograms {
+    /// Staging (the job id's time) to the backend's acceptance, per delivered job.
+    pub delivery_lag: HistogramSnapshot,
+    /// One request to the backend (a job or a batch).
+    pub send_duration: HistogramSnapshot,
+    /// One claim statement (hot path or poller).
+    pub claim_duration: HistogramSnapshot,
+    /// One settle statement.
+    pub settle_duration: HistogramSnapshot,
 }
 
 /// A snapshot of the relay's metrics. `pending` and `oldest_pending_age_ms` are refreshed from
@@ -151,11 +166,14 @@ impl Relay {
     }
 
     /// The delivery-lag and send-duration histograms (`prometheus.rs`).
-    pub fn histograms(&self) -> (HistogramSnapshot, HistogramSnapshot) {
-        (
-            self.counters.delivery_lag.snapshot(),
-            self.counters.send_duration.snapshot(),
-        )
+    pub fn histograms(&self) -> Histograms {
+        let c = &self.counters;
+        Histograms {
+            delivery_lag: c.delivery_lag.snapshot(),
+            send_duration: c.send_duration.snapshot(),
+            claim_duration: c.claim_duration.snapshot(),
+            settle_duration: c.settle_duration.snapshot(),
+        }
     }
 
     /// The Prometheus exposition of this relay (`prometheus.rs`); `status`: counts read from
@@ -166,12 +184,11 @@ impl Relay {
         status: Option<&crate::store::OutboxStatus>,
     ) -> String {
         let metrics = self.metrics();
-        let (delivery_lag, send_duration) = self.histograms();
+        let histograms = self.histograms();
         crate::prometheus::exposition(&crate::prometheus::Sample {
             table,
             metrics: &metrics,
-            delivery_lag: &delivery_lag,
-            send_duration: &send_duration,
+            histograms: &histograms,
             status,
         })
     }
@@ -348,11 +365,13 @@ impl Engine {
     async fn deliver_hot(&mut self, ids: Vec<String>) {
         let token = self.next_lease_token();
         self.start_claim_clock();
-        match self
+        let started = Instant::now();
+        let claimed = self
             .store
             .claim_ids(&token, self.config.relay.lease, &ids)
-            .await
-        {
+            .await;
+        self.counters.claim_duration.record(started.elapsed());
+        match claimed {
             Ok(rows) => {
                 if rows.is_empty() {
                     self.database_ok();
@@ -368,6 +387,7 @@ impl Engine {
         let batch_size = self.config.outbox.batch_size;
         let token = self.next_lease_token();
         self.start_claim_clock();
+        let started = Instant::now();
         let claimed = self
             .store
             .claim_due(
@@ -377,6 +397,7 @@ impl Engine {
                 self.skip_recent,
             )
             .await;
+        self.counters.claim_duration.record(started.elapsed());
         match claimed {
             Ok(rows) => {
                 if rows.is_empty() {
@@ -471,7 +492,10 @@ impl Engine {
                 settlements.push(self.send_single(row).await);
             }
         }
-        match self.store.settle(token, &settlements).await {
+        let started = Instant::now();
+        let settled = self.store.settle(token, &settlements).await;
+        self.counters.settle_duration.record(started.elapsed());
+        match settled {
             // Counted once the table says so; rows whose lease was lost count nowhere. Dead
             // letters are logged at the same moment.
             Ok(_) => {
