@@ -8,7 +8,7 @@
 
 pub mod admin;
 pub mod backend;
-pub mod backoff;
+mod backoff;
 pub mod classify;
 pub mod config;
 pub mod duration;
@@ -21,7 +21,7 @@ pub mod ledger;
 pub mod log_feed;
 pub mod outbox;
 pub mod prometheus;
-pub mod relay;
+mod relay;
 pub mod sql;
 pub mod stop_signal;
 pub mod store;
