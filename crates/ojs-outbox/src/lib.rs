@@ -23,6 +23,7 @@ pub mod outbox;
 pub mod prometheus;
 mod relay;
 pub mod sql;
+mod sqlite_fork;
 pub mod stop_signal;
 pub mod store;
 

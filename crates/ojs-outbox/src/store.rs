@@ -174,6 +174,7 @@ impl Store {
         let bad_url =
             |why: String| Error::field(ErrorCode::InvalidDatabaseUrl, "database_url", why);
         let pool = if database_url.starts_with("sqlite:") {
+            crate::sqlite_fork::guard_forks();
             let options = SqliteConnectOptions::from_str(database_url)
                 .map_err(|e| bad_url(format!("{database_url:?}: {e}")))?
                 .busy_timeout(Duration::from_secs(10));

@@ -1,0 +1,83 @@
+//! A process whose relay is busy on SQLite forks (a pre-fork server starting its workers), and
+//! each child opens SQLite and queries the outbox at once: no child may hang on a mutex the
+//! parent's relay thread held at the moment of the fork (`sqlite_fork.rs`).
+
+use std::time::{Duration, Instant};
+
+use ojs_outbox::{Config, NewJob, Outbox, Store};
+use serde_json::json;
+
+#[test]
+fn children_forked_from_a_busy_sqlite_relay_can_use_sqlite() {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let dir = std::env::temp_dir().join(format!("ojs-fork-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let url = format!("sqlite://{}", dir.join("fork.db").display());
+    // A backend no one listens on: the relay keeps claiming, pausing and probing on SQLite.
+    let config = Config::from_value(&json!({"adapter": {
+        "ojs_url": "http://127.0.0.1:9", "database_url": url,
+        "outbox": {"poll_interval": "PT0.01S"},
+        "relay": {"initial_backoff": "PT0.01S", "max_backoff": "PT0.02S", "request_timeout": "PT0.05S"}}}))
+    .unwrap();
+    let outbox = runtime.block_on(async {
+        let outbox = Outbox::connect(config).await.unwrap();
+        outbox.store().migrate().await.unwrap();
+        let mut tx = outbox.begin().await.unwrap();
+        tx.enqueue_bulk(
+            (0..50)
+                .map(|i| NewJob::new("fork.job", json!([i])))
+                .collect(),
+        )
+        .await
+        .unwrap();
+        tx.commit_without_hook().await.unwrap();
+        outbox
+    });
+    {
+        let _entered = runtime.enter();
+        outbox.start_relay();
+    }
+    let mut hung = 0;
+    for _ in 0..60 {
+        // SAFETY: the child only builds its own runtime, uses SQLite and exits with _exit.
+        let pid = unsafe { libc::fork() };
+        if pid == 0 {
+            let ok = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .map(|child| {
+                    child.block_on(async {
+                        let store = Store::connect(&url, "ojs_outbox").await.ok()?;
+                        store.status().await.ok()
+                    })
+                })
+                .ok()
+                .flatten()
+                .is_some();
+            unsafe { libc::_exit(if ok { 0 } else { 3 }) };
+        }
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let mut status = 0;
+            let done = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
+            if done == pid {
+                assert!(
+                    libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+                    "child failed"
+                );
+                break;
+            }
+            if Instant::now() > deadline {
+                unsafe { libc::kill(pid, libc::SIGKILL) };
+                unsafe { libc::waitpid(pid, &mut status, 0) };
+                hung += 1;
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+    runtime.block_on(outbox.stop_relay());
+    assert_eq!(hung, 0, "children hung on a lock inherited from the parent");
+    let _ = std::fs::remove_dir_all(&dir);
+}
