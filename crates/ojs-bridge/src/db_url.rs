@@ -69,11 +69,7 @@ pub fn from_parts(parts: &ConnectionParts) -> Result<String> {
         };
         let file = file.strip_prefix("file:").unwrap_or(&file);
         let file = file.split('?').next().unwrap_or("");
-        if file.is_empty()
-            || file == ":memory:"
-            || file.starts_with(":memory:")
-            || engine_memory(parts)
-        {
+        if file.is_empty() || file.starts_with(":memory:") || engine_memory(parts) {
             return Err(refuse(
                 "an in-memory SQLite database cannot be shared with the relay's own connection; use a database file".to_owned(),
             ));

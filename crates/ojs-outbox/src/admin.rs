@@ -56,7 +56,7 @@ impl Target<'_> {
     }
 
     /// The store's missing-table error, naming the table, the database and the fix.
-    fn explain(&self, error: Error) -> Error {
+    pub fn explain(&self, error: Error) -> Error {
         if error.code != ErrorCode::OutboxTableMissing {
             return error;
         }

@@ -501,10 +501,11 @@ impl Engine {
             Ok(_) => {
                 self.database_ok();
                 self.count_settled(&settlements);
-                self.record_lag(&rows, &settlements);
-                self.log_dead_letters(&rows, &settlements);
+                let settled = pair(&rows, &settlements);
+                self.record_lag(&settled);
+                self.log_dead_letters(&settled);
                 if self.events.active() {
-                    self.publish_job_events(&rows, &settlements);
+                    self.publish_job_events(&settled);
                 }
             }
             Err(error) => self.database_trouble(error).await,
@@ -535,14 +536,9 @@ impl Engine {
     /// The job events of one settled claim, per row in causal order: `job.enqueued`;
     /// `job.failed` then `job.retrying`; (`job.failed` when an attempt was used, then)
     /// `job.dead_lettered`. Releases and deferrals (no attempt, no decision) make none.
-    fn publish_job_events(&self, rows: &[ClaimedRow], settlements: &[Settlement]) {
+    fn publish_job_events(&self, settled: &[(&ClaimedRow, &Settlement)]) {
         use crate::events::EventData;
-        let by_id: std::collections::HashMap<i64, &ClaimedRow> =
-            rows.iter().map(|row| (row.id, row)).collect();
-        for settlement in settlements {
-            let Some(row) = by_id.get(&settlement.id) else {
-                continue;
-            };
+        for (row, settlement) in settled {
             let attempt = row.attempts + i32::from(settlement.consumed_attempt);
             let queue = top_level_string(&row.options_json, "queue");
             let queue = queue.as_deref().unwrap_or("default");
@@ -580,17 +576,12 @@ impl Engine {
     }
 
     /// Staging to delivery, per row the backend accepted (the job id's UUIDv7 time).
-    fn record_lag(&self, rows: &[ClaimedRow], settlements: &[Settlement]) {
+    fn record_lag(&self, settled: &[(&ClaimedRow, &Settlement)]) {
         let now = crate::events::now_ms();
-        let by_id: std::collections::HashMap<i64, &ClaimedRow> =
-            rows.iter().map(|row| (row.id, row)).collect();
-        for settlement in settlements {
+        for (row, settlement) in settled {
             if settlement.status != Some(RowStatus::Sent) {
                 continue;
             }
-            let Some(row) = by_id.get(&settlement.id) else {
-                continue;
-            };
             if let Some(staged) = crate::prometheus::staged_at_ms(&row.job_id) {
                 let ms = (now - staged).max(0) as u64;
                 self.counters.delivery_lag.record(Duration::from_millis(ms));
@@ -599,14 +590,11 @@ impl Engine {
     }
 
     /// One error record per row this claim made `dead`, with its job id, type and reason.
-    fn log_dead_letters(&self, rows: &[ClaimedRow], settlements: &[Settlement]) {
-        for settlement in settlements {
+    fn log_dead_letters(&self, settled: &[(&ClaimedRow, &Settlement)]) {
+        for (row, settlement) in settled {
             if settlement.status != Some(RowStatus::Dead) {
                 continue;
             }
-            let Some(row) = rows.iter().find(|row| row.id == settlement.id) else {
-                continue;
-            };
             let reason = settlement.error.as_deref().unwrap_or("no reason given");
             self.log(
                 Level::Error,
@@ -952,6 +940,20 @@ impl Engine {
 enum Trouble {
     Outage,
     Refused,
+}
+
+/// Each settlement with its claimed row (settlements follow the send order, which batch
+/// splits may change, so they are matched by row id once per round).
+fn pair<'a>(
+    rows: &'a [ClaimedRow],
+    settlements: &'a [Settlement],
+) -> Vec<(&'a ClaimedRow, &'a Settlement)> {
+    let by_id: std::collections::HashMap<i64, &ClaimedRow> =
+        rows.iter().map(|row| (row.id, row)).collect();
+    settlements
+        .iter()
+        .filter_map(|settlement| by_id.get(&settlement.id).map(|row| (*row, settlement)))
+        .collect()
 }
 
 /// A top-level string of a JSON object text (a row's options or meta), if there is one: read

@@ -124,17 +124,7 @@ pub async fn run(settings: &Settings, args: &crate::cli::RunArgs) -> Result<i32>
     let config = &settings.config;
     let store = connect(settings).await?;
     if let Err(error) = store.check_table().await {
-        return Err(match error.code {
-            ErrorCode::OutboxTableMissing => Error::new(
-                ErrorCode::OutboxTableMissing,
-                format!(
-                    "the outbox table {:?} does not exist in {}; create it with {CREATE_TABLE_WITH}",
-                    settings.table(),
-                    redact(&settings.database_url)
-                ),
-            ),
-            _ => error,
-        });
+        return Err(target(settings, &store).explain(error));
     }
     let backend = Backend::new(config)?;
     match backend.health().await {
