@@ -80,6 +80,7 @@ fn lint_case(case: &Value) -> Vec<String> {
     let mut relay_running = case.get("relay").and_then(Value::as_str) != Some("stopped");
     let mut committed = false;
     let mut slept_ms = 0u64;
+    let mut subscriptions: BTreeSet<String> = BTreeSet::new();
 
     for (index, step) in steps.iter().enumerate() {
         let op = step["op"].as_str().unwrap_or_default();
@@ -166,6 +167,25 @@ fn lint_case(case: &Value) -> Vec<String> {
         if op == "sleep" {
             slept_ms += step["ms"].as_u64().unwrap_or_default();
         }
+
+        // Event subscriptions: opened once, while the relay runs, before any use.
+        let used = match op {
+            "events_subscribe" => step["last_event_id"]["subscription"].as_str(),
+            "wait_events" | "expect_events" => step["subscription"].as_str(),
+            _ => None,
+        };
+        if let Some(name) = used.filter(|name| !subscriptions.contains(*name)) {
+            problems.push(format!("{at}: subscription {name:?} is used before it is opened"));
+        }
+        if op == "events_subscribe" {
+            if !relay_running {
+                problems.push(format!("{at}: subscribe only while the relay runs"));
+            }
+            let name = step["subscription"].as_str().unwrap_or_default().to_owned();
+            if !subscriptions.insert(name.clone()) {
+                problems.push(format!("{at}: subscription {name:?} is opened twice"));
+            }
+        }
     }
 
     if transaction_depth != 0 {
@@ -210,6 +230,15 @@ fn used_refs(step: &Value) -> Vec<String> {
             keys(step.get("deliveries_exactly"), &mut refs);
             keys(step.get("jobs"), &mut refs);
         }
+        "events_subscribe" => refs.extend(step["last_event_id"]["ref"].as_str().map(str::to_owned)),
+        "wait_events" => refs.extend(
+            step["events"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|event| event["ref"].as_str().map(str::to_owned)),
+        ),
+        "expect_events" => list(step.get("absent"), &mut refs),
         _ => {}
     }
     refs
@@ -610,6 +639,28 @@ fn lint_rejects_broken_cases() {
         (
             "stop a stopped relay",
             json!({"relay": "stopped", "steps": [{"op": "relay_stop"}]}),
+        ),
+        (
+            "subscription used before it is opened",
+            json!({"steps": [{"op": "expect_events", "subscription": "s", "total": 0}]}),
+        ),
+        (
+            "subscription opened twice",
+            json!({"steps": [
+                {"op": "events_subscribe", "subscription": "s"},
+                {"op": "events_subscribe", "subscription": "s"}
+            ]}),
+        ),
+        (
+            "subscribe while the relay is stopped",
+            json!({"relay": "stopped", "steps": [{"op": "events_subscribe", "subscription": "s"}]}),
+        ),
+        (
+            "event ref used before it is defined",
+            json!({"steps": [
+                {"op": "events_subscribe", "subscription": "s"},
+                {"op": "wait_events", "subscription": "s", "events": [{"ref": "a", "type": "job.enqueued"}]}
+            ]}),
         ),
         (
             "manifest change while running",

@@ -495,6 +495,12 @@ impl Bridge {
         running.runtime.block_on(running.outbox.prometheus_text())
     }
 
+    /// What a mount's `GET /readyz` answers: `{"ready", "database", "backend"}` as JSON text
+    /// (`ready` false: answer 503), checked through the relay's own connection.
+    pub fn readiness_json(&self) -> Result<String> {
+        self.with_running(|running| Ok(running.runtime.block_on(running.outbox.readiness()).1))
+    }
+
     /// A subscriber of this process's relay events, as SSE frames (what a framework's
     /// `/v1/events/stream` mount serves); `request_json` is an `events::StreamRequest`.
     /// Fails with `RELAY_SHUT_DOWN` when no relay runs here.
@@ -572,7 +578,7 @@ impl Bridge {
         self.with_running(|running| {
             running
                 .runtime
-                .block_on(running.outbox.store().dead_replay(tenant))
+                .block_on(running.outbox.dead_replay(tenant))
         })
     }
 
@@ -580,7 +586,7 @@ impl Bridge {
         self.with_running(|running| {
             running
                 .runtime
-                .block_on(running.outbox.store().dead_purge(tenant))
+                .block_on(running.outbox.dead_purge(tenant))
         })
     }
 

@@ -46,8 +46,8 @@ pub struct Target<'a> {
 
 impl Target<'_> {
     fn announce(&self, kind: &str, tenant: Option<&str>, count: u64) {
-        if let Some(events) = self.events.filter(|bus| bus.active()) {
-            events.relay_event(kind, tenant, json!({"tenant": tenant, "count": count}));
+        if let Some(events) = self.events {
+            events.operator_event(kind, tenant, count);
         }
     }
 

@@ -318,6 +318,14 @@ impl EventBus {
         });
     }
 
+    /// An operator's dead-row action (`ojs.outbox.dead_replayed` / `dead_purged`), with its
+    /// tenant and count; nothing when nobody listens.
+    pub fn operator_event(&self, kind: &str, tenant: Option<&str>, count: u64) {
+        if self.active() {
+            self.relay_event(kind, tenant, serde_json::json!({"tenant": tenant, "count": count}));
+        }
+    }
+
     /// A relay or operator event (subject: the outbox table). `tenant`: the tenant an
     /// operator command was scoped to, if any.
     pub fn relay_event(&self, kind: &str, tenant: Option<&str>, data: Value) {

@@ -109,6 +109,31 @@ impl Outbox {
             .map(|relay| relay.prometheus_text(&self.config.outbox.table_name, status.as_ref()))
     }
 
+    /// Replays dead rows (all, or one tenant's) and announces it on the running relay's
+    /// events (`ojs.outbox.dead_replayed`), as every in-process operator call must.
+    pub async fn dead_replay(&self, tenant: Option<&str>) -> Result<u64> {
+        let n = self.store.dead_replay(tenant).await?;
+        if let Some(bus) = self.events() {
+            bus.operator_event("ojs.outbox.dead_replayed", tenant, n);
+        }
+        Ok(n)
+    }
+
+    /// Deletes dead rows (all, or one tenant's) and announces it (`ojs.outbox.dead_purged`).
+    pub async fn dead_purge(&self, tenant: Option<&str>) -> Result<u64> {
+        let n = self.store.dead_purge(tenant).await?;
+        if let Some(bus) = self.events() {
+            bus.operator_event("ojs.outbox.dead_purged", tenant, n);
+        }
+        Ok(n)
+    }
+
+    /// `GET /readyz`: the database reachable with the outbox table in it, and the backend
+    /// reachable. Whether all holds, and the JSON body every server of it answers.
+    pub async fn readiness(&self) -> (bool, String) {
+        readiness(&self.store, &self.backend).await
+    }
+
     /// The event bus of the relay running here, if one runs (`events.rs`).
     pub fn events(&self) -> Option<std::sync::Arc<crate::events::EventBus>> {
         self.relay
@@ -388,4 +413,21 @@ impl OutboxTransaction<'_> {
 
 fn ended() -> Error {
     Error::new(ErrorCode::NoTransaction, "the transaction has ended")
+}
+
+/// The readiness verdict of a store and a backend (`Outbox::readiness`, `ojs-relay run`):
+/// `{"ready": bool, "database": "ok" | why, "backend": "ok" | why}`.
+pub async fn readiness(store: &Store, backend: &Backend) -> (bool, String) {
+    let (table, health) = tokio::join!(store.check_table(), backend.health());
+    let verdict = |result: Result<()>| match result {
+        Ok(()) => serde_json::json!("ok"),
+        Err(why) => serde_json::json!(why.message),
+    };
+    let ready = table.is_ok() && health.is_ok();
+    let body = serde_json::json!({
+        "ready": ready,
+        "database": verdict(table),
+        "backend": verdict(health),
+    });
+    (ready, body.to_string())
 }

@@ -103,23 +103,13 @@ async fn readyz(State(surface): State<Arc<Surface>>, headers: HeaderMap) -> Resp
     if let Some(refusal) = operator_only(&surface, &headers) {
         return refusal;
     }
-    let table = surface.store.check_table().await;
-    let backend = surface.backend.health().await;
-    let verdict = |result: Result<(), String>| match result {
-        Ok(()) => json!("ok"),
-        Err(why) => json!(why),
-    };
-    let ready = table.is_ok() && backend.is_ok();
-    let body = json!({
-        "ready": ready,
-        "database": verdict(table.map_err(|e| e.message)),
-        "backend": verdict(backend.map_err(|e| e.message)),
-    });
+    let (ready, body) = ojs_outbox::outbox::readiness(&surface.store, &surface.backend).await;
     let status = if ready {
         StatusCode::OK
     } else {
         StatusCode::SERVICE_UNAVAILABLE
     };
+    let body: serde_json::Value = serde_json::from_str(&body).expect("our own JSON");
     (status, Json(body)).into_response()
 }
 
