@@ -524,9 +524,18 @@ impl Bridge {
 
     /// An SDK's event client (`event_client::EventSubscription` as JSON: `url` of any OJS
     /// event stream, `token`, filters, `since`, `last_event_id`); reconnects and resumes itself.
+    /// Without `url`: the configured backend's stream, `<ojs_url>/v1/events/stream`.
     pub fn subscribe_events(&self, options_json: &str) -> Result<events::EventFeed> {
+        let mut options: serde_json::Value = serde_json::from_str(options_json)
+            .map_err(|e| Error::field(ErrorCode::InvalidConfig, "subscription", e.to_string()))?;
+        if let Some(map) = options.as_object_mut()
+            && map.get("url").is_none_or(serde_json::Value::is_null)
+        {
+            let base = self.config.ojs_url.trim_end_matches('/');
+            map.insert("url".into(), format!("{base}/v1/events/stream").into());
+        }
         self.with_running(|running| {
-            events::EventFeed::open(options_json, running.runtime.handle().clone())
+            events::EventFeed::open(&options.to_string(), running.runtime.handle().clone())
         })
     }
 
