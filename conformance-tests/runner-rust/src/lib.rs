@@ -51,6 +51,8 @@ use std::path::{Path, PathBuf};
 use std::str::FromStr;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+mod events;
+
 use ojs_bridge::{self as bridge, Bridge, Ledger};
 use ojs_outbox::Error;
 use serde_json::{Value, json};
@@ -437,6 +439,9 @@ struct Run {
     /// The request context as the JSON text the bridge takes.
     context: Option<String>,
     last_commit_us: u64,
+    /// The outbox table (the events' `source` names it).
+    table: String,
+    subscriptions: HashMap<String, events::Subscription>,
 }
 
 impl Run {
@@ -729,9 +734,56 @@ impl Run {
                     }
                 }
             }
+            "events_subscribe" => self.events_subscribe(step)?,
+            "wait_events" => {
+                let name = step["subscription"].as_str().unwrap_or_default();
+                let expected = step["events"].as_array().cloned().unwrap_or_default();
+                let subscription = self.subscriptions.get_mut(name).ok_or("no such subscription")?;
+                subscription.wait(&expected, &self.refs, timeout)?;
+            }
+            "expect_events" => {
+                let name = step["subscription"].as_str().unwrap_or_default();
+                let subscription = self.subscriptions.get_mut(name).ok_or("no such subscription")?;
+                subscription.expect(step, &self.refs)?;
+            }
             other => return Err(format!("unknown op {other:?}")),
         }
         Ok(())
+    }
+
+    /// A subscriber of the relay's events through `Bridge::relay_events`, as a mount opens it:
+    /// the step's filters as the query string's text, `Last-Event-ID` from an earlier event.
+    fn events_subscribe(&mut self, step: &Value) -> Result<(), String> {
+        let mut request = serde_json::Map::new();
+        for key in ["types", "queues", "job_types", "tenant"] {
+            if let Some(value) = step.get(key) {
+                request.insert(key.to_owned(), value.clone());
+            }
+        }
+        if let Some(after) = step.get("last_event_id") {
+            let from = after["subscription"].as_str().unwrap_or_default();
+            let job_id = self.id_of(after["ref"].as_str().unwrap_or_default())?.clone();
+            let kind = after["type"].as_str().unwrap_or_default();
+            let id = self
+                .subscription(from)?
+                .id_of(&job_id, kind)
+                .ok_or_else(|| format!("{from:?} has received no {kind} about that job"))?;
+            request.insert("last_event_id".to_owned(), Value::String(id));
+        }
+        let frames = self
+            .adapter
+            .relay_events(&Value::Object(request).to_string())
+            .map_err(|e| e.to_string())?;
+        let name = step["subscription"].as_str().unwrap_or_default().to_owned();
+        let subscription = events::Subscription::new(frames, &self.table);
+        self.subscriptions.insert(name, subscription);
+        Ok(())
+    }
+
+    fn subscription(&mut self, name: &str) -> Result<&mut events::Subscription, String> {
+        self.subscriptions
+            .get_mut(name)
+            .ok_or_else(|| format!("no subscription {name:?}"))
     }
 
     fn wait_delivered(&self, step: &Value, timeout: Duration) -> Result<(), String> {
@@ -993,6 +1045,8 @@ pub fn run_case(case: &Case, database: &Database, backend_url: &str) -> Result<(
         refs: HashMap::new(),
         context: None,
         last_commit_us: 0,
+        table,
+        subscriptions: HashMap::new(),
     };
     let mut result = run.prepare(case);
     if result.is_ok() {

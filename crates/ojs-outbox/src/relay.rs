@@ -539,7 +539,9 @@ impl Engine {
     fn publish_job_events(&self, settled: &[(&ClaimedRow, &Settlement)]) {
         use crate::events::EventData;
         for (row, settlement) in settled {
-            let attempt = row.attempts + i32::from(settlement.consumed_attempt);
+            // The number of the attempt this outcome belongs to (a 2xx uses none).
+            let sent = settlement.status == Some(RowStatus::Sent);
+            let attempt = row.attempts + i32::from(settlement.consumed_attempt || sent);
             let queue = top_level_string(&row.options_json, "queue");
             let queue = queue.as_deref().unwrap_or("default");
             let tenant = top_level_string(&row.meta_json, "tenant_id");
