@@ -108,3 +108,52 @@ fn a_mount_streams_the_relays_events_and_its_metrics() {
     runtime.block_on(backend.shutdown());
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn an_sdk_feed_reads_the_configured_backends_stream_and_readiness_names_each_part() {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let backend = runtime.block_on(DevServer::start(0)).unwrap();
+    let dir = std::env::temp_dir().join(format!("ojs-bridge-feed-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let url = format!("sqlite://{}", dir.join("host.db").display());
+    let config = json!({"adapter": {"ojs_url": backend.url(), "database_url": url}}).to_string();
+    let bridge = Bridge::new(&config).unwrap();
+
+    let missing: serde_json::Value =
+        serde_json::from_str(&bridge.readiness_json().unwrap()).unwrap();
+    assert_eq!(missing["ready"], false, "{missing}");
+    assert_eq!(missing["backend"], "ok", "{missing}");
+    assert!(
+        missing["database"].as_str().unwrap().contains("ojs_outbox"),
+        "names the missing table: {missing}"
+    );
+    bridge.migrate().unwrap();
+    let ready: serde_json::Value =
+        serde_json::from_str(&bridge.readiness_json().unwrap()).unwrap();
+    assert_eq!(ready, json!({"ready": true, "database": "ok", "backend": "ok"}));
+
+    // No url: the core takes the configured backend's stream.
+    let id = bridge
+        .enqueue_now(r#"{"type": "email.welcome", "args": [1]}"#, None)
+        .unwrap();
+    // `since`: the devserver keeps its events, so the push need not race the connection.
+    let feed = bridge
+        .subscribe_events(r#"{"types": ["job.enqueued"], "since": "2000-01-01T00:00:00Z"}"#)
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let event = loop {
+        match feed.next(100).unwrap() {
+            Some(text) if text.is_empty() => assert!(Instant::now() < deadline, "no event"),
+            Some(text) => break serde_json::from_str::<serde_json::Value>(&text).unwrap(),
+            None => panic!("the feed closed"),
+        }
+    };
+    assert_eq!(event["type"], "job.enqueued");
+    assert_eq!(event["subject"], id.as_str());
+    feed.close();
+    assert_eq!(feed.next(100).unwrap(), None, "closed");
+    bridge.close();
+    runtime.block_on(backend.shutdown());
+    let _ = std::fs::remove_dir_all(&dir);
+}
