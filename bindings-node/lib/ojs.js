@@ -9,6 +9,8 @@ const hostKnex = require('./knex');
 const { runScoped, currentScope } = require('./context');
 const { RelayHost } = require('./relay-host');
 const relayLog = require('./log');
+const events = require('./events');
+const { router } = require('./router');
 
 /** camelCase keys to the core's snake_case, recursively; snake_case keys pass unchanged. */
 function snakeKeys(value) {
@@ -397,6 +399,58 @@ class Ojs {
     metrics.wakeup_pending = wakeups === null ? 0 : wakeups.pending;
     metrics.wakeup_dropped = wakeups === null ? 0 : wakeups.dropped;
     return metrics;
+  }
+
+  /**
+   * The Prometheus text exposition of the relay running for this adapter (the core's, what
+   * `/metrics` serves), or null when none runs here (relay mode "external").
+   */
+  async metricsText() {
+    return this._io('metricsText');
+  }
+
+  /**
+   * The core's readiness check (what `/readyz` answers): `{ ready, database, backend }`, each
+   * part `"ok"` or why not, through the relay's own connection.
+   */
+  async readiness() {
+    return JSON.parse(await this._io('readinessJson'));
+  }
+
+  /**
+   * A subscriber of this adapter's relay events, as the core's SSE frames (what
+   * `/v1/events/stream` serves): `{ next(timeoutMs), close() }`, `next` resolving with a frame,
+   * `""` when none came in time, or null at the end. `request`: `types`, `queues`, `jobTypes`
+   * (comma-separated text, as in the query string), `tenant`, `since`, `lastEventId` (or the
+   * snake_case names). Rejects with RELAY_SHUT_DOWN when no relay runs for this adapter.
+   */
+  async relayEvents(request = {}) {
+    const json = events.contractJson(request, events.STREAM_KEYS);
+    if (this.host) return this.host.openStream('relay', json);
+    return events.nativeStream(callNative(() => this.native.relayEvents(json)));
+  }
+
+  /**
+   * The events of an OJS event stream, `for await (const event of ojs.subscribeEvents({...}))`:
+   * by default the configured backend's (`<url>/v1/events/stream`), or `url` (a relay's own
+   * stream, e.g.). Options: `types`, `queues`, `jobTypes` (arrays), `tenant`, `since`,
+   * `lastEventId`, `url`, `token`. Reconnects and resumes after the last event (Last-Event-ID)
+   * in the core; `break` closes it.
+   */
+  subscribeEvents(options = {}) {
+    const json = events.contractJson(options, events.SUBSCRIPTION_KEYS);
+    return new events.EventSubscription(async () => {
+      if (this.host) return this.host.openStream('feed', json);
+      return events.nativeStream(await awaitNative(this.native.subscribeEvents(json)));
+    });
+  }
+
+  /**
+   * The relay's HTTP surface as an Express Router: `GET /v1/events/stream`, `/metrics`,
+   * `/healthz`, `/readyz`. `authorize(req)` (required) returns true, false or `{ tenant }`.
+   */
+  router(options) {
+    return router(this, options);
   }
 
   /**

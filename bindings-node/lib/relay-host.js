@@ -102,6 +102,20 @@ class RelayHost {
   }
 
   /**
+   * Opens an event stream in the host process (`kind` "relay": `relayEvents`; "feed":
+   * `subscribeEvents`) and resolves with `{ next(timeoutMs), close() }` reading it over IPC.
+   */
+  async openStream(kind, json) {
+    const id = await this.call('_openStream', kind, json);
+    return {
+      next: (timeoutMs) => this.call('_streamNext', id, timeoutMs),
+      close: () => {
+        if (this.child) this.call('_closeStream', id).catch(() => {});
+      },
+    };
+  }
+
+  /**
    * The wake-up, never waited for: sent at once when no wake-up message is being written,
    * else coalesced into the next one (at most `capacity` ids wait; the rest are dropped and
    * counted). Without a host process there is no relay to wake.
@@ -168,13 +182,37 @@ function serveHost(NativeBridge, stopRequested) {
         process.send({ log: records }, () => resolve());
       }),
   );
+  /** The event streams the application opened here (`openStream`), by id. */
+  const streams = new Map();
+  let nextStream = 1;
   let closing = null;
   const close = () => {
+    for (const stream of streams.values()) stream.close();
+    streams.clear();
     closing ||= adapter
       .close()
       .catch(() => {})
       .then(() => feed.stop());
     return closing;
+  };
+  const streamCalls = {
+    async _openStream(kind, json) {
+      const stream = kind === 'relay' ? adapter.relayEvents(json) : await adapter.subscribeEvents(json);
+      const streamId = nextStream++;
+      streams.set(streamId, stream);
+      return streamId;
+    },
+    async _streamNext(streamId, timeoutMs) {
+      const stream = streams.get(streamId);
+      const next = stream ? await stream.next(timeoutMs) : null;
+      if (next === null) streams.delete(streamId);
+      return next;
+    },
+    _closeStream(streamId) {
+      const stream = streams.get(streamId);
+      streams.delete(streamId);
+      if (stream) stream.close();
+    },
   };
   process.on('message', async ({ id, method, args }) => {
     if (method === 'notifyCommitted') {
@@ -182,7 +220,10 @@ function serveHost(NativeBridge, stopRequested) {
       return;
     }
     try {
-      const result = method === 'close' ? await close() : await adapter[method](...args);
+      let result;
+      if (method === 'close') result = await close();
+      else if (Object.hasOwn(streamCalls, method)) result = await streamCalls[method](...args);
+      else result = await adapter[method](...args);
       // The records of a stop (its flush) reach the application before the stop's answer.
       if (method === 'stopRelay') await feed.flush();
       process.send({ id, result: result === undefined ? null : result });

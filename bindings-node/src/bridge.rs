@@ -14,6 +14,7 @@ use ojs_bridge::{Bridge, Ledger};
 use ojs_outbox::ErrorCode;
 
 use crate::error::to_js;
+use crate::events::{NativeEventFeed, NativeRelayFrames};
 
 type Work<T> = Box<dyn FnOnce() -> ojs_outbox::Result<T> + Send>;
 
@@ -353,6 +354,42 @@ impl NativeBridge {
                 exit_code: report.exit_code,
                 stdout: report.stdout,
                 stderr: report.stderr,
+            })
+        })
+    }
+
+    /// The Prometheus exposition of this process's relay (what `/metrics` serves), or null
+    /// when no relay runs in this process (`Bridge::metrics_text`).
+    #[napi]
+    pub fn metrics_text(&self) -> AsyncTask<Blocking<Option<String>>> {
+        self.blocking(|bridge| Ok(bridge.metrics_text()))
+    }
+
+    /// What `/readyz` answers, as JSON text: `{"ready", "database", "backend"}`
+    /// (`Bridge::readiness_json`: checked through the relay's own connection).
+    #[napi]
+    pub fn readiness_json(&self) -> AsyncTask<Blocking<String>> {
+        self.blocking(|bridge| bridge.readiness_json())
+    }
+
+    /// A subscriber of this process's relay events, as SSE frames (`Bridge::relay_events`;
+    /// `request_json`: `types`, `queues`, `job_types`, `tenant`, `since`, `last_event_id`).
+    /// No I/O: it joins the relay's in-memory bus. `RELAY_SHUT_DOWN` when no relay runs here.
+    #[napi]
+    pub fn relay_events(&self, request_json: String) -> napi::Result<NativeRelayFrames> {
+        let frames = self.sync(|bridge| bridge.relay_events(&request_json))?;
+        NativeRelayFrames::new(frames)
+    }
+
+    /// An event client of an OJS event stream (`Bridge::subscribe_events`; without `url`, the
+    /// configured backend's). On the thread pool: the first call of a process connects the
+    /// core's runtime.
+    #[napi]
+    pub fn subscribe_events(&self, options_json: String) -> AsyncTask<Blocking<NativeEventFeed>> {
+        self.blocking(move |bridge| {
+            let feed = bridge.subscribe_events(&options_json)?;
+            NativeEventFeed::new(feed).map_err(|e| {
+                ojs_outbox::Error::new(ErrorCode::RelayShutDown, e.reason.clone())
             })
         })
     }

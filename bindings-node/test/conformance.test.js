@@ -30,7 +30,9 @@ const cases = fs
   .readdirSync(CASES_DIR)
   .filter((name) => name.endsWith('.json'))
   .sort()
-  .map((name) => JSON.parse(fs.readFileSync(path.join(CASES_DIR, name), 'utf8')));
+  .map((name) => JSON.parse(fs.readFileSync(path.join(CASES_DIR, name), 'utf8')))
+  // OJS_TEST_CASES (a regular expression on case ids) runs a subset while developing.
+  .filter((c) => !process.env.OJS_TEST_CASES || new RegExp(process.env.OJS_TEST_CASES).test(c.id));
 
 /** Cases this runner cannot execute, with the reason (printed in the matrix). */
 function skipReason() {
@@ -147,6 +149,8 @@ class Run {
     this.context = null;
     this.stack = [];
     this.lastCommitUs = 0;
+    /** Event subscriptions by name: `{ stream, events, ids, ended }`. */
+    this.subscriptions = new Map();
   }
 
   id(ref) {
@@ -352,9 +356,124 @@ class Run {
         }
         break;
       }
+      case 'events_subscribe':
+        await this.subscribe(step);
+        break;
+      case 'wait_events':
+        await this.waitEvents(step, timeout);
+        break;
+      case 'expect_events':
+        await this.expectEvents(step);
+        break;
       default:
         throw new Error(`unknown op ${JSON.stringify(step.op)}`);
     }
+  }
+
+  // ---- events (conformance-tests/README.md, "Events") --------------------------------------
+
+  /** Opens a subscriber of the relay's events through the call every mount serves (`relayEvents`). */
+  async subscribe(step) {
+    const { op, subscription, last_event_id: from, ...filters } = step;
+    if (this.subscriptions.has(subscription)) throw new Error(`subscription ${JSON.stringify(subscription)} is opened twice`);
+    const request = { ...filters };
+    if (from !== undefined) request.last_event_id = this.receivedEvent(from).id;
+    const stream = await this.ojs.relayEvents(request);
+    this.subscriptions.set(subscription, { name: subscription, stream, events: [], ids: new Set(), ended: false });
+  }
+
+  subscription(name) {
+    const sub = this.subscriptions.get(name);
+    if (!sub) throw new Error(`no subscription ${JSON.stringify(name)}`);
+    return sub;
+  }
+
+  /** The event of `type` about job `ref` that subscription `subscription` has received. */
+  receivedEvent({ subscription, ref, type }) {
+    const id = this.id(ref);
+    const event = this.subscription(subscription).events.find((e) => e.type === type && e.subject === id);
+    if (!event) throw new Error(`subscription ${JSON.stringify(subscription)} has received no ${type} about ${JSON.stringify(ref)}`);
+    return event;
+  }
+
+  /** Reads the frames waiting (the first wait up to `timeoutMs`) until one comes back idle. */
+  async pull(sub, timeoutMs) {
+    for (let wait = timeoutMs; !sub.ended; wait = 0) {
+      const frame = await sub.stream.next(wait);
+      if (frame === null) sub.ended = true;
+      else if (frame === '') return;
+      else this.accept(sub, frame);
+    }
+  }
+
+  /** One frame: its `data:` line is the event, checked as a CloudEvents envelope (RFC-0005 §2). */
+  accept(sub, frame) {
+    const line = frame.split('\n').find((l) => l.startsWith('data:'));
+    if (line === undefined) throw new Error(`subscription ${sub.name}: a frame without data: ${JSON.stringify(frame)}`);
+    let event;
+    try {
+      event = JSON.parse(line.slice('data:'.length));
+    } catch (error) {
+      throw new Error(`subscription ${sub.name}: a frame whose data is not JSON (${error.message}): ${JSON.stringify(frame)}`);
+    }
+    const wrong = (why) => new Error(`subscription ${sub.name}: ${why}: ${JSON.stringify(event)}`);
+    if (event === null || typeof event !== 'object') throw wrong('the event is not an object');
+    if (event.specversion !== '1.0') throw wrong('specversion is not "1.0"');
+    if (typeof event.id !== 'string' || event.id === '') throw wrong('no id');
+    if (sub.ids.has(event.id)) throw wrong('an id received before');
+    if (event.source !== `/ojs/outbox/${this.table}`) throw wrong(`source is not /ojs/outbox/${this.table}`);
+    if (typeof event.type === 'string' && event.type.startsWith('job.')) {
+      if (!event.data || event.subject !== event.data.job_id) throw wrong('subject is not data.job_id');
+    }
+    sub.ids.add(event.id);
+    sub.events.push(event);
+  }
+
+  /** Until the subscription's relevant events are exactly `step.events`, in order. */
+  async waitEvents(step, timeout) {
+    const sub = this.subscription(step.subscription);
+    const expected = step.events.map((entry) => ({ ...entry, id: entry.ref === undefined ? undefined : this.id(entry.ref) }));
+    const about = new Set(expected.filter((e) => e.id !== undefined).map((e) => e.id));
+    const types = new Set(expected.filter((e) => e.id === undefined).map((e) => e.type));
+    const relevant = (event) => about.has(event.subject) || types.has(event.type);
+    const describe = (events) => JSON.stringify(events.map((e) => `${e.type} ${refOf(this.refs, e.subject) ?? e.subject} ${JSON.stringify(e.data)}`));
+    const deadline = Date.now() + timeout;
+    for (;;) {
+      await this.pull(sub, 20);
+      const seen = sub.events.filter(relevant);
+      seen.forEach((event, i) => {
+        if (i >= expected.length) throw new Error(`more relevant events than listed: ${describe(seen)}`);
+        const entry = expected[i];
+        const matches =
+          event.type === entry.type &&
+          (entry.id === undefined || event.subject === entry.id) &&
+          Object.entries(entry.data || {}).every(([key, value]) => event.data && Object.hasOwn(event.data, key) && isDeepStrictEqual(event.data[key], value));
+        if (!matches) throw new Error(`event ${i} does not match ${JSON.stringify(step.events[i])}: ${describe(seen)}`);
+      });
+      if (seen.length === expected.length) return;
+      if (sub.ended) throw new Error(`subscription ${sub.name} ended while waiting; so far ${describe(seen)}`);
+      if (Date.now() >= deadline) throw new Error(`timed out after ${timeout} ms; relevant events so far ${describe(seen)}`);
+    }
+  }
+
+  /** At once, after reading the events already waiting: `absent` refs, `total` events. */
+  async expectEvents(step) {
+    const sub = this.subscription(step.subscription);
+    await this.pull(sub, 0);
+    for (const ref of step.absent || []) {
+      const id = this.id(ref);
+      const event = sub.events.find((e) => e.subject === id);
+      if (event) throw new Error(`subscription ${sub.name} received an event about ${JSON.stringify(ref)}: ${JSON.stringify(event)}`);
+    }
+    if (step.total !== undefined && sub.events.length !== step.total) {
+      throw new Error(`subscription ${sub.name} received ${sub.events.length} events, expected ${step.total}: ${JSON.stringify(sub.events.map((e) => e.type))}`);
+    }
+  }
+
+  /** Closes every subscription (the end of a case). */
+  closeSubscriptions() {
+    for (const sub of this.subscriptions.values()) sub.stream.close();
+    this.subscriptions.clear();
   }
 
   async waitDelivered(step, timeout) {
@@ -423,6 +542,12 @@ class Run {
   }
 }
 
+/** The ref whose job id is `id`, or undefined. */
+function refOf(refs, id) {
+  for (const [ref, jobId] of refs) if (jobId === id) return ref;
+  return undefined;
+}
+
 /** Subset match: objects by key (recursively), everything else by deep equality. */
 function isSubset(expected, actual) {
   if (expected && typeof expected === 'object' && !Array.isArray(expected)) {
@@ -465,6 +590,7 @@ async function runCase(testCase, database) {
   } finally {
     while (run.stack.length > 1) run.stack.pop();
     if (run.stack.length) await run.stack.pop().rollback().catch(() => {});
+    run.closeSubscriptions();
     if (relayProcess) await relayProcess.stop('SIGKILL');
     await Promise.race([ojs.close(), sleep(8000)]);
     if (database === 'sqlite') await knex.destroy();
