@@ -7,6 +7,7 @@ use ojs_bridge as bridge;
 use pyo3::prelude::*;
 
 use crate::error::to_py;
+use crate::events::{EventFeed, RelayFrames};
 
 #[pyclass(frozen, module = "ojs_adapter_django._native")]
 pub struct Bridge {
@@ -151,6 +152,37 @@ impl Bridge {
 
     fn metrics_json(&self, py: Python<'_>) -> String {
         py.detach(|| self.inner.metrics_json())
+    }
+
+    /// The Prometheus exposition of this process's relay (what a `/metrics` mount serves);
+    /// `None` when no relay runs in this process.
+    fn metrics_text(&self, py: Python<'_>) -> Option<String> {
+        py.detach(|| self.inner.metrics_text())
+    }
+
+    /// What `/readyz` answers, as JSON text: `{"ready", "database", "backend"}` (`ready`
+    /// false: answer 503), checked through the relay's own connection.
+    fn readiness_json(&self, py: Python<'_>) -> PyResult<String> {
+        py.detach(|| self.inner.readiness_json()).map_err(to_py)
+    }
+
+    /// A subscriber of this process's relay events as SSE frames; `request_json` is the
+    /// request of `GET /v1/events/stream` (`events::StreamRequest`: `types`, `queues`,
+    /// `job_types` as comma-separated text, `tenant`, `since`, `last_event_id`). Raises
+    /// `NativeError` (RELAY_SHUT_DOWN) when no relay runs in this process.
+    fn relay_events(&self, py: Python<'_>, request_json: &str) -> PyResult<RelayFrames> {
+        py.detach(|| self.inner.relay_events(request_json))
+            .map(|inner| RelayFrames { inner })
+            .map_err(to_py)
+    }
+
+    /// A client of an OJS event stream (`event_client::EventSubscription` as JSON: `url`
+    /// (without it, the configured backend's stream), `token`, `types`, `queues`,
+    /// `job_types` (lists), `tenant`, `since`, `last_event_id`).
+    fn subscribe_events(&self, py: Python<'_>, options_json: &str) -> PyResult<EventFeed> {
+        py.detach(|| self.inner.subscribe_events(options_json))
+            .map(|inner| EventFeed { inner })
+            .map_err(to_py)
     }
 
     /// Deletes sent rows older than an ISO-8601 duration; returns how many.

@@ -42,3 +42,11 @@ pub fn database_error(sqlstate: Option<&str>, driver_message: &str, message: Str
 pub fn unencodable(part: &str, path: &str, why: &str) -> String {
     ojs_bridge::unencodable(part, path, why).to_json()
 }
+
+/// The error, as JSON text, for a setting or option `key` that is none of `accepted`: the
+/// core's `INVALID_CONFIG`, naming the accepted spelling when `key` is a near miss of one
+/// (`bridge::unknown_option_error`).
+#[pyfunction]
+pub fn unknown_option(key: &str, accepted: Vec<String>) -> String {
+    ojs_bridge::unknown_option_error(key, &accepted).to_json()
+}

@@ -6,6 +6,7 @@
 
 mod bridge;
 mod error;
+mod events;
 
 use pyo3::prelude::*;
 
@@ -54,10 +55,13 @@ fn drain_log_feed() -> Vec<(String, String, Option<String>, String)> {
 fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add("__version__", env!("CARGO_PKG_VERSION"))?;
     module.add_class::<bridge::Bridge>()?;
+    module.add_class::<events::RelayFrames>()?;
+    module.add_class::<events::EventFeed>()?;
     module.add("NativeError", module.py().get_type::<error::NativeError>())?;
     module.add_function(wrap_pyfunction!(error::codes_json, module)?)?;
     module.add_function(wrap_pyfunction!(error::database_error, module)?)?;
     module.add_function(wrap_pyfunction!(error::unencodable, module)?)?;
+    module.add_function(wrap_pyfunction!(error::unknown_option, module)?)?;
     module.add_function(wrap_pyfunction!(database_url_from_parts, module)?)?;
     module.add_function(wrap_pyfunction!(context_header_names, module)?)?;
     module.add_function(wrap_pyfunction!(arm_stop_signals, module)?)?;

@@ -28,6 +28,7 @@ KNOWN_OPS = {
     "backend_fault", "backend_clear_faults", "backend_manifest", "relay_start", "relay_stop",
     "relay_kill", "sleep", "prune", "dead_replay", "dead_purge", "wait_delivered",
     "wait_outbox", "expect_backend", "expect_requests", "expect_outbox",
+    "events_subscribe", "wait_events", "expect_events",
 }
 
 #: (case id, database) -> "PASS" | "FAIL: why" | "SKIP: reason", for the matrix.
@@ -77,6 +78,66 @@ def now_us() -> int:
     return time.time_ns() // 1000
 
 
+class Subscriber:
+    """One ``events_subscribe``: the in-process relay's frames through the call the Django
+    mount serves (``OJS.relay_events``, the bridge's ``relay_events``), and every event read
+    so far, each checked as an envelope when it is read."""
+
+    def __init__(self, run: "Run", name: str, frames: Any) -> None:
+        self.run = run
+        self.name = name
+        self.frames = frames
+        self.events: list[dict] = []
+        self.ids: set[str] = set()
+        self.ended = False
+
+    def read(self, wait_ms: int) -> bool:
+        """Reads one frame, waiting at most ``wait_ms``; whether an event came."""
+        if self.ended:
+            return False
+        frame = self.frames.next(wait_ms)
+        if frame is None:
+            self.ended = True
+            return False
+        if not frame:
+            return False
+        self.events.append(self.envelope(frame))
+        return True
+
+    def drain(self) -> None:
+        """Reads the events already waiting."""
+        while self.read(0):
+            pass
+
+    def envelope(self, frame: str) -> dict:
+        """The event of one SSE frame (its ``data:`` line), checked as RFC-0005 §2 says."""
+        data = [line[5:].removeprefix(" ") for line in frame.split("\n") if line.startswith("data:")]
+        if not data:
+            raise CaseFailed(f"subscription {self.name!r}: a frame without data: {frame!r}")
+        try:
+            event = json.loads("\n".join(data))
+        except ValueError as exc:
+            raise CaseFailed(f"subscription {self.name!r}: data is not JSON ({exc}): {frame!r}") from None
+        if not isinstance(event, dict):
+            raise CaseFailed(f"subscription {self.name!r}: data is not an object: {frame!r}")
+        if event.get("specversion") != "1.0":
+            raise CaseFailed(f"subscription {self.name!r}: specversion is not \"1.0\": {event}")
+        event_id = event.get("id")
+        if not event_id:
+            raise CaseFailed(f"subscription {self.name!r}: an event without id: {event}")
+        if event_id in self.ids:
+            raise CaseFailed(f"subscription {self.name!r}: event id {event_id} came twice")
+        self.ids.add(event_id)
+        source = f"/ojs/outbox/{self.run.table}"
+        if event.get("source") != source:
+            raise CaseFailed(f"subscription {self.name!r}: source is not {source!r}: {event}")
+        if str(event.get("type", "")).startswith("job."):
+            job_id = (event.get("data") or {}).get("job_id")
+            if event.get("subject") != job_id:
+                raise CaseFailed(f"subscription {self.name!r}: subject is not data.job_id: {event}")
+        return event
+
+
 class Run:
     def __init__(self, case: dict, alias: str, backend: Any) -> None:
         self.case = case
@@ -90,6 +151,7 @@ class Run:
         config = merge(suite_defaults(), {"ojs_url": backend.url, "outbox": {"table_name": self.table}})
         merge(config, case.get("config") or {})
         self.ojs = OJS(config, auto_start=False)
+        self.subscribers: dict[str, Subscriber] = {}
 
     # -- helpers -----------------------------------------------------------------------
 
@@ -251,6 +313,12 @@ class Run:
                 actual = outbox_count(self.alias, self.table)
                 if actual != step["total"]:
                     raise CaseFailed(f"expected {step['total']} outbox rows, found {actual}")
+        elif op == "events_subscribe":
+            self.events_subscribe(step)
+        elif op == "wait_events":
+            self.wait_events(step, timeout)
+        elif op == "expect_events":
+            self.expect_events(step)
         else:
             raise CaseFailed(f"unknown op {op!r}: this runner is out of date")
 
@@ -283,6 +351,82 @@ class Run:
                 raise CaseFailed(f"not delivered within {timeout}s: {missing}; outbox {status}; "
                                  f"rows seen by the application: {host_view}")
             time.sleep(0.01)
+
+    # -- events (the relay's event stream) ----------------------------------------------
+
+    def subscriber(self, name: str) -> Subscriber:
+        if name not in self.subscribers:
+            raise CaseFailed(f"subscription {name!r} was never opened")
+        return self.subscribers[name]
+
+    def events_subscribe(self, step: dict) -> None:
+        name = step["subscription"]
+        if name in self.subscribers:
+            raise CaseFailed(f"subscription {name!r} is opened twice")
+        last_event_id = None
+        if "last_event_id" in step:
+            wanted = step["last_event_id"]
+            job_id = self.id_of(wanted["ref"])
+            found = [event["id"] for event in self.subscriber(wanted["subscription"]).events
+                     if event.get("subject") == job_id and event.get("type") == wanted["type"]]
+            if not found:
+                raise CaseFailed(f"subscription {wanted['subscription']!r} has no "
+                                 f"{wanted['type']} event about {wanted['ref']!r}")
+            last_event_id = found[0]
+        try:
+            frames = self.ojs.relay_events(
+                types=step.get("types"), queues=step.get("queues"),
+                job_types=step.get("job_types"), tenant=step.get("tenant"),
+                last_event_id=last_event_id, using=self.alias)
+        except OJSError as exc:
+            raise CaseFailed(f"relay_events failed: {exc.code}: {exc}") from None
+        self.subscribers[name] = Subscriber(self, name, frames)
+
+    def event_matches(self, event: dict, entry: dict) -> bool:
+        if event.get("type") != entry["type"]:
+            return False
+        if "ref" in entry and event.get("subject") != self.id_of(entry["ref"]):
+            return False
+        return is_subset(entry.get("data") or {}, event.get("data") or {})
+
+    def wait_events(self, step: dict, timeout: float) -> None:
+        subscriber = self.subscriber(step["subscription"])
+        expected = step["events"]
+        refs = {self.id_of(entry["ref"]) for entry in expected if "ref" in entry}
+        types = {entry["type"] for entry in expected if "ref" not in entry}
+        deadline = time.monotonic() + timeout
+        while True:
+            subscriber.drain()
+            relevant = [event for event in subscriber.events
+                        if event.get("subject") in refs or event.get("type") in types]
+            for index, event in enumerate(relevant):
+                if index >= len(expected):
+                    raise CaseFailed(f"more relevant events than the {len(expected)} listed: "
+                                     f"{[(e.get('type'), e.get('subject')) for e in relevant]}")
+                if not self.event_matches(event, expected[index]):
+                    raise CaseFailed(f"event {index} is {event}, expected {expected[index]}")
+            if len(relevant) == len(expected):
+                return
+            if subscriber.ended:
+                raise CaseFailed(f"subscription {subscriber.name!r} ended after "
+                                 f"{len(relevant)} of {len(expected)} events")
+            if time.monotonic() >= deadline:
+                raise CaseFailed(f"wait_events timed out after {len(relevant)} of "
+                                 f"{len(expected)} events: {relevant}")
+            subscriber.read(20)
+
+    def expect_events(self, step: dict) -> None:
+        subscriber = self.subscriber(step["subscription"])
+        subscriber.drain()
+        for ref in step.get("absent", []):
+            job_id = self.id_of(ref)
+            about = [event for event in subscriber.events if event.get("subject") == job_id]
+            if about:
+                raise CaseFailed(f"subscription {subscriber.name!r} has events about {ref!r}: {about}")
+        if "total" in step and len(subscriber.events) != step["total"]:
+            raise CaseFailed(f"subscription {subscriber.name!r} received "
+                             f"{len(subscriber.events)} events, expected {step['total']}: "
+                             f"{[(e.get('type'), e.get('subject')) for e in subscriber.events]}")
 
     def expect_backend(self, step: dict) -> None:
         received = self.backend.received()
@@ -344,6 +488,7 @@ class Run:
             while self.atomics:
                 self.atomics.pop().__exit__(_Rollback, _Rollback(), None)
             clear_request_context()
+            self.subscribers.clear()
             try:
                 self.backend.call("DELETE", "/_dev/faults")
             finally:
@@ -379,3 +524,14 @@ def test_case(case: dict, database: str, backend: Any) -> None:
         RESULTS[key] = f"FAIL ({case['title']}): {exc}"
         raise
     RESULTS[key] = "PASS"
+
+
+def test_suite_defaults_pass_event_retention_through() -> None:
+    """The schema's ``relay.event_retention`` default (null: tier 2 off, as in the product)
+    reaches the core as null, and a case's value replaces it."""
+    defaults = suite_defaults()
+    assert "event_retention" in defaults["relay"] and defaults["relay"]["event_retention"] is None
+    replay = next(case for case in CASES if case["id"] == "RELAY-events-replay-after-last-event-id")
+    merged = merge(suite_defaults(), replay["config"])
+    assert merged["relay"]["event_retention"] == "PT1H"
+    assert merged["relay"]["max_attempts"] == defaults["relay"]["max_attempts"]

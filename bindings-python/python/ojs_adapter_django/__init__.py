@@ -11,7 +11,7 @@ The job is written as an outbox row in the same transaction and sent to the OJS 
 relay after the commit; a rollback leaves nothing. See docs/django.md.
 """
 
-from .client import OJS, enqueue, enqueue_after_commit, enqueue_bulk, ojs
+from .client import OJS, enqueue, enqueue_after_commit, enqueue_bulk, ojs, subscribe_events
 from .context import (
     clear_request_context,
     get_request_context,
@@ -19,6 +19,7 @@ from .context import (
     set_request_context,
 )
 from . import _native
+from .events import Event, EventSubscription
 from .errors import (
     BackendError,
     BackendRejectedError,
@@ -49,6 +50,9 @@ __all__ = [
     "enqueue",
     "enqueue_after_commit",
     "enqueue_bulk",
+    "subscribe_events",
+    "Event",
+    "EventSubscription",
     "request_context",
     "set_request_context",
     "get_request_context",

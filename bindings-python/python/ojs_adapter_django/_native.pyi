@@ -20,6 +20,11 @@ def unencodable(part: str, path: str, why: str) -> str:
     """The error JSON for a value that cannot become JSON, at ``path`` in the job's ``part``
     (``bridge::unencodable``: the core decides the code)."""
 
+def unknown_option(key: str, accepted: list[str]) -> str:
+    """The error JSON (INVALID_CONFIG, ``field`` = ``key``) for a setting that is none of
+    ``accepted``, naming the accepted spelling when ``key`` is a near miss of one (the core's
+    rule, ``config::unknown_option``)."""
+
 def database_url_from_parts(parts_json: str) -> str:
     """The relay's database URL from connection settings (``db_url::ConnectionParts`` JSON).
     Raises NativeError (INVALID_DATABASE_URL) when it cannot be derived."""
@@ -86,6 +91,22 @@ class Bridge:
     def notify_committed(self, job_ids: str) -> None: ...
     def enqueue_now(self, job_json: str, context_json: Optional[str] = None) -> str: ...
     def metrics_json(self) -> str: ...
+    def metrics_text(self) -> Optional[str]:
+        """The Prometheus text exposition (version 0.0.4) of this process's relay; None when no
+        relay runs in this process."""
+    def readiness_json(self) -> str:
+        """``{"ready": bool, "database": "ok" | why, "backend": "ok" | why}`` through the
+        relay's own connection (``ready`` false: answer 503)."""
+    def relay_events(self, request_json: str) -> RelayFrames:
+        """A subscriber of this process's relay events as SSE frames. ``request_json``:
+        ``{"types", "queues", "job_types"}`` (comma-separated text, as in the query string),
+        ``"tenant"``, ``"since"`` (RFC 3339), ``"last_event_id"``; absent keys: no filter. Raises
+        NativeError: RELAY_SHUT_DOWN when no relay runs here, INVALID_CONFIG (field ``since``)
+        for a ``since`` that is not a time."""
+    def subscribe_events(self, options_json: str) -> EventFeed:
+        """A client of an OJS event stream: ``{"url" (default: the backend's
+        ``/v1/events/stream``), "token", "types", "queues", "job_types" (lists), "tenant",
+        "since", "last_event_id"}``. Reconnects and resumes (Last-Event-ID) in the core."""
     def prune(self, older_than: str) -> int: ...
     def migrate(self) -> None: ...
     def status_json(self) -> str: ...
@@ -96,3 +117,20 @@ class Bridge:
         """``(exit_code, stdout, stderr)`` of an operator command (``admin::Command`` JSON)."""
     def rows_json(self, job_ids: str) -> str: ...
     def run_relay_until_signal(self) -> None: ...
+
+class RelayFrames:
+    """One subscriber of the in-process relay's events (``Bridge.relay_events``)."""
+
+    def next(self, timeout_ms: int) -> Optional[str]:
+        """The next SSE frame (``id:``, ``event:``, ``data:`` lines and a blank line); ``""`` when
+        none came within ``timeout_ms``; None at the end of the stream. Releases the GIL."""
+
+class EventFeed:
+    """A client of an OJS event stream (``Bridge.subscribe_events``)."""
+
+    def next(self, timeout_ms: int) -> Optional[str]:
+        """The next event's CloudEvents JSON text; ``""`` when none came within
+        ``timeout_ms``; None once closed. Raises NativeError when the server refuses the
+        subscription (final). Releases the GIL."""
+    def close(self) -> None:
+        """Closes the connection; ``next`` answers None from now on."""

@@ -31,7 +31,7 @@ from django.db import DEFAULT_DB_ALIAS, connections, transaction
 from django.db import DatabaseError as DjangoDatabaseError
 from django.db.transaction import TransactionManagementError
 
-from . import _native, relay_log
+from . import _native, events, relay_log
 from .conf import config_json
 from .context import context_json
 from .errors import ConfigurationError, OJSError, decode, from_native
@@ -234,6 +234,14 @@ def _not_started(alias: str, native: _native.NativeError) -> None:
                  "enqueue): %s", alias, error)
 
 
+def _query_list(value: Any, field_name: str) -> Optional[str]:
+    """A filter of the relay's stream in the request's encoding: the query parameter's
+    comma-separated text as it is, or a list of names joined with commas."""
+    if value is None or isinstance(value, str):
+        return value
+    return ",".join(events.names(value, field_name) or [])
+
+
 def _job(job_type: Any, args: Any, options: Mapping[str, Any], meta: Any) -> dict:
     job = {"type": job_type, "args": args}
     if options:
@@ -361,17 +369,18 @@ class OJS:
         except Exception as exc:  # a fork hook must not raise
             logger.error("ojs: the in-process relay did not start after fork: %s", exc)
 
-    def _start_by_itself(self, alias: str) -> None:
+    def _start_by_itself(self, alias: str) -> _native.Bridge:
         """``auto_start``: the relay of ``alias`` runs in this process, or the reason it does
-        not is logged (a bad configuration raises)."""
+        not is logged (a bad configuration raises). Returns the alias's bridge."""
         bridge = self.bridge(alias)
         if alias not in self._auto_aliases:
-            return
+            return bridge
         relay_log.start()
         try:
             bridge.ensure_relay()
         except _native.NativeError as native:
             _not_started(alias, native)
+        return bridge
 
     def stop_relay(self, using: Optional[str] = None) -> None:
         """Graceful stop of this process's relay(s): flushes what was notified, releases leases.
@@ -567,6 +576,78 @@ class OJS:
             how += f" --database {alias}"
         return self._call(using, "admin", json.dumps({**command, "create_table_with": how}))
 
+    # -- events, metrics and health (issue 15; docs/events.md) ------------------------------
+
+    def relay_events(self, *, types: Any = None, queues: Any = None, job_types: Any = None,
+                     tenant: Optional[str] = None, since: Any = None,
+                     last_event_id: Optional[str] = None,
+                     using: Optional[str] = None) -> _native.RelayFrames:
+        """A subscriber of this process's relay events, as SSE frames (what the
+        ``events/stream`` mount serves): ``.next(timeout_ms)`` gives a frame's text, ``""``
+        when none came in time, None at the end. The filters are the query parameters of
+        ``GET /v1/events/stream``: ``types``, ``queues``, ``job_types`` (comma-separated text,
+        or a list), ``tenant``, ``since`` (RFC 3339 text or a datetime), ``last_event_id``.
+        The relay of ``using`` is started first when it starts by itself (``auto_start``).
+        Raises RelayShutDownError when no relay runs in this process, InvalidConfigError
+        (``field`` ``since``) when ``since`` is not a time."""
+        alias = using or DEFAULT_DB_ALIAS
+        bridge = self._start_by_itself(alias)
+        request = {
+            "types": _query_list(types, "types"),
+            "queues": _query_list(queues, "queues"),
+            "job_types": _query_list(job_types, "job_types"),
+            "tenant": events.text(tenant, "tenant"),
+            "since": events.time_text(since),
+            "last_event_id": events.text(last_event_id, "last_event_id"),
+        }
+        try:
+            return bridge.relay_events(events.options_json(**request))
+        except _native.NativeError as native:
+            raise from_native(native) from None
+
+    def metrics_text(self, using: Optional[str] = None) -> Optional[str]:
+        """The Prometheus text exposition (version 0.0.4) of this process's relay of ``using``
+        (started first when it starts by itself); None when no relay runs in this process."""
+        return self._start_by_itself(using or DEFAULT_DB_ALIAS).metrics_text()
+
+    def readiness(self, using: Optional[str] = None) -> dict:
+        """``{"ready": bool, "database": "ok" | why, "backend": "ok" | why}``: the database
+        reachable with the outbox table, the backend reachable (the core's checks, through the
+        relay's own connection)."""
+        bridge = self._start_by_itself(using or DEFAULT_DB_ALIAS)
+        try:
+            return json.loads(bridge.readiness_json())
+        except _native.NativeError as native:
+            raise from_native(native) from None
+
+    def subscribe_events(self, types: Any = None, queues: Any = None, job_types: Any = None,
+                         tenant: Optional[str] = None, since: Any = None,
+                         last_event_id: Optional[str] = None, url: Optional[str] = None,
+                         token: Optional[str] = None, *,
+                         using: Optional[str] = None) -> "events.EventSubscription":
+        """A client of an OJS event stream: an iterator and an async iterator of
+        ``events.Event``, and a context manager. ``url``: any OJS event stream (a Django mount's
+        ``.../events/stream``, ``ojs-relay run --listen``'s ``/v1/events/stream``); without
+        it, the configured backend's. ``token``: sent as ``Authorization: Bearer``. Filters:
+        ``types`` (``job.*`` globs), ``queues``, ``job_types`` (lists, or one name), ``tenant``;
+        replay: ``since`` (RFC 3339 text or a datetime), ``last_event_id``. Reconnecting and
+        resuming after a dropped connection are the core's."""
+        options = events.options_json(
+            url=events.text(url, "url"),
+            token=events.text(token, "token"),
+            types=events.names(types, "types"),
+            queues=events.names(queues, "queues"),
+            job_types=events.names(job_types, "job_types"),
+            tenant=events.text(tenant, "tenant"),
+            since=events.time_text(since),
+            last_event_id=events.text(last_event_id, "last_event_id"),
+        )
+        try:
+            feed = self.bridge(using).subscribe_events(options)
+        except _native.NativeError as native:
+            raise from_native(native) from None
+        return events.EventSubscription(feed)
+
     def run_relay_until_signal(self, using: Optional[str] = None) -> None:
         """Runs the relay as this process's only job until SIGINT/SIGTERM (``manage.py ojs_relay``),
         its log records going to logging as with the in-process relay."""
@@ -592,4 +673,16 @@ def enqueue_bulk(jobs: Iterable[Mapping[str, Any]], *, using: Optional[str] = No
     return ojs.enqueue_bulk(jobs, using=using)
 
 
-__all__ = ["OJS", "ojs", "enqueue", "enqueue_after_commit", "enqueue_bulk", "ImproperlyConfigured"]
+def subscribe_events(types: Any = None, queues: Any = None, job_types: Any = None,
+                     tenant: Optional[str] = None, since: Any = None,
+                     last_event_id: Optional[str] = None, url: Optional[str] = None,
+                     token: Optional[str] = None, *,
+                     using: Optional[str] = None) -> "events.EventSubscription":
+    """``ojs.subscribe_events``: a client of the configured backend's event stream, or of
+    ``url``."""
+    return ojs.subscribe_events(types, queues, job_types, tenant, since, last_event_id, url,
+                                token, using=using)
+
+
+__all__ = ["OJS", "ojs", "enqueue", "enqueue_after_commit", "enqueue_bulk", "subscribe_events",
+           "ImproperlyConfigured"]
