@@ -23,10 +23,12 @@ require_relative "ojs/context"
 require_relative "ojs/configuration"
 require_relative "ojs/transaction_hook"
 require_relative "ojs/relay_log"
+require_relative "ojs/events"
 require_relative "ojs/client"
 require_relative "ojs/migration"
 require_relative "ojs/schema_dumper"
 require_relative "ojs/middleware"
+require_relative "ojs/events_app"
 
 module OJS
   class << self
@@ -146,6 +148,49 @@ module OJS
       client.status
     end
 
+    # --- events (issue 15) -------------------------------------------------------------------
+
+    # Subscribes to an OJS event stream: the configured backend's `/v1/events/stream` unless
+    # `url:` names another (a relay's own, e.g. an OJS::EventsApp mount). Filters: `types:`
+    # (a trailing `*` matches a prefix: "job.*"), `queues:`, `job_types:` (lists, or one
+    # String), `tenant:`; replay: `since:` (a Time or RFC 3339 text), `last_event_id:`; `token:`
+    # is sent as `Authorization: Bearer`. The core reconnects after a dropped connection and
+    # resumes with Last-Event-ID, never handing over an id twice.
+    #
+    # With a block: yields each OJS::Event until the subscription ends (`break` ends it too),
+    # then closes it. Without one: an OJS::EventEnumerator (an Enumerator with `close`).
+    #   OJS.subscribe_events(types: ["job.dead_lettered"]) { |event| page(event.subject) }
+    #   events = OJS.subscribe_events(queues: ["email"]); events.next; events.close
+    # A setting that does not exist raises OJS::InvalidConfig naming it.
+    def subscribe_events(types: nil, queues: nil, job_types: nil, tenant: nil, since: nil, last_event_id: nil,
+                         url: nil, token: nil, **unknown, &block)
+      unless unknown.empty?
+        accepted = method(:subscribe_events).parameters.filter_map { |kind, name| name.to_s if kind == :key }
+        raise OJS::Error.from_json(Native.unknown_option_error(unknown.keys.first.to_s, accepted))
+      end
+      since = JSONValue.timestamp(since) if since.is_a?(Time) || since.is_a?(DateTime)
+      subscription = client.subscribe_events(
+        { "url" => url, "token" => token, "types" => event_list(types), "queues" => event_list(queues),
+          "job_types" => event_list(job_types), "tenant" => tenant, "since" => since,
+          "last_event_id" => last_event_id }
+      )
+      return EventEnumerator.new(subscription) unless block
+
+      subscription.each(&block)
+      nil
+    end
+
+    # The Prometheus exposition of this process's relay (nil when none runs here).
+    def metrics_text
+      client.metrics_text
+    end
+
+    # The core's readiness verdict: { "ready" => bool, "database" => "ok" | why, "backend" =>
+    # "ok" | why }.
+    def readiness
+      JSON.parse(client.readiness_json)
+    end
+
     def metrics
       client.metrics
     end
@@ -178,6 +223,11 @@ module OJS
     end
 
     private
+
+    # A filter list of subscribe_events: one String (or Symbol) is a list of one.
+    def event_list(value)
+      value.nil? || value.is_a?(Array) ? value : [value]
+    end
 
     def default_logger
       return ::Rails.logger if defined?(::Rails) && ::Rails.respond_to?(:logger) && ::Rails.logger

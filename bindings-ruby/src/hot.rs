@@ -36,13 +36,13 @@ use crate::{Bridge, NativeError, Stager, UniFfiTag};
 /// # Safety
 /// `handle` is the live uniffi handle of a `T` (uniffi's `Handle::from_arc`: the `Arc`'s
 /// pointer), owned by a Ruby object that outlives the call.
-unsafe fn borrow<'a, T>(handle: u64) -> &'a T {
+pub(crate) unsafe fn borrow<'a, T>(handle: u64) -> &'a T {
     // SAFETY: the caller's contract: a pointer from `Arc::into_raw`, still counted.
     unsafe { &*uniffi::Handle::from_raw_unchecked(handle).as_pointer::<T>() }
 }
 
 /// The error's uniffi form (what uniffi's own scaffolding writes into the status).
-fn lower(error: NativeError) -> uniffi::RustBuffer {
+pub(crate) fn lower(error: NativeError) -> uniffi::RustBuffer {
     <NativeError as LowerError<UniFfiTag>>::lower_error(error)
 }
 
@@ -50,7 +50,11 @@ fn lower(error: NativeError) -> uniffi::RustBuffer {
 ///
 /// # Safety
 /// `ptr` is null or points to `len` readable bytes that stay valid for the call.
-unsafe fn text<'a>(ptr: *const u8, len: usize, part: &str) -> Result<Option<&'a str>, NativeError> {
+pub(crate) unsafe fn text<'a>(
+    ptr: *const u8,
+    len: usize,
+    part: &str,
+) -> Result<Option<&'a str>, NativeError> {
     if ptr.is_null() {
         return Ok(None);
     }

@@ -23,6 +23,7 @@
 
 use std::sync::Arc;
 
+mod events;
 mod hot;
 
 uniffi::setup_scaffolding!();

@@ -1,6 +1,6 @@
 # frozen_string_literal: true
 
-# The per-job C functions are declared twice: in Rust (`src/hot.rs`, `extern "C"`) and for the
+# The C functions are declared twice: in Rust (`src/hot.rs` and `src/events.rs`, `extern "C"`) and for the
 # ffi gem (`lib/ojs/native.rb`, `attach_function`). Nothing in ffi checks one against the other:
 # a mismatch would corrupt memory instead of failing. This test parses both files and compares
 # every function's name, argument types and return type.
@@ -8,13 +8,16 @@
 require_relative "test_helper"
 
 class NativeSignatureTest < Minitest::Test
-  HOT_RS = File.join(TestSupport::ROOT, "bindings-ruby", "src", "hot.rs")
+  # The Rust files that declare `extern "C"` functions.
+  C_SOURCES = %w[hot.rs events.rs].map { |name| File.join(TestSupport::ROOT, "bindings-ruby", "src", name) }
 
   # The ffi type each Rust FFI type must be declared as.
   RUST_TO_FFI = {
     "u64" => "uint64", "i64" => "int64", "u32" => "uint32", "i32" => "int32", "u8" => "uint8", "i8" => "int8",
     "usize" => "size_t", "*const u8" => "buffer_in", "*mut u8" => "pointer",
-    "&mut RustCallStatus" => "pointer", "()" => "void"
+    "&mut RustCallStatus" => "pointer", "()" => "void",
+    # uniffi's buffer by value (a lowered String / Option<String>), typedef'd in native.rb
+    "RustBuffer" => "rust_buffer"
   }.freeze
 
   # name => [argument ffi types, return ffi type] of the `extern "C"` functions in `source`.
@@ -42,9 +45,9 @@ class NativeSignatureTest < Minitest::Test
   end
 
   def test_every_attach_function_matches_its_rust_declaration
-    rust = self.class.rust_declarations(File.read(HOT_RS))
+    rust = C_SOURCES.map { |path| self.class.rust_declarations(File.read(path)) }.reduce(:merge)
     ruby = self.class.ruby_declarations(File.read(native_rb))
-    refute_empty rust, "src/hot.rs declares the C functions"
+    refute_empty rust, "src/hot.rs and src/events.rs declare the C functions"
     assert_equal rust.keys.sort, ruby.keys.sort, "the same functions on both sides"
     rust.each do |name, (args, ret)|
       assert_equal [args, ret], ruby.fetch(name), "#{name}: native.rb's attach_function differs from src/hot.rs"

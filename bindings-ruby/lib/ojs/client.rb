@@ -264,6 +264,45 @@ module OJS
       OJS.native_call { Native.bridge_admin(bridge, json) }
     end
 
+    # --- events, metrics, health (issue 15) ------------------------------------------------
+
+    # A subscriber of this process's relay events as SSE frames (`Bridge::relay_events`).
+    # `request`: the stream request's keys, as `GET /v1/events/stream` has them ("types",
+    # "queues", "job_types": comma-separated text; "tenant", "since", "last_event_id"); nil
+    # values are left out. Raises OJS::RelayShutDown when no relay runs in this process, and the
+    # core's error for a bad request (a `since` that is no RFC 3339 time: OJS::InvalidConfig,
+    # field `since`).
+    def relay_events(request)
+      json = JSONValue.dump(request.compact, "config", "stream request")
+      RelayStream.new(OJS.native_call { bridge.relay_events(json) })
+    end
+
+    # An event client of an OJS event stream (`Bridge::subscribe_events`): `options` are the
+    # core's `EventSubscription` keys ("url" (nil: the configured backend's stream), "token",
+    # "types", "queues", "job_types" (lists), "tenant", "since", "last_event_id"). Returns an
+    # OJS::EventSubscription; blocks without the GVL while the bridge opens its runtime.
+    def subscribe_events(options)
+      json = JSONValue.dump(options.compact, "config", "subscribe_events")
+      status = HotCalls.status
+      handle = HotCalls.ojs_ruby_bridge_subscribe_events(@bridge_handle, json, json.bytesize, status)
+      HotCalls.raise_failure(status) unless status.code.zero?
+      EventSubscription.new(Native::EventFeed.uniffi_lift(handle))
+    end
+
+    # The Prometheus exposition of this process's relay (`Bridge::metrics_text`), nil when no
+    # relay runs here. Reads the table's counts (the GVL is released meanwhile).
+    def metrics_text
+      status = HotCalls.status
+      HotCalls.read_text(HotCalls.ojs_ruby_bridge_metrics_text(@bridge_handle, status), status, optional: true)
+    end
+
+    # The core's readiness verdict as JSON text (`Bridge::readiness_json`: "ready", "database",
+    # "backend"); a database and a backend round trip, the GVL released meanwhile.
+    def readiness_json
+      status = HotCalls.status
+      HotCalls.read_text(HotCalls.ojs_ruby_bridge_readiness_json(@bridge_handle, status), status, optional: false)
+    end
+
     # How a Rails user creates a missing outbox table (named by the core's admin reports).
     CREATE_TABLE_WITH = "bin/rails db:migrate"
 

@@ -42,6 +42,21 @@ module OJS
     # (bridge, job ids as encode_ids text, status) -> 1 (0: see the status)
     attach_function :ojs_ruby_bridge_notify_committed, %i[uint64 buffer_in size_t pointer], :int8
 
+    # The event surface (`src/events.rs`): calls that wait, all bound with `blocking: true` (the
+    # GVL is released while they wait). Text answers are uniffi's own lowered String /
+    # Option<String> (a RustBuffer by value), read with the generated code (`read_text`).
+    typedef Native.const_get(:RustBuffer).by_value, :rust_buffer
+    # (relay frames, timeout ms, status) -> Option<String>: a frame, "" (idle) or nil (the end)
+    attach_function :ojs_ruby_relay_frames_next, %i[uint64 uint64 pointer], :rust_buffer, blocking: true
+    # (event feed, timeout ms, status) -> Option<String>: an event's JSON, "" (idle) or nil (closed)
+    attach_function :ojs_ruby_event_feed_next, %i[uint64 uint64 pointer], :rust_buffer, blocking: true
+    # (bridge, options JSON, status) -> the uniffi handle of a new Native::EventFeed
+    attach_function :ojs_ruby_bridge_subscribe_events, %i[uint64 buffer_in size_t pointer], :uint64, blocking: true
+    # (bridge, status) -> Option<String>: the Prometheus exposition, nil when no relay runs here
+    attach_function :ojs_ruby_bridge_metrics_text, %i[uint64 pointer], :rust_buffer, blocking: true
+    # (bridge, status) -> String: {"ready", "database", "backend"}
+    attach_function :ojs_ruby_bridge_readiness_json, %i[uint64 pointer], :rust_buffer, blocking: true
+
     STATUS_KEY = :ojs_call_status
     private_constant :STATUS_KEY
 
@@ -49,6 +64,14 @@ module OJS
       # This thread's call status, zeroed (reused: a call that fails gets a fresh one).
       def status
         Thread.current[STATUS_KEY] ||= Status.new
+      end
+
+      # The text a `:rust_buffer` call answered (`optional`: an Option<String>, nil for None),
+      # or what its status reports, raised.
+      def read_text(buffer, status, optional:)
+        raise_failure(status) unless status.code.zero?
+
+        optional ? buffer.consume_into_Optionalstring : buffer.consume_into_string
       end
 
       # Raises what the status of the call just made reports, as uniffi's own calls do: an

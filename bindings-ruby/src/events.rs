@@ -1,0 +1,219 @@
+//! The event surface of issue 15 for the gem: the in-process relay's SSE frames (what
+//! `OJS::EventsApp` serves at `<mount>/v1/events/stream`), its Prometheus text and readiness
+//! (`/metrics`, `/readyz`), and an SDK's event client of any OJS stream (`OJS.subscribe_events`).
+//! Every rule (filters, replay, framing, reconnect and `Last-Event-ID` resume, the readiness
+//! verdict) is the bridge's (`ojs_bridge::events`); this module converts handles and text.
+//!
+//! The calls that wait (a frame, an event, a database or backend round trip) are C functions
+//! bound with the ffi gem's `blocking: true`, so the GVL is released while they wait and other
+//! Ruby threads (a server's) keep running. They follow `hot.rs`'s rules: uniffi handles borrowed
+//! for the call, uniffi's `RustCallStatus` for errors and panics; their text answers are
+//! uniffi's own lowered `String` / `Option<String>` (a `RustBuffer` the Ruby side consumes with
+//! the generated code), and `ojs_ruby_bridge_subscribe_events` answers a uniffi handle of an
+//! `EventFeed`, which Ruby wraps with the generated class (`EventFeed.uniffi_lift`). Not uniffi's
+//! async functions: those use ffi's callback dispatcher thread, which a forked server worker
+//! does not have (ffi #1114, docs/rails.md).
+
+use std::panic::AssertUnwindSafe;
+use std::sync::{Arc, Mutex};
+
+use uniffi::{Lower, RustBuffer, RustCallError, RustCallStatus};
+
+use crate::hot::{borrow, lower, text};
+use crate::{Bridge, NativeError, NativeResult, UniFfiTag};
+
+/// A subscriber of this process's relay events, as SSE frames (`ojs_bridge::events::RelayFrames`).
+/// `close` drops the subscription at once, also while another thread waits in `next` (that call
+/// holds its own reference and returns within its timeout).
+#[derive(uniffi::Object)]
+pub struct RelayFrames {
+    inner: Mutex<Option<Arc<ojs_bridge::events::RelayFrames>>>,
+}
+
+#[uniffi::export]
+impl RelayFrames {
+    /// Ends the subscription (the next `next` answers the end). Never waits.
+    pub fn close(&self) {
+        let frames = self.inner.lock().unwrap_or_else(|p| p.into_inner()).take();
+        drop(frames);
+    }
+}
+
+impl RelayFrames {
+    fn current(&self) -> Option<Arc<ojs_bridge::events::RelayFrames>> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+}
+
+/// An SDK's subscription to an OJS event stream (`ojs_bridge::events::EventFeed`): reconnects
+/// and resumes in the core. `close` as for [`RelayFrames`].
+#[derive(uniffi::Object)]
+pub struct EventFeed {
+    inner: Mutex<Option<Arc<ojs_bridge::events::EventFeed>>>,
+}
+
+#[uniffi::export]
+impl EventFeed {
+    /// Stops the client (its reader task ends with the last reference). Never waits.
+    pub fn close(&self) {
+        let feed = self.inner.lock().unwrap_or_else(|p| p.into_inner()).take();
+        drop(feed);
+    }
+}
+
+impl EventFeed {
+    fn current(&self) -> Option<Arc<ojs_bridge::events::EventFeed>> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+}
+
+#[uniffi::export]
+impl Bridge {
+    /// A subscriber of this process's relay events (`Bridge::relay_events`; `request_json` is
+    /// an `events::StreamRequest`: `types`, `queues`, `job_types`, `tenant`, `since`,
+    /// `last_event_id`). No I/O; fails with RELAY_SHUT_DOWN when no relay runs here.
+    pub fn relay_events(&self, request_json: String) -> NativeResult<Arc<RelayFrames>> {
+        let frames = self.inner.relay_events(&request_json)?;
+        Ok(Arc::new(RelayFrames {
+            inner: Mutex::new(Some(Arc::new(frames))),
+        }))
+    }
+}
+
+/// Lowers a text answer the uniffi way (what the generated Ruby consumes).
+fn lowered<T: Lower<UniFfiTag>>(value: T) -> T::FfiType {
+    <T as Lower<UniFfiTag>>::lower(value)
+}
+
+/// `RelayFrames::next`: waits up to `timeout_ms` for the next frame. The answer is a lowered
+/// `Option<String>`: the SSE frame text, `""` when none came in time, nil at the end (the relay
+/// stopped, the subscriber was cut off, or `close` was called). Bound with `blocking: true`.
+///
+/// # Safety
+/// `frames` is a live `RelayFrames` handle; `status` a zeroed `RustCallStatus`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ojs_ruby_relay_frames_next(
+    frames: u64,
+    timeout_ms: u64,
+    status: &mut RustCallStatus,
+) -> RustBuffer {
+    uniffi::rust_call(
+        status,
+        AssertUnwindSafe(|| {
+            // SAFETY: the caller's contract.
+            let frames = unsafe { borrow::<RelayFrames>(frames) };
+            let next = match frames.current() {
+                Some(inner) => inner.next(timeout_ms).into_option(),
+                None => None,
+            };
+            Ok(lowered(next))
+        }),
+    )
+}
+
+/// `EventFeed::next`: waits up to `timeout_ms` for the next event. The answer is a lowered
+/// `Option<String>`: the event's CloudEvents JSON text, `""` when none came in time, nil once
+/// closed; a refusal by the server is the core's error (final). Bound with `blocking: true`.
+///
+/// # Safety
+/// `feed` is a live `EventFeed` handle; `status` a zeroed `RustCallStatus`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ojs_ruby_event_feed_next(
+    feed: u64,
+    timeout_ms: u64,
+    status: &mut RustCallStatus,
+) -> RustBuffer {
+    uniffi::rust_call(
+        status,
+        AssertUnwindSafe(|| {
+            // SAFETY: the caller's contract.
+            let feed = unsafe { borrow::<EventFeed>(feed) };
+            let next = match feed.current() {
+                Some(inner) => inner
+                    .next(timeout_ms)
+                    .map_err(|error| RustCallError::Error(lower(error.into())))?,
+                None => None,
+            };
+            Ok(lowered(next))
+        }),
+    )
+}
+
+/// `Bridge::subscribe_events`: starts an event client (`options_json`: `url` (optional: the
+/// configured backend's stream), `token`, `types`, `queues`, `job_types` (lists), `tenant`,
+/// `since`, `last_event_id`). Answers the uniffi handle of a new `EventFeed`. Bound with
+/// `blocking: true`: without a relay in this process the bridge opens its runtime and database
+/// pool first.
+///
+/// # Safety
+/// `bridge` is a live `Bridge` handle; `options` null or `options_len` readable bytes;
+/// `status` a zeroed `RustCallStatus`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ojs_ruby_bridge_subscribe_events(
+    bridge: u64,
+    options: *const u8,
+    options_len: usize,
+    status: &mut RustCallStatus,
+) -> u64 {
+    uniffi::rust_call(
+        status,
+        AssertUnwindSafe(|| {
+            let work = || -> Result<u64, NativeError> {
+                // SAFETY (both): the caller's contract.
+                let bridge = unsafe { borrow::<Bridge>(bridge) };
+                let options = unsafe { text(options, options_len, "subscription")? };
+                let feed = bridge.inner.subscribe_events(options.unwrap_or("{}"))?;
+                let feed = Arc::new(EventFeed {
+                    inner: Mutex::new(Some(Arc::new(feed))),
+                });
+                Ok(lowered(feed).as_raw())
+            };
+            work().map_err(|error| RustCallError::Error(lower(error)))
+        }),
+    )
+}
+
+/// `Bridge::metrics_text`: the Prometheus exposition of this process's relay, a lowered
+/// `Option<String>` (nil when no relay runs here). Bound with `blocking: true` (it reads the
+/// table's counts).
+///
+/// # Safety
+/// `bridge` is a live `Bridge` handle; `status` a zeroed `RustCallStatus`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ojs_ruby_bridge_metrics_text(
+    bridge: u64,
+    status: &mut RustCallStatus,
+) -> RustBuffer {
+    uniffi::rust_call(
+        status,
+        AssertUnwindSafe(|| {
+            // SAFETY: the caller's contract.
+            let bridge = unsafe { borrow::<Bridge>(bridge) };
+            Ok(lowered(bridge.inner.metrics_text()))
+        }),
+    )
+}
+
+/// `Bridge::readiness_json`: `{"ready", "database", "backend"}` as a lowered `String`. Bound
+/// with `blocking: true` (a database and a backend round trip).
+///
+/// # Safety
+/// `bridge` is a live `Bridge` handle; `status` a zeroed `RustCallStatus`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ojs_ruby_bridge_readiness_json(
+    bridge: u64,
+    status: &mut RustCallStatus,
+) -> RustBuffer {
+    uniffi::rust_call(
+        status,
+        AssertUnwindSafe(|| {
+            // SAFETY: the caller's contract.
+            let bridge = unsafe { borrow::<Bridge>(bridge) };
+            bridge
+                .inner
+                .readiness_json()
+                .map(lowered)
+                .map_err(|error| RustCallError::Error(lower(error.into())))
+        }),
+    )
+}
