@@ -57,6 +57,7 @@ module Conformance
       slug = kase["id"].downcase.gsub(/[^a-z0-9]/, "_")
       @table = "rb_case_#{slug[0, 40]}"
       @slug = slug
+      @subscriptions = {} # name => Subscription (events_subscribe)
     end
 
     def call
@@ -89,6 +90,7 @@ module Conformance
     private
 
     def teardown
+      @subscriptions.each_value { |subscription| subscription.stream.close }
       @connection&.rollback_transaction while @connection&.transaction_open?
       @backend.call(:delete, "/_dev/faults")
       OJS.stop_relay
@@ -154,6 +156,9 @@ module Conformance
       when "expect_backend" then expect_backend(step)
       when "expect_requests" then expect_requests(step)
       when "expect_outbox" then expect_outbox(step)
+      when "events_subscribe" then events_subscribe(step)
+      when "wait_events" then wait_events(step, timeout)
+      when "expect_events" then expect_events(step)
       else fail_step("unknown op #{op.inspect} (this runner is out of date)")
       end
     end
@@ -315,6 +320,126 @@ module Conformance
       end
     end
 
+    # --- events (README "Events (the relay's event stream)") ----------------------------------
+
+    # One subscriber of the relay's events: its native stream (OJS::RelayStream, the bridge's
+    # relay_events), the events read so far (envelopes, in order), their ids, and whether the
+    # stream has ended.
+    Subscription = Struct.new(:stream, :events, :ids, :ended)
+
+    def subscription(name)
+      @subscriptions.fetch(name) { fail_step("subscription #{name.inspect} was never opened") }
+    end
+
+    def events_subscribe(step)
+      name = step.fetch("subscription")
+      fail_step("subscription #{name.inspect} is already open") if @subscriptions.key?(name)
+      request = step.slice("types", "queues", "job_types", "tenant")
+      if (from = step["last_event_id"])
+        source = subscription(from.fetch("subscription"))
+        read_events(source, 0)
+        job_id = id_of(from.fetch("ref"))
+        event = source.events.find { |e| e["subject"] == job_id && e["type"] == from.fetch("type") } or
+          fail_step("subscription #{from['subscription'].inspect} has no #{from['type']} event about #{from['ref'].inspect}")
+        request["last_event_id"] = event["id"]
+      end
+      @subscriptions[name] = Subscription.new(OJS.client.relay_events(request), [], {}, false)
+    end
+
+    # Reads the frames waiting (and, with `wait_ms`, waits that long for the first), checking
+    # each as an envelope (RFC-0005 §2). A frame that is none fails the case.
+    def read_events(subscription, wait_ms)
+      until subscription.ended
+        frame = subscription.stream.next_frame(wait_ms)
+        wait_ms = 0
+        if frame.nil?
+          subscription.ended = true
+        elsif frame.empty?
+          break
+        else
+          subscription.events << envelope_of(subscription, frame)
+        end
+      end
+    end
+
+    def envelope_of(subscription, frame)
+      data = frame.lines.filter_map { |line| line.chomp.delete_prefix("data:").delete_prefix(" ") if line.start_with?("data:") }
+      fail_step("a frame without a data line: #{frame.inspect}") if data.empty?
+      event = begin
+        JSON.parse(data.join("\n"))
+      rescue JSON::ParserError => e
+        fail_step("a frame whose data is not JSON (#{e.message}): #{frame.inspect}")
+      end
+      fail_step("not a CloudEvents envelope: #{frame.inspect}") unless event.is_a?(Hash)
+      fail_step("specversion #{event['specversion'].inspect}, expected \"1.0\": #{frame.inspect}") unless event["specversion"] == "1.0"
+      id = event["id"]
+      fail_step("an event without an id: #{frame.inspect}") unless id.is_a?(String) && !id.empty?
+      fail_step("event id #{id} received twice by this subscription") if subscription.ids.key?(id)
+      subscription.ids[id] = true
+      source = "/ojs/outbox/#{@table}"
+      fail_step("source #{event['source'].inspect}, expected #{source.inspect}") unless event["source"] == source
+      if event["type"].to_s.start_with?("job.") && event["subject"] != event.dig("data", "job_id")
+        fail_step("#{event['type']}: subject #{event['subject'].inspect} is not data.job_id #{event.dig('data', 'job_id').inspect}")
+      end
+      event
+    end
+
+    # The subscription's relevant events (about a listed ref, or of a type an entry without ref
+    # names) against the list: :done when they are exactly the list, :more while a prefix;
+    # fails at once on a mismatch or on more relevant events than listed.
+    def compare_events(subscription, expected)
+      ids = expected.filter_map { |entry| entry["ref"] && id_of(entry["ref"]) }
+      types = expected.reject { |entry| entry["ref"] }.map { |entry| entry["type"] }
+      relevant = subscription.events.select { |e| ids.include?(e["subject"]) || types.include?(e["type"]) }
+      relevant.each_with_index do |event, index|
+        entry = expected[index] or
+          fail_step("more relevant events than the #{expected.length} listed: #{summary(relevant)}")
+        next if event_matches?(entry, event)
+
+        fail_step("relevant event #{index} does not match #{entry}: #{event}; so far #{summary(relevant)}")
+      end
+      relevant.length == expected.length ? :done : :more
+    end
+
+    def event_matches?(entry, event)
+      return false unless event["type"] == entry["type"]
+      return false if entry["ref"] && event["subject"] != id_of(entry["ref"])
+
+      data = event["data"].is_a?(Hash) ? event["data"] : {}
+      (entry["data"] || {}).all? { |key, value| data.key?(key) && data[key] == value }
+    end
+
+    def summary(events)
+      refs = @refs.invert
+      events.map { |e| "#{e['type']}(#{refs[e['subject']] || e['subject']})" }.join(", ")
+    end
+
+    def wait_events(step, timeout)
+      subscription = subscription(step.fetch("subscription"))
+      deadline = Time.now + timeout
+      loop do
+        read_events(subscription, 20)
+        return if compare_events(subscription, step.fetch("events")) == :done
+        fail_step("the subscription ended (#{summary(subscription.events)})") if subscription.ended
+        if Time.now > deadline
+          fail_step("wait_events timed out; received #{summary(subscription.events)}")
+        end
+      end
+    end
+
+    def expect_events(step)
+      subscription = subscription(step.fetch("subscription"))
+      read_events(subscription, 0)
+      (step["absent"] || []).each do |ref|
+        about = subscription.events.select { |e| e["subject"] == id_of(ref) }
+        fail_step("events about #{ref.inspect}, which must have none: #{summary(about)}") unless about.empty?
+      end
+      return unless step.key?("total")
+
+      actual = subscription.events.length
+      fail_step("#{actual} events received, expected #{step['total']}: #{summary(subscription.events)}") unless actual == step["total"]
+    end
+
     def expect_backend(step)
       received = @backend.received
       jobs = stored_jobs(received)
@@ -354,6 +479,22 @@ module Conformance
 end
 
 class ConformanceTest < Minitest::Test
+  # The schema's defaults include keys whose default is null (relay.event_retention: tier 2
+  # off): the merge keeps them, and the core takes null as unset.
+  def test_suite_defaults_pass_null_defaults_through
+    relay = Conformance.suite_defaults.fetch("relay")
+    assert relay.key?("event_retention"), "relay.event_retention is in the suite defaults"
+    assert_nil relay["event_retention"]
+    merged = Conformance.merge(Conformance.suite_defaults, { "relay" => { "event_retention" => "PT1H" } })
+    assert_equal "PT1H", merged["relay"]["event_retention"]
+    config = OJS::Configuration.new
+    config.url = "http://127.0.0.1:9"
+    config.relay_options = relay
+    config.relay = :external
+    assert_nil JSON.parse(config.to_core_json).dig("adapter", "relay").fetch("event_retention")
+    OJS::Client.new(config) # the core accepts it
+  end
+
   Conformance.cases.each do |kase|
     TestSupport.databases.each do |database|
       define_method("test_#{database}_#{kase['id']}") do
