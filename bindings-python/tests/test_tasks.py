@@ -23,6 +23,8 @@ from ojs_adapter_django import (
     InvalidArgsError,
     InvalidJobTypeError,
     InvalidQueueError,
+    OutboxTableMissingError,
+    PayloadTooLargeError,
     request_context,
 )
 from ojs_adapter_django.tasks import OJSBackend
@@ -319,9 +321,25 @@ def test_an_import_path_that_is_no_job_type_is_a_clear_typed_error(alias, backen
             SendNewsletter.enqueue(1)
         assert error.value.code == "INVALID_JOB_TYPE"
         assert error.value.field == "type"
-        assert error.value.message.startswith(
-            "task test_tasks.SendNewsletter: its import path is the OJS job type, and ")
+        # The core's message (the field, the type, the rule), then where the type came from.
+        assert error.value.message.startswith('type: "test_tasks.SendNewsletter" ')
+        assert error.value.message.endswith(
+            " (the import path of the task test_tasks.SendNewsletter is its OJS job type: name "
+            "the module and function in lowercase snake_case, docs/django-tasks.md)")
         assert outbox_count(alias, TABLE) == 0
+
+
+@DB
+def test_the_cores_other_errors_reach_the_caller(alias, backend, adapter):
+    with transaction.atomic(using=alias):
+        with pytest.raises(PayloadTooLargeError) as too_large:
+            send_welcome.enqueue("x" * (1024 * 1024))
+        assert too_large.value.code == "PAYLOAD_TOO_LARGE"
+        assert outbox_count(alias, TABLE) == 0
+    drop_table(alias, TABLE)
+    with pytest.raises(OutboxTableMissingError) as missing:
+        send_welcome.enqueue(1)
+    assert missing.value.code == "OUTBOX_TABLE_MISSING"
 
 
 @DB

@@ -149,10 +149,11 @@ class OJSBackend(BaseTaskBackend):
                 job_type, [{"args": positional, "kwargs": keywords}], using=self.database,
                 **options)
         except InvalidJobTypeError as exc:
+            # The core's message (it names the field and the rule), then where the type came
+            # from and what to change.
             raise InvalidJobTypeError(
-                f"task {job_type}: its import path is the OJS job type, and {exc.message}; "
-                f"rename the module or function to lowercase letters, digits and '_' "
-                f"(docs/django-tasks.md)",
+                f"{exc.message} (the import path of the task {job_type} is its OJS job type: "
+                f"name the module and function in lowercase snake_case, docs/django-tasks.md)",
                 code=exc.code, field=exc.field, retryable=exc.retryable) from exc
         # TaskResult is frozen; Django's own backends set fields the same way.
         object.__setattr__(result, "id", job_id)
