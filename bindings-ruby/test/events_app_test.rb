@@ -1,0 +1,302 @@
+# frozen_string_literal: true
+
+# OJS::EventsApp (issue 15): the in-process relay's event stream, /metrics, /healthz and /readyz
+# as a Rack app, driven by real Rack requests (Rack::MockRequest's env, the app behind
+# Rack::Lint, the body iterated as a server iterates it) over the real relay, a real SQLite
+# file or the real PostgreSQL, and the real devserver.
+
+require_relative "test_helper"
+require "rack"
+require "rack/mock"
+require "rack/lint"
+require "rack/etag"
+
+class EventsAppTest < Minitest::Test
+  TABLE = "rb_events_app"
+
+  # One streaming response, its body iterated on a thread of its own as a server would.
+  class Stream
+    attr_reader :status, :headers, :body, :reader
+
+    def initialize(app, path, env = {})
+      @status, @headers, @body = app.call(Rack::MockRequest.env_for(path, env))
+      @text = +""
+      @lock = Mutex.new
+      @reader = Thread.new do
+        @body.each { |chunk| @lock.synchronize { @text << chunk } }
+        :ended
+      end
+    end
+
+    def text
+      @lock.synchronize { @text.dup }
+    end
+
+    # The envelopes of the frames received so far.
+    def events
+      text.split("\n\n").filter_map do |frame|
+        data = frame.lines.find { |line| line.start_with?("data: ") }
+        JSON.parse(data.delete_prefix("data: ")) if data
+      end
+    end
+
+    def wait_for_event(what)
+      TestSupport.wait_until(what) { events.find { |event| yield event } }
+    end
+
+    # Closes the body as the server does when the client goes away; the iteration ends.
+    def close
+      @body.close
+      @reader.join(TestSupport::PATIENCE) or raise Minitest::Assertion, "the stream's each did not end after close"
+    end
+  end
+
+  def setup
+    TestSupport.devserver.reset
+    TestSupport.devserver.call(:delete, "/_dev/faults")
+  end
+
+  def teardown
+    @streams&.each { |stream| stream.close rescue nil } # rubocop:disable Style/RescueModifier
+    OJS.clear_context
+    OJS.stop_relay
+    TestSupport.devserver.call(:delete, "/_dev/faults")
+  end
+
+  def start(database = :sqlite)
+    TestSupport.connect(database, "events_app", table: TABLE)
+    TestSupport.configure(table: TABLE)
+  end
+
+  def app(**options)
+    Rack::Lint.new(OJS::EventsApp.new(**options))
+  end
+
+  def stream(app, path, env = {})
+    (@streams ||= []) << Stream.new(app, path, env)
+    @streams.last
+  end
+
+  def enqueue(type = "email.welcome", args = [1], tenant: nil)
+    OJS.with_context(tenant ? { tenant_id: tenant } : {}) do
+      ActiveRecord::Base.transaction { OJS.enqueue_after_commit(type, args) }
+    end
+  end
+
+  def get(app, path, env = {})
+    Rack::MockRequest.new(app).get(path, env)
+  end
+
+  TestSupport.databases.each do |database|
+    define_method("test_#{database}_a_committed_job_s_job_enqueued_arrives_on_the_stream") do
+      start(database)
+      events = stream(app, "/v1/events/stream?types=job.*")
+      assert_equal 200, events.status
+      assert_equal "text/event-stream", events.headers["content-type"]
+      assert_equal "no-cache", events.headers["cache-control"]
+      TestSupport.wait_until("the first keep-alive comment") { events.text.start_with?(OJS::EventsApp::KEEP_ALIVE) }
+
+      id = enqueue
+      event = events.wait_for_event("job.enqueued of #{id}") { |e| e["subject"] == id }
+      assert_equal "job.enqueued", event["type"]
+      assert_equal "/ojs/outbox/#{TABLE}", event["source"]
+      assert_equal({ "job_id" => id, "type" => "email.welcome", "queue" => "default" },
+                   event["data"].slice("job_id", "type", "queue"))
+      assert_includes events.text, "id: #{event['id']}\nevent: job.enqueued\ndata: "
+      events.close
+      assert_equal :ended, events.reader.value
+    end
+
+    define_method("test_#{database}_metrics_counters_match_the_outbox_after_a_drain") do
+      start(database)
+      TestSupport.devserver.call(:post, "/_dev/faults", { "status" => 422, "code" => "validation_error",
+                                                           "match_type" => "rejected.job" })
+      dead = enqueue("rejected.job", [0])
+      sent = (1..3).map { |i| enqueue("email.welcome", [i]) }
+      TestSupport.wait_until("the drain") do
+        rows = OJS.outbox_rows(sent + [dead])
+        rows.values_at(*sent).all? { |row| row&.fetch("status") == "sent" } && rows.dig(dead, "status") == "dead"
+      end
+      counts = ActiveRecord::Base.connection.select_rows("SELECT status, COUNT(*) FROM #{TABLE} GROUP BY status")
+                                 .to_h { |status, n| [status, n.to_i] }
+      assert_equal({ "sent" => 3, "dead" => 1 }, counts)
+
+      response = get(app, "/metrics")
+      assert_equal 200, response.status
+      assert_equal "text/plain; version=0.0.4", response.headers["content-type"]
+      # No Prometheus text-format parser is packaged for Ruby in Debian (ruby-prometheus-client-mmap
+      # only writes the format), and RubyGems is not reachable: so these are the exact sample
+      # lines the exposition must hold, compared whole, for the relay's counters and the table's.
+      samples = response.body.lines.map(&:chomp).reject { |line| line.start_with?("#") }
+      table = %(table="#{TABLE}")
+      expected = [
+        "ojs_relay_jobs_sent_total{#{table}} #{counts['sent']}",
+        "ojs_relay_jobs_dead_total{#{table}} #{counts['dead']}",
+        "ojs_relay_jobs_in_flight{#{table}} 0",
+        "ojs_outbox_backlog_jobs{#{table}} 0",
+        "ojs_outbox_rows{#{table},status=\"pending\"} 0",
+        "ojs_outbox_rows{#{table},status=\"failed\"} 0",
+        "ojs_outbox_rows{#{table},status=\"sent\"} #{counts['sent']}",
+        "ojs_outbox_rows{#{table},status=\"dead\"} #{counts['dead']}",
+        "ojs_relay_delivery_lag_seconds_count{#{table}} #{counts['sent']}"
+      ]
+      expected.each { |line| assert_includes samples, line }
+      assert(samples.any? { |line| line.start_with?("ojs_relay_send_duration_seconds_bucket{#{table},le=\"+Inf\"} ") })
+      # The same counters as the relay reports them to Ruby.
+      assert_equal counts["sent"], OJS.metrics["sent"]
+    end
+  end
+
+  # Rails puts Rack::ETag in front of every app; on Rack 2 it reads a whole 200 body to digest it
+  # unless the response has an ETag or a Last-Modified. The stream still answers at once.
+  def test_the_stream_is_not_buffered_by_rack_etag
+    start
+    events = stream(Rack::ETag.new(app), "/v1/events/stream")
+    assert_equal 200, events.status
+    refute events.headers.key?("etag"), "Rack::ETag left the stream alone"
+    id = enqueue
+    events.wait_for_event("job.enqueued of #{id} through Rack::ETag") { |e| e["subject"] == id }
+  end
+
+  def test_authorize_false_refuses_every_path_but_healthz
+    start
+    refused = app(authorize: ->(_request) { false })
+    %w[/v1/events/stream /metrics /readyz].each do |path|
+      response = get(refused, path)
+      assert_equal 403, response.status, path
+      assert_equal "forbidden", JSON.parse(response.body).dig("error", "code")
+    end
+    assert_equal 200, get(refused, "/healthz").status
+    assert_equal "ok\n", get(refused, "/healthz").body
+  end
+
+  def test_authorize_receives_the_request
+    start
+    seen = []
+    allowed = app(authorize: ->(request) { seen << request.get_header("HTTP_X_ROLE"); request.get_header("HTTP_X_ROLE") == "ops" })
+    assert_equal 200, get(allowed, "/readyz", "HTTP_X_ROLE" => "ops").status
+    assert_equal 403, get(allowed, "/readyz", "HTTP_X_ROLE" => "guest").status
+    assert_equal %w[ops guest], seen
+  end
+
+  def test_a_tenant_scoped_caller_sees_only_its_tenant
+    start
+    scoped = app(authorize: ->(_request) { { tenant: "t1" } })
+    assert_equal 403, get(scoped, "/v1/events/stream?tenant=t2").status
+    assert_equal 403, get(scoped, "/metrics").status
+    assert_equal 403, get(scoped, "/readyz").status
+
+    own = stream(scoped, "/v1/events/stream")
+    asked = stream(scoped, "/v1/events/stream?tenant=t1")
+    operator = stream(app, "/v1/events/stream")
+    other = enqueue(tenant: "t2")
+    mine = enqueue(tenant: "t1")
+    # The operator's stream shows both were announced, t2's first (one relay, in commit order).
+    operator.wait_for_event("t1's job for the operator") { |e| e["subject"] == mine }
+    assert_equal [other, mine], operator.events.map { |e| e["subject"] } & [other, mine]
+    [own, asked].each do |scoped_stream|
+      scoped_stream.wait_for_event("t1's job for t1") { |e| e["subject"] == mine }
+      assert_equal [mine], scoped_stream.events.map { |e| e["subject"] }
+      assert_equal ["t1"], scoped_stream.events.map { |e| e.dig("data", "tenant_id") }
+    end
+  end
+
+  def test_readyz_answers_the_core_s_verdict
+    start
+    response = get(app, "/readyz")
+    assert_equal 200, response.status
+    assert_equal "application/json", response.headers["content-type"]
+    assert_equal({ "ready" => true, "database" => "ok", "backend" => "ok" }, JSON.parse(response.body))
+
+    # A backend that does not answer: 503, the database still fine.
+    closed = TCPServer.open("127.0.0.1", 0) { |server| "http://127.0.0.1:#{server.addr[1]}" }
+    OJS.configure do |config|
+      config.url = closed
+      config.outbox_table = TABLE
+      config.auto_start = false
+    end
+    response = get(app, "/readyz")
+    assert_equal 503, response.status
+    body = JSON.parse(response.body)
+    assert_equal false, body["ready"]
+    assert_equal "ok", body["database"]
+    refute_equal "ok", body["backend"]
+  end
+
+  def test_bad_requests_are_refused_naming_the_parameter
+    start
+    response = get(app, "/v1/events/stream?since=yesterday")
+    assert_equal 400, response.status
+    error = JSON.parse(response.body)["error"]
+    assert_equal ["INVALID_CONFIG", "since"], [error["code"], error["field"]]
+    response = get(app, "/v1/events/stream?types=job.*&types=ojs.*")
+    assert_equal 400, response.status
+    assert_equal "types", JSON.parse(response.body).dig("error", "field")
+    assert_equal 404, get(app, "/nothing").status
+    assert_equal 405, Rack::MockRequest.new(app).post("/v1/events/stream").status
+  end
+
+  def test_the_stream_without_a_relay_here_is_503
+    start
+    OJS.configure do |config|
+      config.url = TestSupport.devserver.url
+      config.outbox_table = TABLE
+      config.relay = :external
+    end
+    response = get(app, "/v1/events/stream")
+    assert_equal 503, response.status
+    assert_equal "RELAY_SHUT_DOWN", JSON.parse(response.body).dig("error", "code")
+    assert_equal 503, get(app, "/metrics").status
+  end
+
+  # Rails starts its relay lazily: with config.auto_start the mount starts it, as the middleware
+  # does, before it subscribes.
+  def test_the_mount_starts_the_lazy_relay
+    TestSupport.connect(:sqlite, "events_app", table: TABLE)
+    TestSupport.configure(table: TABLE, start_relay: false)
+    OJS.configure do |config|
+      config.url = TestSupport.devserver.url
+      config.outbox_table = TABLE
+      config.outbox_options = { poll_interval: "PT0.2S" }
+      config.auto_start = true
+    end
+    assert_nil OJS.metrics, "no relay before the first request"
+    events = stream(app, "/v1/events/stream")
+    assert_equal 200, events.status
+    refute_nil OJS.metrics, "the mount started it"
+    id = enqueue
+    events.wait_for_event("job.enqueued of #{id}") { |e| e["subject"] == id }
+  end
+
+  # The stream waits in native code without the GVL: another Ruby thread keeps running meanwhile.
+  def test_a_waiting_stream_does_not_hold_the_gvl
+    start
+    events = stream(app(keep_alive: 5), "/v1/events/stream") # each native wait lasts 1 s
+    TestSupport.wait_until("the stream waiting") { events.text.start_with?(OJS::EventsApp::KEEP_ALIVE) }
+    ticks = 0
+    deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + 2
+    while Process.clock_gettime(Process::CLOCK_MONOTONIC) < deadline
+      sleep 0.01
+      ticks += 1
+    end
+    # Holding the GVL through its 1 s waits would leave this thread a few ticks in 2 s.
+    assert_operator ticks, :>=, 50
+  end
+
+  def test_an_idle_stream_writes_keep_alive_comments
+    start
+    events = stream(app(keep_alive: 0.2), "/v1/events/stream")
+    TestSupport.wait_until("three keep-alive comments") { events.text.scan(OJS::EventsApp::KEEP_ALIVE).length >= 3 }
+    assert_equal "", events.text.gsub(OJS::EventsApp::KEEP_ALIVE, "")
+  end
+
+  def test_settings_that_do_not_exist_are_refused
+    error = assert_raises(OJS::InvalidConfig) { OJS::EventsApp.new(authorise: ->(_r) { true }) }
+    assert_equal "authorise", error.field
+    assert_match(/authorize/, error.message)
+    error = assert_raises(OJS::InvalidConfig) { OJS::EventsApp.new(authorize: true) }
+    assert_equal "authorize", error.field
+    error = assert_raises(OJS::InvalidConfig) { OJS::EventsApp.new(keep_alive: 0) }
+    assert_equal "keep_alive", error.field
+  end
+end
