@@ -50,6 +50,25 @@ if [ ! -f package.json ] || ! grep -q better-sqlite3 package.json; then
   step "npm install knex pg better-sqlite3 express (third-party, once)" \
     npm install knex@3 pg@8 better-sqlite3@12 express@5
 fi
+# The tests' own dependencies (devDependencies, e.g. the Prometheus text parser of the metrics
+# test): exactly the versions of package-lock.json, transitive ones included.
+dev_pins=$(node -e '
+const lock = require(process.argv[1]);
+const pins = Object.entries(lock.packages)
+  .filter(([key, entry]) => key.startsWith("node_modules/") && entry.dev)
+  .map(([key, entry]) => `${key.slice("node_modules/".length)}@${entry.version}`);
+console.log(pins.join(" "));' "$here/package-lock.json")
+missing=$(node -e '
+for (const pin of process.argv.slice(1)) {
+  const at = pin.lastIndexOf("@");
+  let version = null;
+  try { version = require(`./node_modules/${pin.slice(0, at)}/package.json`).version; } catch {}
+  if (version !== pin.slice(at + 1)) console.log(pin);
+}' $dev_pins)
+if [ -n "$missing" ]; then
+  # shellcheck disable=SC2086
+  step "npm install the tests' pinned dependencies ($dev_pins)" npm install --save-exact $dev_pins
+fi
 rm -rf node_modules/ojs-adapter-express
 step "npm install $(basename "$tarball")" npm install --no-save "$tarball"
 step "check: the package and better-sqlite3 load" \

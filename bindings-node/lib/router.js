@@ -113,7 +113,9 @@ function router(ojs, options) {
       if (text === null) {
         return refuse(res, 503, 'relay_not_running', 'no relay runs in this process (relay mode "external"): scrape the relay process');
       }
-      res.set('Content-Type', 'text/plain; version=0.0.4').send(text);
+      // Node's setHeader: Express's `set` and `send` would add a charset to this content type.
+      res.status(200).setHeader('Content-Type', 'text/plain; version=0.0.4');
+      res.end(text);
     }),
   );
 

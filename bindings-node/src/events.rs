@@ -110,7 +110,7 @@ impl NativeRelayFrames {
     pub fn new(frames: RelayFrames) -> napi::Result<Self> {
         Ok(NativeRelayFrames {
             frames: Mutex::new(Some(Arc::new(frames))),
-            waiter: Waiter::new("ojs-relay-events")?,
+            waiter: Waiter::new("ojs-relay-sse")?,
         })
     }
 }

@@ -1,0 +1,351 @@
+'use strict';
+// Events, metrics and health (issue 15) end to end, on SQLite and PostgreSQL:
+// - `ojs.router()` mounted in a real Express server on port 0 and called over HTTP: a
+//   committed job's job.enqueued arrives on the SSE stream; authorize false is 403; a
+//   tenant-scoped caller sees only its tenant (and may not ask for another); /readyz, /healthz;
+//   a client that goes away releases the core's subscription (its stream thread ends);
+// - `/metrics` parsed by a Prometheus text-format parser (parse-prometheus-text-format, pinned
+//   in package.json), its counters equal to the outbox's counts after a drain;
+// - `ojs.subscribeEvents()` against the devserver's stream: N jobs, every stream dropped by the
+//   devserver, M more jobs: exactly the N+M job ids in order, no event twice; `break` closes it;
+// - bad options: typed errors naming the option.
+
+const { test, before, after } = require('node:test');
+const assert = require('node:assert/strict');
+const fs = require('node:fs');
+const http = require('node:http');
+const path = require('node:path');
+const express = require('express');
+const parsePrometheus = require('parse-prometheus-text-format');
+const { ojsPackage, scratchDir, startDevserver, sqliteKnex, postgresKnex, waitFor, WAIT_MS } = require('./support');
+
+const { createOjs, InvalidConfigError, OJSError } = ojsPackage;
+
+let backend;
+before(async () => {
+  backend = await startDevserver();
+});
+after(async () => {
+  await backend.stop();
+});
+
+/** An adapter on a fresh outbox table of `database`, its relay running. */
+async function adapter(database, name, options = {}) {
+  const knex = database === 'sqlite' ? sqliteKnex(path.join(scratchDir(`${name}-${database}`), 'app.db')) : postgresKnex();
+  const table = `node_${name}_${database}`;
+  await knex.schema.dropTableIfExists(table);
+  const ojs = createOjs({ url: backend.url, knex, outbox: { tableName: table }, handleSignals: false, ...options });
+  await ojs.migrate();
+  await ojs.ready;
+  return { ojs, knex, table };
+}
+
+/** Threads of `pid` whose name is `name` (the addon names each stream's thread). */
+function threadsNamed(pid, name) {
+  return fs
+    .readdirSync(`/proc/${pid}/task`)
+    .filter((tid) => {
+      try {
+        return fs.readFileSync(`/proc/${pid}/task/${tid}/comm`, 'utf8').trim() === name;
+      } catch {
+        return false;
+      }
+    }).length;
+}
+
+/** GET `route` with `headers`; resolves with `{ status, headers, body }` (body parsed when JSON). */
+function get(port, route, headers = {}) {
+  return new Promise((resolve, reject) => {
+    http
+      .get({ host: '127.0.0.1', port, path: route, headers }, (res) => {
+        let body = '';
+        res.setEncoding('utf8');
+        res.on('data', (chunk) => (body += chunk));
+        res.on('end', () => {
+          let parsed = body;
+          if ((res.headers['content-type'] || '').startsWith('application/json')) parsed = JSON.parse(body);
+          resolve({ status: res.statusCode, headers: res.headers, body: parsed });
+        });
+      })
+      .on('error', reject);
+  });
+}
+
+/**
+ * Opens an SSE stream; resolves once the response headers came (the server has subscribed by
+ * then). `events` fills as frames arrive (each frame's data line parsed); `close()` hangs up.
+ */
+function openStream(port, route, headers = {}) {
+  return new Promise((resolve, reject) => {
+    const req = http.get({ host: '127.0.0.1', port, path: route, headers: { accept: 'text/event-stream', ...headers } }, (res) => {
+      const stream = { status: res.statusCode, headers: res.headers, events: [], comments: 0, ended: false, close: () => req.destroy() };
+      let buffer = '';
+      res.setEncoding('utf8');
+      res.on('data', (chunk) => {
+        buffer += chunk;
+        let end;
+        while ((end = buffer.indexOf('\n\n')) !== -1) {
+          const frame = buffer.slice(0, end);
+          buffer = buffer.slice(end + 2);
+          const data = frame.split('\n').find((line) => line.startsWith('data:'));
+          if (data !== undefined) stream.events.push(JSON.parse(data.slice(5)));
+          else if (frame.startsWith(':')) stream.comments += 1;
+        }
+      });
+      res.on('end', () => (stream.ended = true));
+      res.on('error', () => (stream.ended = true));
+      resolve(stream);
+    });
+    req.on('error', (error) => (error.code === 'ECONNRESET' ? null : reject(error)));
+  });
+}
+
+/** The Express app of the tests: the router at /ojs; `x-caller` says who calls (authorize, async). */
+async function serve(ojs) {
+  const app = express();
+  app.use(
+    '/ojs',
+    ojs.router({
+      authorize: async (req) => {
+        const caller = req.get('x-caller') || '';
+        if (caller === 'operator') return true;
+        if (caller.startsWith('tenant:')) return { tenant: caller.slice('tenant:'.length) };
+        return false;
+      },
+    }),
+  );
+  const server = await new Promise((resolve) => {
+    const listening = app.listen(0, '127.0.0.1', () => resolve(listening));
+  });
+  return { server, port: server.address().port, close: () => new Promise((resolve) => server.close(resolve)) };
+}
+
+async function commitJob(ojs, type, args, context) {
+  const work = () => ojs.transaction(async (trx) => ojs.enqueueAfterCommit(trx, type, args));
+  return context ? ojs.withContext(context, work) : work();
+}
+
+const OPERATOR = { 'x-caller': 'operator' };
+
+for (const database of ['sqlite', 'postgres']) {
+  test(`${database}: ojs.router() serves the relay's events, metrics and health over HTTP`, async (t) => {
+    await backend.reset();
+    const { ojs, knex, table } = await adapter(database, 'router');
+    const http_ = await serve(ojs);
+    const { port } = http_;
+    const relayPid = ojs.relayHostPid ?? process.pid;
+    try {
+      await t.test('authorize false: 403 on the stream, /metrics and /readyz; /healthz answers anyone', async () => {
+        for (const route of ['/ojs/v1/events/stream', '/ojs/metrics', '/ojs/readyz']) {
+          const answer = await get(port, route, { 'x-caller': 'nobody' });
+          assert.equal(answer.status, 403, route);
+          assert.equal(answer.body.error.code, 'forbidden', route);
+        }
+        const health = await get(port, '/ojs/healthz');
+        assert.equal(health.status, 200);
+        assert.equal(health.body, 'ok\n');
+      });
+
+      await t.test('/readyz: 200 with the core\'s answer', async () => {
+        const ready = await get(port, '/ojs/readyz', OPERATOR);
+        assert.equal(ready.status, 200);
+        assert.deepEqual(ready.body, { ready: true, database: 'ok', backend: 'ok' });
+      });
+
+      await t.test('a committed job\'s job.enqueued arrives on the stream', async () => {
+        const stream = await openStream(port, '/ojs/v1/events/stream?types=job.*', OPERATOR);
+        try {
+          assert.equal(stream.status, 200);
+          assert.match(stream.headers['content-type'], /^text\/event-stream/);
+          const id = await commitJob(ojs, 'email.welcome', [1]);
+          const event = await waitFor(
+            () => stream.events.find((e) => e.type === 'job.enqueued' && e.subject === id),
+            WAIT_MS,
+            'job.enqueued on the stream',
+          );
+          assert.equal(event.source, `/ojs/outbox/${table}`);
+          assert.equal(event.data.job_id, id);
+          assert.equal(event.data.type, 'email.welcome');
+          assert.ok(stream.events.every((e) => e.type.startsWith('job.')), JSON.stringify(stream.events));
+        } finally {
+          stream.close();
+        }
+      });
+
+      await t.test('a tenant-scoped caller sees only its own tenant and may not ask for another', async () => {
+        const refused = await get(port, '/ojs/v1/events/stream?tenant=t2', { 'x-caller': 'tenant:t1' });
+        assert.equal(refused.status, 403);
+        assert.equal((await get(port, '/ojs/metrics', { 'x-caller': 'tenant:t1' })).status, 403);
+        assert.equal((await get(port, '/ojs/readyz', { 'x-caller': 'tenant:t1' })).status, 403);
+
+        const scoped = await openStream(port, '/ojs/v1/events/stream', { 'x-caller': 'tenant:t1' });
+        const ownNamed = await openStream(port, '/ojs/v1/events/stream?tenant=t1', { 'x-caller': 'tenant:t1' });
+        const all = await openStream(port, '/ojs/v1/events/stream', OPERATOR);
+        try {
+          const other = await commitJob(ojs, 'email.welcome', [2], { tenant_id: 't2' });
+          // The operator's stream has the other tenant's event: it was on the bus before the next job.
+          await waitFor(() => all.events.some((e) => e.subject === other), WAIT_MS, 'the t2 job on the operator stream');
+          const own = await commitJob(ojs, 'email.welcome', [3], { tenant_id: 't1' });
+          for (const stream of [scoped, ownNamed]) {
+            await waitFor(() => stream.events.some((e) => e.subject === own), WAIT_MS, 'the t1 job on the tenant stream');
+            assert.ok(!stream.events.some((e) => e.subject === other), 'a t2 event reached the t1 caller');
+            assert.ok(stream.events.every((e) => e.data.tenant_id === 't1'), JSON.stringify(stream.events));
+          }
+        } finally {
+          for (const stream of [scoped, ownNamed, all]) stream.close();
+        }
+      });
+
+      await t.test('a client that hangs up releases the core\'s subscription', async () => {
+        await waitFor(() => threadsNamed(relayPid, 'ojs-relay-sse') === 0, WAIT_MS, 'earlier streams released');
+        const stream = await openStream(port, '/ojs/v1/events/stream', OPERATOR);
+        await waitFor(() => threadsNamed(relayPid, 'ojs-relay-sse') === 1, WAIT_MS, 'the stream\'s thread');
+        stream.close();
+        await waitFor(() => threadsNamed(relayPid, 'ojs-relay-sse') === 0, WAIT_MS, 'the stream\'s thread to end');
+      });
+
+      await t.test('a bad query is 400 (the core judges since)', async () => {
+        const answer = await get(port, '/ojs/v1/events/stream?since=yesterday', OPERATOR);
+        assert.equal(answer.status, 400);
+        assert.equal(answer.body.error.code, 'invalid_request');
+        assert.match(answer.body.error.message, /since/);
+      });
+
+      await t.test('/metrics parses as Prometheus text and its counters equal the outbox counts after a drain', async () => {
+        await backend.call('POST', '/_dev/faults', { status: 400, code: 'invalid_request', match_type: 'poison.job' });
+        const poison = await commitJob(ojs, 'poison.job', [0]);
+        for (let i = 0; i < 5; i += 1) await commitJob(ojs, 'report.row', [i]);
+        await waitFor(async () => (await ojs.outboxRows([poison]))[poison]?.status === 'dead', WAIT_MS, 'the poison job dead');
+        const status = await waitFor(async () => {
+          const s = await ojs.status();
+          return s.pending === 0 && s.failed === 0 && s.in_flight === 0 ? s : null;
+        }, WAIT_MS, 'the outbox drained');
+        const answer = await get(port, '/ojs/metrics', OPERATOR);
+        assert.equal(answer.status, 200);
+        assert.equal(answer.headers['content-type'], 'text/plain; version=0.0.4');
+        const families = new Map(parsePrometheus(answer.body).map((family) => [family.name, family]));
+        const value = (name, labels = {}) => {
+          const family = families.get(name);
+          assert.ok(family, `no ${name} in ${answer.body}`);
+          const sample = family.metrics.find((m) =>
+            Object.entries({ table, ...labels }).every(([key, v]) => m.labels && m.labels[key] === v),
+          );
+          assert.ok(sample, `no ${name}${JSON.stringify(labels)} for table ${table}`);
+          return Number(sample.value);
+        };
+        assert.equal(families.get('ojs_relay_jobs_sent_total').type, 'COUNTER');
+        assert.equal(value('ojs_relay_jobs_sent_total'), status.sent);
+        assert.equal(value('ojs_relay_jobs_dead_total'), status.dead);
+        assert.equal(status.dead, 1);
+        assert.equal(value('ojs_outbox_rows', { status: 'sent' }), status.sent);
+        assert.equal(value('ojs_outbox_rows', { status: 'dead' }), status.dead);
+        assert.equal(value('ojs_outbox_rows', { status: 'pending' }), 0);
+        assert.equal(value('ojs_outbox_backlog_jobs'), 0);
+        assert.equal(value('ojs_relay_jobs_in_flight'), 0);
+        const received = await backend.received();
+        assert.equal(status.sent, received.jobs.length);
+        const sendDuration = families.get('ojs_relay_send_duration_seconds');
+        assert.equal(sendDuration.type, 'HISTOGRAM');
+        assert.ok(sendDuration.metrics.length > 0);
+        assert.equal(families.get('ojs_relay_delivery_lag_seconds').type, 'HISTOGRAM');
+      });
+    } finally {
+      await http_.close();
+      await ojs.close();
+      if (database === 'sqlite') await knex.destroy();
+    }
+  });
+
+  test(`${database}: ojs.subscribeEvents() reads the devserver's stream and resumes after a drop, no id lost or repeated`, async () => {
+    await backend.reset();
+    const { ojs, knex } = await adapter(database, 'client', { autoStart: false });
+    const openStreams = async () => (await backend.call('GET', '/_dev/events')).open_streams;
+    try {
+      const N = 20;
+      const M = 20;
+      const received = [];
+      const subscription = ojs.subscribeEvents({ types: ['job.enqueued'] });
+      const consumer = (async () => {
+        for await (const event of subscription) {
+          received.push(event);
+          if (received.length === N + M) break;
+        }
+      })();
+      await waitFor(async () => (await openStreams()) === 1, WAIT_MS, 'the client connected');
+      const ids = [];
+      for (let i = 0; i < N; i += 1) ids.push(await ojs.enqueue('report.row', [i]));
+      const dropped = await backend.call('POST', '/_dev/events/drop');
+      assert.equal(dropped.dropped, 1);
+      for (let i = N; i < N + M; i += 1) ids.push(await ojs.enqueue('report.row', [i]));
+      await Promise.race([
+        consumer,
+        waitFor(() => false, WAIT_MS, `${N + M} events (got ${received.length})`).catch((error) => {
+          throw new Error(`${error.message}; received ${received.length}`);
+        }),
+      ]);
+      assert.deepEqual(
+        received.map((event) => event.subject),
+        ids,
+        'every job id once, in order',
+      );
+      assert.equal(new Set(received.map((event) => event.id)).size, N + M, 'no event id twice');
+      for (const event of received) {
+        assert.equal(event.type, 'job.enqueued');
+        assert.equal(event.data.job_id, event.subject);
+        for (const key of ['id', 'type', 'source', 'subject', 'time', 'data']) assert.ok(key in event, key);
+      }
+      // `break` closed the feed: the devserver has no stream open any more.
+      await waitFor(async () => (await openStreams()) === 0, WAIT_MS, 'the feed closed after break');
+    } finally {
+      await ojs.close();
+      if (database === 'sqlite') await knex.destroy();
+    }
+  });
+}
+
+test('bad options are typed errors naming the option', async () => {
+  const knex = postgresKnex();
+  const ojs = createOjs({ url: backend.url, knex, outbox: { tableName: 'node_events_bad' }, autoStart: false, handleSignals: false });
+  try {
+    for (const options of [undefined, {}, { authorize: true }, { authorize: null }]) {
+      assert.throws(() => ojs.router(options), (error) => {
+        assert.ok(error instanceof InvalidConfigError, String(error));
+        assert.equal(error.code, 'INVALID_CONFIG');
+        assert.equal(error.field, 'authorize');
+        assert.match(error.message, /authorize/);
+        return true;
+      });
+    }
+    assert.throws(() => ojs.router({ authorise: () => true }), (error) => {
+      assert.equal(error.code, 'INVALID_CONFIG');
+      assert.equal(error.field, 'authorise');
+      assert.match(error.message, /authorize/);
+      return true;
+    });
+    assert.throws(() => ojs.subscribeEvents({ jobtypes: ['a.b'] }), (error) => {
+      assert.ok(error instanceof OJSError);
+      assert.equal(error.code, 'INVALID_CONFIG');
+      assert.equal(error.field, 'jobtypes');
+      assert.match(error.message, /jobTypes/);
+      return true;
+    });
+    await assert.rejects(ojs.relayEvents({ lastEventID: 'x' }), (error) => {
+      assert.equal(error.code, 'INVALID_CONFIG');
+      assert.equal(error.field, 'lastEventID');
+      return true;
+    });
+    // The core judges the values: a URL that is not http(s) ends the first iteration.
+    const iterator = ojs.subscribeEvents({ url: 'ftp://example.invalid/stream' })[Symbol.asyncIterator]();
+    await assert.rejects(iterator.next(), (error) => {
+      assert.equal(error.code, 'INVALID_CONFIG');
+      assert.equal(error.field, 'url');
+      return true;
+    });
+    // No relay runs for an adapter that was not started: the stream is refused, metrics null.
+    await assert.rejects(ojs.relayEvents({}), (error) => error.code === 'RELAY_SHUT_DOWN');
+    assert.equal(await ojs.metricsText(), null);
+  } finally {
+    await ojs.close();
+    await knex.destroy();
+  }
+});
