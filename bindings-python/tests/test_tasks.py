@@ -392,6 +392,27 @@ def test_the_backend_defaults_and_what_it_supports():
             backend.get_result("0190b6b8-0000-7000-8000-000000000000")
 
 
+def test_the_system_check_reports_the_adapters_configuration_for_the_database(backend):
+    good = OJS({"ojs_url": backend.url})
+    bad = OJS({"ojs_url": backend.url, "outbox": {"batch_sise": 10}})
+    setting = {
+        "good": {"BACKEND": "ojs_adapter_django.tasks.OJSBackend",
+                 "OPTIONS": {"DATABASE": "pg", "ADAPTER": good}},
+        "bad": {"BACKEND": "ojs_adapter_django.tasks.OJSBackend",
+                "OPTIONS": {"DATABASE": "pg", "ADAPTER": bad}},
+    }
+    try:
+        with override_settings(TASKS=setting):
+            assert list(task_backends["good"].check()) == []
+            (error,) = task_backends["bad"].check()
+        assert error.id == "ojs_adapter_django.tasks.E001"
+        assert error.msg.startswith('TASKS["bad"] (DATABASE \'pg\'): [INVALID_CONFIG] ')
+        assert "adapter.outbox.batch_sise" in error.msg
+    finally:
+        good.reset()
+        bad.reset()
+
+
 # -- async ------------------------------------------------------------------------------------
 
 @DB

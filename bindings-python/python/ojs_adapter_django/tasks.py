@@ -23,6 +23,7 @@ import difflib
 import json
 from typing import Any
 
+from django.core import checks
 from django.core.exceptions import ImproperlyConfigured
 from django.db import DEFAULT_DB_ALIAS
 from django.utils import timezone
@@ -114,6 +115,20 @@ class OJSBackend(BaseTaskBackend):
                 f'{where}["ADAPTER"] must be an ojs_adapter_django.OJS or the import path of '
                 f"one, got {type(adapter).__name__}")
         self.adapter: OJS = adapter
+
+    def check(self, **kwargs: Any) -> Any:
+        """``manage.py check`` (the tasks framework's check of every backend): the adapter's
+        configuration for ``DATABASE``, as the first enqueue would build it (e.g. a database
+        whose relay URL cannot be derived), as ``ojs_adapter_django.tasks.E001``."""
+        yield from super().check(**kwargs)
+        try:
+            self.adapter.check(self.database)
+        except ImproperlyConfigured as exc:  # ConfigurationError is one too
+            code = getattr(exc, "code", None)
+            yield checks.Error(
+                f'TASKS["{self.alias}"] (DATABASE {self.database!r}): '
+                + (f"[{code}] {exc}" if code else str(exc)),
+                id="ojs_adapter_django.tasks.E001")
 
     def enqueue(self, task: Any, args: Any, kwargs: Any) -> Any:
         """Stages the job in the current transaction of ``DATABASE`` (at once in autocommit)
