@@ -28,6 +28,14 @@ pub(crate) fn queue_of(options: Option<&Map<String, Value>>) -> &str {
         .unwrap_or(DEFAULT_QUEUE)
 }
 
+/// The job's priority: `options.priority`, else 0.
+pub(crate) fn priority_of(options: Option<&Map<String, Value>>) -> i64 {
+    options
+        .and_then(|options| options.get("priority"))
+        .and_then(Value::as_i64)
+        .unwrap_or(DEFAULT_PRIORITY)
+}
+
 /// The job's `max_attempts`: `options.retry.max_attempts`, else 3.
 pub(crate) fn max_attempts_of(options: Option<&Map<String, Value>>) -> i64 {
     options
@@ -68,9 +76,7 @@ pub(crate) fn write_job(out: &mut Vec<u8>, job: &JobView<'_>) {
         out.extend_from_slice(b",\"meta\":");
         out.extend_from_slice(meta.as_bytes());
     }
-    let priority = option("priority")
-        .and_then(Value::as_i64)
-        .unwrap_or(DEFAULT_PRIORITY);
+    let priority = priority_of(job.options);
     let max_attempts = max_attempts_of(job.options);
     let attempt = job.run.map_or(0, |run| run.attempt);
     let _ = write!(
@@ -102,13 +108,7 @@ pub(crate) fn write_job(out: &mut Vec<u8>, job: &JobView<'_>) {
         ",\"created_at\":\"{created_at}\",\"enqueued_at\":\"{created_at}\""
     );
     if let Some(run) = job.run {
-        let _ = write!(out, ",\"started_at\":\"{}\"", format_ms(run.started_at_us));
-        if let (JobState::Completed, Some(at)) = (run.state, run.ended_at_us) {
-            let _ = write!(out, ",\"completed_at\":\"{}\"", format_ms(at));
-        }
-        if let Some(error) = &run.error {
-            let _ = write!(out, ",\"error\":{error}");
-        }
+        write_run(out, job.state, run);
     }
     if let Some(at) = job.cancelled_at_us {
         let _ = write!(out, ",\"cancelled_at\":\"{}\"", format_ms(at));
@@ -118,6 +118,41 @@ pub(crate) fn write_job(out: &mut Vec<u8>, job: &JobView<'_>) {
         out.extend_from_slice(job.attributes.as_bytes());
     }
     out.push(b'}');
+}
+
+/// What a worker's life added to the job: `worker_id` (while active), `started_at`,
+/// `completed_at` (completed or discarded, as both servers set it), `retry_delay_ms`,
+/// `result`, `error` and `errors`.
+fn write_run(out: &mut Vec<u8>, state: JobState, run: &Run) {
+    if let (JobState::Active, Some(worker_id)) = (state, &run.worker_id) {
+        out.extend_from_slice(b",\"worker_id\":");
+        write_json_string(out, worker_id);
+    }
+    if let Some(at) = run.started_at_us {
+        let _ = write!(out, ",\"started_at\":\"{}\"", format_ms(at));
+    }
+    if let (JobState::Completed | JobState::Discarded, Some(at)) = (run.state, run.ended_at_us) {
+        let _ = write!(out, ",\"completed_at\":\"{}\"", format_ms(at));
+    }
+    if let Some(ms) = run.retry_delay_ms {
+        let _ = write!(out, ",\"retry_delay_ms\":{ms}");
+    }
+    if let Some(result) = &run.result {
+        let _ = write!(out, ",\"result\":{result}");
+    }
+    if let Some(error) = &run.error {
+        let _ = write!(out, ",\"error\":{error}");
+    }
+    if !run.errors.is_empty() {
+        out.extend_from_slice(b",\"errors\":[");
+        for (i, error) in run.errors.iter().enumerate() {
+            if i > 0 {
+                out.push(b',');
+            }
+            out.extend_from_slice(error.as_bytes());
+        }
+        out.push(b']');
+    }
 }
 
 /// Parses stored options text back into the map the envelope reads (`None` for `{}`).

@@ -27,16 +27,18 @@ use serde_json::value::RawValue;
 use serde_json::{Map, Value, json};
 use tokio::sync::Notify;
 
-use crate::envelope::{JobView, max_attempts_of, options_map, queue_of, write_job};
+use crate::envelope::{JobView, options_map, queue_of, write_job};
 use crate::events::{EventHub, EventStream, JobEvent, ReplayFrom, parse_query};
 use crate::model::{Fault, JobControlError};
-use crate::store::{JobState, Placed, Refused, RequestKind, Run, State, Stored, StoredJob};
+use crate::store::{JobState, Placed, Refused, RequestKind, State, Stored, StoredJob};
 use crate::timefmt::{now_us, parse_rfc3339_us};
 use crate::unique;
 use crate::validate::{
     CarriedId, FieldError, JobIn, MAX_BODY_BYTES, Refusal, ValidJob, carried_id, carried_type,
     field_error, format_job_id, is_json_content_type, validate_job,
 };
+use crate::worker::{DEFAULT_WORKER_ID, Transition};
+use crate::worker_api::{self, WorkerOp};
 
 pub(crate) type Resp = Response<Full<Bytes>>;
 /// What goes on the wire: a whole body, or an event stream.
@@ -57,16 +59,6 @@ pub(crate) struct App {
     pub events: EventHub,
     started: Instant,
 }
-
-/// A transition of the control API's worker life.
-pub(crate) enum Transition<'a> {
-    Start { worker_id: &'a str },
-    Complete,
-    Fail { error: &'a Value },
-}
-
-/// The worker id `start` uses when none is given.
-pub(crate) const DEFAULT_WORKER_ID: &str = "devserver-worker";
 
 impl App {
     pub fn new(batch_enqueue: bool) -> App {
@@ -93,116 +85,6 @@ impl App {
             std::mem::replace(&mut *state, fresh)
         };
         drop(old);
-    }
-
-    /// Moves a stored job one step through a worker's life and publishes the events, under
-    /// one lock. Returns the job's envelope as it is afterwards.
-    pub fn transition(
-        &self,
-        id_text: &str,
-        transition: Transition<'_>,
-    ) -> Result<Vec<u8>, JobControlError> {
-        let not_found = || JobControlError::NotFound {
-            job_id: id_text.to_owned(),
-        };
-        let id = crate::validate::parse_job_id(id_text).ok_or_else(not_found)?;
-        let mut state = self.state();
-        let job = state.job_mut(id).ok_or_else(not_found)?;
-        let now = now_us();
-        let current = job.state(now);
-        let refuse = |expected: &str| JobControlError::InvalidTransition {
-            job_id: format_job_id(id),
-            current_state: current.as_str().to_owned(),
-            expected_state: expected.to_owned(),
-        };
-        let options = options_map(job.options());
-        let queue = queue_of(options.as_ref()).to_owned();
-        let job_type = job.job_type.clone();
-        let event = |kind: &'static str, state: JobState, extra: Value| JobEvent {
-            kind,
-            job_id: id,
-            job_type: &job_type,
-            queue: &queue,
-            state: state.as_str(),
-            extra: match extra {
-                Value::Object(map) => map,
-                _ => Map::new(),
-            },
-        };
-        let mut events = Vec::with_capacity(2);
-        match transition {
-            Transition::Start { worker_id } => {
-                if !matches!(current, JobState::Available | JobState::Retryable) {
-                    return Err(refuse("available or retryable"));
-                }
-                let previous = job.run().cloned();
-                let attempt = previous.as_ref().map_or(0, |run| run.attempt) + 1;
-                job.set_run(Run {
-                    state: JobState::Active,
-                    attempt,
-                    started_at_us: now,
-                    ended_at_us: None,
-                    error: previous.and_then(|run| run.error),
-                });
-                events.push(event(
-                    "job.started",
-                    JobState::Active,
-                    json!({ "attempt": attempt, "worker_id": worker_id }),
-                ));
-            }
-            Transition::Complete => {
-                let Some(mut run) = job.run().cloned().filter(|_| current == JobState::Active)
-                else {
-                    return Err(refuse("active"));
-                };
-                run.state = JobState::Completed;
-                run.ended_at_us = Some(now);
-                let duration_ms = now.saturating_sub(run.started_at_us) / 1000;
-                let attempt = run.attempt;
-                job.set_run(run);
-                events.push(event(
-                    "job.completed",
-                    JobState::Completed,
-                    json!({ "attempt": attempt, "duration_ms": duration_ms }),
-                ));
-            }
-            Transition::Fail { error } => {
-                let Some(mut run) = job.run().cloned().filter(|_| current == JobState::Active)
-                else {
-                    return Err(refuse("active"));
-                };
-                let exhausted = i64::from(run.attempt) >= max_attempts_of(options.as_ref());
-                run.state = if exhausted {
-                    JobState::Discarded
-                } else {
-                    JobState::Retryable
-                };
-                run.ended_at_us = Some(now);
-                run.error = Some(error.to_string().into_boxed_str());
-                let attempt = run.attempt;
-                let new_state = run.state;
-                job.set_run(run);
-                events.push(event(
-                    "job.failed",
-                    new_state,
-                    json!({ "attempt": attempt, "error": error }),
-                ));
-                if exhausted {
-                    events.push(event(
-                        "job.discarded",
-                        JobState::Discarded,
-                        json!({ "attempt": attempt, "error": error }),
-                    ));
-                }
-            }
-        }
-        for event in events {
-            self.events.publish(event);
-        }
-        let job = state.job(id).expect("the job was just changed");
-        let mut out = Vec::with_capacity(256 + job.args().len());
-        write_stored_job(&mut out, job, now);
-        Ok(out)
     }
 
     pub fn received_json(&self) -> Vec<u8> {
@@ -313,6 +195,7 @@ enum Route<'p> {
     GetJob(&'p str),
     Health,
     Manifest,
+    Worker(WorkerOp),
     MethodNotAllowed(&'static str),
     NotFound,
 }
@@ -326,6 +209,11 @@ fn route<'p>(method: &Method, path: &'p str) -> Route<'p> {
         "/ojs/v1/health" => Route::MethodNotAllowed("GET"),
         "/ojs/manifest" if method == Method::GET => Route::Manifest,
         "/ojs/manifest" => Route::MethodNotAllowed("GET"),
+        _ if path.starts_with("/ojs/v1/workers/") => match WorkerOp::of(path) {
+            Some(op) if method == Method::POST => Route::Worker(op),
+            Some(_) => Route::MethodNotAllowed("POST"),
+            None => Route::NotFound,
+        },
         _ => match path.strip_prefix("/ojs/v1/jobs/") {
             Some(id) if !id.is_empty() && !id.contains('/') => {
                 if method == Method::GET {
@@ -356,6 +244,7 @@ async fn ojs(app: &App, kill: &Notify, path: &str, request: Request<Incoming>) -
     }
     let response = match route {
         Route::GetJob(id) => get_job(app, id),
+        Route::Worker(op) => worker_api::answer(app, op, request).await,
         Route::Health => ojs_json(
             StatusCode::OK,
             json!({
@@ -391,15 +280,16 @@ async fn ojs(app: &App, kill: &Notify, path: &str, request: Request<Incoming>) -
     fault_after_handling(response, fault.as_ref(), kill).await
 }
 
-/// The conformance manifest: what the devserver implements, and nothing more. It serves only
-/// the producer side of the binding (push, batch push, info, health, manifest): no worker
-/// endpoints, so it runs nothing; `conformance_level` 0 is the lowest a manifest can state and
-/// `conformance_tier: "parser"` says that it validates and stores jobs without executing them.
-/// The capabilities name what a producer can observe: batch enqueue (switchable), unique jobs
-/// (strong: check and insert under one lock) and delayed jobs (the `scheduled` state).
-/// `extensions` names `ext_events`, the extension registry's key for the event system
-/// (`spec/registry/extensions.json`): the manifest has no other field for the event stream
-/// (no capability flag, no endpoint key), so nothing else claims it.
+/// The conformance manifest: what the devserver implements, and nothing more. It serves the
+/// level 0 operations of the binding (push, fetch, ack, nack, health, manifest) plus batch
+/// push, info and heartbeat, and no other level 1 operation (cancel, activate, dead letter),
+/// so `conformance_level` is 0; `conformance_tier: "runtime"` because workers run jobs
+/// through it (fetch, ack, nack, retries, reservations). The capabilities name what a client
+/// can observe: batch enqueue (switchable), unique jobs (strong: check and insert under one
+/// lock), delayed jobs (the `scheduled` state) and priority queues (fetch takes the highest
+/// priority first). `extensions` names `ext_events`, the extension registry's key for the
+/// event system (`spec/registry/extensions.json`): the manifest has no other field for the
+/// event stream (no capability flag, no endpoint key), so nothing else claims it.
 pub(crate) fn manifest(batch_enqueue: bool) -> Value {
     json!({
         "ojs_version": OJS_VERSION,
@@ -410,7 +300,7 @@ pub(crate) fn manifest(batch_enqueue: bool) -> Value {
             "language": "rust",
         },
         "conformance_level": 0,
-        "conformance_tier": "parser",
+        "conformance_tier": "runtime",
         "protocols": ["http"],
         "backend": "memory",
         "capabilities": {
@@ -419,7 +309,7 @@ pub(crate) fn manifest(batch_enqueue: bool) -> Value {
             "unique_jobs_strength": "strong",
             "delayed_jobs": true,
             "schema_validation": false,
-            "priority_queues": false,
+            "priority_queues": true,
             "job_ttl": false,
             "cron_jobs": false,
             "dead_letter": false,
@@ -452,7 +342,7 @@ fn get_job(app: &App, id_text: &str) -> Resp {
 }
 
 /// The envelope of a stored job, as it is now.
-fn write_stored_job(out: &mut Vec<u8>, job: &StoredJob, now_us: u64) {
+pub(crate) fn write_stored_job(out: &mut Vec<u8>, job: &StoredJob, now_us: u64) {
     let options = options_map(job.options());
     write_job(
         out,
@@ -475,13 +365,13 @@ fn write_stored_job(out: &mut Vec<u8>, job: &StoredJob, now_us: u64) {
 // Enqueue
 
 /// The request body, read with a bound.
-enum BodyRead {
+pub(crate) enum BodyRead {
     Complete(Vec<u8>),
     TooLarge,
     Broken,
 }
 
-async fn read_body_limited(request: Request<Incoming>) -> BodyRead {
+pub(crate) async fn read_body_limited(request: Request<Incoming>) -> BodyRead {
     let declared_len = request
         .headers()
         .get(header::CONTENT_LENGTH)
@@ -1139,7 +1029,7 @@ fn json_response(status: StatusCode, content_type: &'static str, body: Vec<u8>) 
     response
 }
 
-fn ojs_json(status: StatusCode, body: Vec<u8>) -> Resp {
+pub(crate) fn ojs_json(status: StatusCode, body: Vec<u8>) -> Resp {
     let mut response = json_response(status, OJS_CONTENT_TYPE, body);
     response
         .headers_mut()
@@ -1161,7 +1051,12 @@ fn error_with(status: StatusCode, error: Map<String, Value>) -> Resp {
 /// `retryable`, `details`, and `type` for `validation_error` (as the reference servers write
 /// it), plus the error catalog's optional `doc_url` (`ojs-errors.md` §3.2) naming the
 /// catalog's code for the failure.
-fn error_response(status: StatusCode, code: &str, message: &str, details: Option<Value>) -> Resp {
+pub(crate) fn error_response(
+    status: StatusCode,
+    code: &str,
+    message: &str,
+    details: Option<Value>,
+) -> Resp {
     let field = details.as_ref().and_then(|d| {
         d.get("field").and_then(Value::as_str).or_else(|| {
             // A refused transition names no field; its marker is `current_state`.
@@ -1215,10 +1110,10 @@ fn fault_response(status: StatusCode, code: &str, retryable: bool, details: Opti
     error_with(status, error)
 }
 
-fn invalid_request(message: &str, details: Option<Value>) -> Resp {
+pub(crate) fn invalid_request(message: &str, details: Option<Value>) -> Resp {
     error_response(StatusCode::BAD_REQUEST, "invalid_request", message, details)
 }
 
-fn not_found(message: &str, details: Option<Value>) -> Resp {
+pub(crate) fn not_found(message: &str, details: Option<Value>) -> Resp {
     error_response(StatusCode::NOT_FOUND, "not_found", message, details)
 }

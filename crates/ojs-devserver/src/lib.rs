@@ -1,14 +1,14 @@
 //! `ojs-devserver`: an in-memory stand-in for an Open Job Spec backend.
 //!
-//! It speaks the producer side of the OJS HTTP binding (single and atomic batch enqueue, get
-//! job, health, manifest) and answers as the reference servers do: the full job envelope, the
-//! `scheduled` state, unique jobs, the binding's error codes and `X-Request-Id` (rule by rule in
-//! docs/ojs-compat.md), plus a control API under `/_dev` that tells a test what the backend
-//! really holds and lets it inject faults. It serves the event stream of RFC-0005
+//! It speaks the OJS HTTP binding's producer side (single and atomic batch enqueue, get job,
+//! health, manifest) and worker side (fetch, ack, nack, heartbeat, with retries, backoff and
+//! reservations that run out) and answers as the reference servers do: the full job envelope,
+//! the `scheduled` state, unique jobs, the binding's error codes and `X-Request-Id` (rule by
+//! rule in docs/ojs-compat.md), plus a control API under `/_dev` that tells a test what the
+//! backend really holds and lets it inject faults. It serves the event stream of RFC-0005
 //! (`GET /v1/events/stream`), and the control API moves a job through a worker's life
-//! (start, complete, fail) so that event clients can be tested against a live stream. It is
-//! the oracle of the conformance suite, so it
-//! deliberately shares no code with the `ojs-outbox` crate it checks.
+//! (start, complete, fail) the way the worker endpoints do. It is the oracle of the
+//! conformance suite, so it deliberately shares no code with the `ojs-outbox` crate it checks.
 //!
 //! ```no_run
 //! # async fn demo() -> std::io::Result<()> {
@@ -26,11 +26,14 @@ mod envelope;
 mod events;
 mod http;
 mod model;
+mod retry;
 mod server;
 mod store;
 mod timefmt;
 mod unique;
 mod validate;
+mod worker;
+mod worker_api;
 
 use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::Arc;
@@ -44,7 +47,8 @@ pub use model::{
     Fault, FaultScope, JobControlError, Received, ReceivedJob, ReplacedJob, RequestCounts, Stats,
 };
 
-use crate::http::{App, DEFAULT_WORKER_ID, Transition};
+use crate::http::App;
+use crate::worker::{DEFAULT_WORKER_ID, Transition};
 
 /// Largest request body the OJS endpoints accept (1 MiB), as the reference servers have it.
 pub const MAX_BODY_BYTES: usize = validate::MAX_BODY_BYTES;
@@ -165,8 +169,9 @@ impl DevServer {
         self.app.events.drop_streams()
     }
 
-    /// Moves a stored `available` or `retryable` job to `active` (attempt + 1) as worker
-    /// `devserver-worker` and emits `job.started`. Returns the job's envelope.
+    /// Moves a stored `available` or `retryable` job (even before its backoff ran out) to
+    /// `active` as worker `devserver-worker`, as a fetch would, and emits `job.started`. Returns
+    /// the job's envelope.
     pub fn start_job(&self, id: &str) -> Result<serde_json::Value, JobControlError> {
         self.start_job_as(id, DEFAULT_WORKER_ID)
     }
@@ -186,8 +191,9 @@ impl DevServer {
     }
 
     /// Fails the `active` job's attempt with `error` (an object, e.g.
-    /// `{"code": "handler_error", "message": "..."}`): `retryable` while attempts remain
-    /// (`job.failed`), else `discarded` (`job.failed`, then `job.discarded`).
+    /// `{"code": "handler_error", "message": "..."}`, recorded as sent) as a nack would:
+    /// `retryable` with the retry policy's backoff while attempts remain (`job.failed`, then
+    /// `job.retrying`), else `discarded` (`job.failed`, then `job.discarded`).
     pub fn fail_job(
         &self,
         id: &str,

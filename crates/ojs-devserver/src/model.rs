@@ -47,8 +47,9 @@ pub struct ReceivedJob {
     /// are not kept.
     #[serde(default)]
     pub attributes: Option<Value>,
-    /// `available`, `scheduled` (its `scheduled_at` / `delay_until` is still ahead) or, for a
-    /// replaced job, `cancelled`; computed when the document is written.
+    /// `available`, `scheduled` (its `scheduled_at` / `delay_until` is still ahead), where a
+    /// worker or the control API moved it (`active`, `completed`, `retryable`, `discarded`) or,
+    /// for a replaced job, `cancelled`; computed when the document is written.
     #[serde(default)]
     pub state: String,
     /// Wall-clock time of acceptance, microseconds since the Unix epoch.

@@ -8,9 +8,10 @@
 //!
 //! A job's state is computed when it is read: `scheduled` while its `scheduled_at` (or
 //! `delay_until`) is in the future, then `available`; `cancelled` once a unique `replace`
-//! replaced it. The devserver runs no workers: the control API (`/_dev/jobs/{id}/start`,
-//! `/complete`, `/fail`) moves a job through a worker's life (`active`, `completed`,
-//! `retryable`, `discarded`), recorded in the job's [`Run`].
+//! replaced it. Workers (`/ojs/v1/workers/*`) and the control API (`/_dev/jobs/{id}/start`,
+//! `/complete`, `/fail`) move a job through its worker life (`active`, `completed`,
+//! `retryable`, `discarded`, back to `available`), recorded in the job's [`Run`]; the
+//! [`WorkIndex`] that finds work for a fetch is built by the first fetch, never by an enqueue.
 
 use std::collections::hash_map::Entry;
 use std::collections::{HashMap, HashSet, VecDeque};
@@ -22,6 +23,7 @@ use crate::model::{Fault, FaultScope, RequestCounts, Stats};
 use crate::timefmt::now_us;
 use crate::unique::{OnConflict, states};
 use crate::validate::{CarriedId, ValidJob, format_job_id};
+use crate::worker::WorkIndex;
 
 /// `IdEntry::slot` of an id that was delivered but never stored.
 const NOT_STORED: u32 = u32::MAX;
@@ -103,18 +105,53 @@ struct Rare {
     run: Option<Run>,
 }
 
-/// A job's worker life, as the control API drives it.
+/// A job's worker life, once a worker (`POST /ojs/v1/workers/fetch`) or the control API
+/// (`/_dev/jobs/{id}/start`) claimed it.
 #[derive(Clone, Debug)]
 pub(crate) struct Run {
-    /// `Active`, `Completed`, `Retryable` or `Discarded`.
+    /// `Active`, `Completed`, `Retryable`, `Discarded`, or `Available` once a reservation ran
+    /// out or a worker gave the job back (`requeue`).
     pub state: JobState,
-    /// 1 for the first start, +1 for each start after a failure.
+    /// Failed attempts so far, as the reference servers count it: a claim leaves it, a failure
+    /// adds one.
     pub attempt: u32,
-    pub started_at_us: u64,
-    /// When it completed, failed or was discarded.
+    /// When the current (or last) attempt started; cleared when the job is given back.
+    pub started_at_us: Option<u64>,
+    /// The worker holding the job while it is active.
+    pub worker_id: Option<Box<str>>,
+    /// While active: when the reservation runs out (the visibility timeout).
+    pub visible_until_us: u64,
+    /// When it completed or was discarded (`completed_at`).
     pub ended_at_us: Option<u64>,
-    /// The last failure's `error` object, as sent.
+    /// While retryable: when it becomes available again.
+    pub next_attempt_at_us: u64,
+    /// The backoff of the last retry decision.
+    pub retry_delay_ms: Option<u64>,
+    /// The last failure's error (JSON); cleared by a completion.
     pub error: Option<Box<str>>,
+    /// Every failure's error (JSON), oldest first.
+    pub errors: Vec<Box<str>>,
+    /// The result an acknowledgement carried (JSON).
+    pub result: Option<Box<str>>,
+}
+
+impl Run {
+    /// A fresh claim of a job never claimed before.
+    pub fn first() -> Run {
+        Run {
+            state: JobState::Available,
+            attempt: 0,
+            started_at_us: None,
+            worker_id: None,
+            visible_until_us: 0,
+            ended_at_us: None,
+            next_attempt_at_us: 0,
+            retry_delay_ms: None,
+            error: None,
+            errors: Vec::new(),
+            result: None,
+        }
+    }
 }
 
 #[derive(Clone, Copy)]
@@ -162,11 +199,19 @@ impl StoredJob {
         self.rare.get_or_insert_with(Box::default).run = Some(run);
     }
 
+    pub fn run_mut(&mut self) -> Option<&mut Run> {
+        self.rare.as_mut().and_then(|rare| rare.run.as_mut())
+    }
+
+    /// The job's state at `now_us`: a retryable job whose backoff has passed is `available`.
     pub fn state(&self, now_us: u64) -> JobState {
         if self.cancellation().is_none()
             && let Some(run) = self.run()
         {
-            return run.state;
+            return match run.state {
+                JobState::Retryable if now_us >= run.next_attempt_at_us => JobState::Available,
+                state => state,
+            };
         }
         JobState::of(
             self.scheduled_at_us(),
@@ -292,6 +337,8 @@ pub(crate) struct State {
     faults: VecDeque<Fault>,
     batch_enqueue: bool,
     initial_batch_enqueue: bool,
+    /// Where fetches find work; empty until the first fetch.
+    work: WorkIndex,
 }
 
 impl State {
@@ -307,6 +354,7 @@ impl State {
             faults: VecDeque::new(),
             batch_enqueue,
             initial_batch_enqueue: batch_enqueue,
+            work: WorkIndex::default(),
         }
     }
 
@@ -628,13 +676,21 @@ impl State {
         self.jobs.get(entry.slot as usize)
     }
 
-    pub fn job_mut(&mut self, id: u128) -> Option<&mut StoredJob> {
-        let entry = self.ids.get(&id)?;
-        self.jobs.get_mut(entry.slot as usize)
-    }
-
     pub fn job_at(&self, slot: u32) -> &StoredJob {
         &self.jobs[slot as usize]
+    }
+
+    /// The slot of a stored job.
+    pub fn stored_slot(&self, id: u128) -> Option<u32> {
+        self.ids
+            .get(&id)
+            .map(|entry| entry.slot)
+            .filter(|&slot| slot != NOT_STORED)
+    }
+
+    /// The stored jobs and the work index, borrowed together.
+    pub fn work_parts(&mut self) -> (&mut [StoredJob], &mut WorkIndex) {
+        (&mut self.jobs, &mut self.work)
     }
 
     pub fn stats(&self) -> Stats {

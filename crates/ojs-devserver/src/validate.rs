@@ -25,7 +25,7 @@ pub(crate) const MAX_QUEUE_BYTES: usize = 128;
 /// under one of these names is not kept as an extra attribute: the spec (`ojs-core.md` §5.3)
 /// says client values for system-managed attributes MUST be ignored, and the binding puts queue,
 /// priority, schedule, retry and unique policy inside `options`.
-const ENVELOPE_NAMES: [&str; 23] = [
+const ENVELOPE_NAMES: [&str; 26] = [
     "id",
     "type",
     "args",
@@ -49,6 +49,9 @@ const ENVELOPE_NAMES: [&str; 23] = [
     "cancelled_at",
     "error",
     "result",
+    "errors",
+    "worker_id",
+    "retry_delay_ms",
 ];
 
 /// One job object as sent, every field still raw. `null` reads as absent for the five fields

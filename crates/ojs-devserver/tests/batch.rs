@@ -187,24 +187,23 @@ fn assert_manifest(manifest: &common::Answer) {
     );
     assert!(m["protocols"].as_array().unwrap().contains(&json!("http")));
     assert_eq!(m["backend"], "memory");
-    // Only the producer side of the binding (push, batch, info, health, manifest): no worker
-    // endpoints, nothing is executed. Level 0 is the lowest a manifest can state; the tier
-    // says it validates and stores without running anything.
+    // The level 0 operations (push, fetch, ack, nack, health, manifest) and batch, info,
+    // heartbeat, but no other level 1 operation (cancel, activate, dead letter): level 0. Workers
+    // run jobs through it: the `runtime` tier.
     assert_eq!(m["conformance_level"], 0);
-    assert_eq!(m["conformance_tier"], "parser");
+    assert_eq!(m["conformance_tier"], "runtime");
     let capabilities = m["capabilities"].as_object().expect("capabilities");
     for (name, value) in capabilities {
         if name != "unique_jobs_strength" {
             assert!(value.is_boolean(), "{name}: {value}");
         }
     }
-    for implemented in ["unique_jobs", "delayed_jobs"] {
+    for implemented in ["unique_jobs", "delayed_jobs", "priority_queues"] {
         assert_eq!(capabilities[implemented], true, "{implemented}");
     }
     assert_eq!(capabilities["unique_jobs_strength"], "strong");
     for missing in [
         "schema_validation",
-        "priority_queues",
         "job_ttl",
         "cron_jobs",
         "dead_letter",
