@@ -1,6 +1,6 @@
 // Type declarations of ojs-adapter-express: transactional job enqueue for Express + knex.
 import type { Knex } from 'knex';
-import type { RequestHandler } from 'express';
+import type { Request, RequestHandler, Router } from 'express';
 
 /** JSON a job's args, options or meta may hold. */
 export type Json = null | boolean | number | string | Json[] | { [key: string]: Json };
@@ -181,6 +181,76 @@ export interface WakeupState {
   dropped: number;
 }
 
+/** What `authorize(req)` decides: `true` full access, `{ tenant }` that tenant's events only, `false` 403. */
+export type EventAccess = boolean | { tenant: string };
+
+/** `ojs.router()`'s options: `authorize` is required (`() => true` serves everyone, on purpose). */
+export interface RouterOptions {
+  authorize: (req: Request) => EventAccess | Promise<EventAccess>;
+}
+
+/** The core's readiness check, what `/readyz` answers (503 when `ready` is false). */
+export interface Readiness {
+  ready: boolean;
+  /** `"ok"`, or why not. */
+  database: string;
+  /** `"ok"`, or why not. */
+  backend: string;
+}
+
+/** A subscriber of the relay's events (`GET /v1/events/stream`'s query); filters are comma-separated text. */
+export interface RelayEventsRequest {
+  types?: string;
+  queues?: string;
+  jobTypes?: string;
+  job_types?: string;
+  tenant?: string;
+  /** RFC 3339: replay from this time (needs relay.event_retention). */
+  since?: string;
+  /** Replay after this event (needs relay.event_retention); wins over `since`. */
+  lastEventId?: string;
+  last_event_id?: string;
+}
+
+/** The core's SSE frames of one subscriber: `next` resolves with a frame, `""` when idle, null at the end. */
+export interface RelayFrames {
+  next(timeoutMs: number): Promise<string | null>;
+  close(): void;
+}
+
+/** `ojs.subscribeEvents()`'s options; without `url`, the configured backend's `/v1/events/stream`. */
+export interface SubscribeEventsOptions {
+  url?: string;
+  /** Sent as `Authorization: Bearer <token>`. */
+  token?: string;
+  /** Event types; a trailing `*` matches a prefix (`job.*`). */
+  types?: string[];
+  queues?: string[];
+  jobTypes?: string[];
+  job_types?: string[];
+  tenant?: string;
+  since?: string;
+  lastEventId?: string;
+  last_event_id?: string;
+}
+
+/** One event (CloudEvents 1.0, RFC-0005): the envelope as the stream sent it. */
+export interface OjsEvent {
+  specversion: string;
+  id: string;
+  type: string;
+  source: string;
+  subject?: string;
+  time: string;
+  datacontenttype?: string;
+  data: { [key: string]: Json };
+}
+
+/** The events of a stream: `for await (const event of subscription)`; `break` or `close()` ends it. */
+export interface EventSubscription extends AsyncIterableIterator<OjsEvent> {
+  close(): void;
+}
+
 export declare class Ojs {
   readonly knex: Knex;
   readonly dialect: 'postgresql' | 'sqlite';
@@ -223,6 +293,17 @@ export declare class Ojs {
   deadPurge(options?: { tenant?: string | null }): Promise<number>;
   /** Deletes sent rows older than `olderThan` (ISO-8601 duration); resolves with the count. */
   prune(options: { olderThan: string }): Promise<number>;
+
+  /** The Prometheus exposition of this adapter's relay, or null when none runs here. */
+  metricsText(): Promise<string | null>;
+  /** The core's readiness check (database, outbox table, backend). */
+  readiness(): Promise<Readiness>;
+  /** A subscriber of this adapter's relay events, as SSE frames; rejects with RELAY_SHUT_DOWN without a relay here. */
+  relayEvents(request?: RelayEventsRequest): Promise<RelayFrames>;
+  /** An event client of an OJS event stream (the backend's by default); reconnects and resumes in the core. */
+  subscribeEvents(options?: SubscribeEventsOptions): EventSubscription;
+  /** The relay's HTTP surface: `GET /v1/events/stream`, `/metrics`, `/healthz`, `/readyz`. */
+  router(options: RouterOptions): Router;
 }
 
 /** `req.ojs`: the adapter's calls with this request's context. */
