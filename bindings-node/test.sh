@@ -3,7 +3,7 @@
 # under target/node-pkg/, and runs the tests (node --test) against the installed package:
 # the conformance matrix on SQLite and PostgreSQL, bad input, values JSON cannot hold, the
 # type-first call without a transaction, bounded wake-ups, the knex migration, staged rows, the
-# Express middleware, the event loop, signals. Needs OJS_TEST_DATABASE_URL (postgres://...); scripts/test.sh sets it.
+# Express middleware, events (ojs.router over HTTP, /metrics, subscribeEvents), the event loop, signals. Needs OJS_TEST_DATABASE_URL (postgres://...); scripts/test.sh sets it.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/.." && pwd)
