@@ -388,9 +388,8 @@ impl NativeBridge {
     pub fn subscribe_events(&self, options_json: String) -> AsyncTask<Blocking<NativeEventFeed>> {
         self.blocking(move |bridge| {
             let feed = bridge.subscribe_events(&options_json)?;
-            NativeEventFeed::new(feed).map_err(|e| {
-                ojs_outbox::Error::new(ErrorCode::RelayShutDown, e.reason.clone())
-            })
+            NativeEventFeed::new(feed)
+                .map_err(|e| ojs_outbox::Error::new(ErrorCode::RelayShutDown, e.reason.clone()))
         })
     }
 

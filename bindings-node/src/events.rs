@@ -14,8 +14,8 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::mpsc::{Sender, channel};
 use std::sync::{Arc, Mutex};
 
-use napi::bindgen_prelude::{Object, ToNapiValue};
 use napi::Env;
+use napi::bindgen_prelude::{Object, ToNapiValue};
 use napi_derive::napi;
 use ojs_bridge::events::{EventFeed, RelayFrames};
 use ojs_outbox::ErrorCode;
@@ -42,7 +42,9 @@ impl Waiter {
                     job();
                 }
             })
-            .map_err(|e| napi::Error::from_reason(format!("cannot start the stream's thread: {e}")))?;
+            .map_err(|e| {
+                napi::Error::from_reason(format!("cannot start the stream's thread: {e}"))
+            })?;
         Ok(Waiter {
             jobs: Mutex::new(Some(sender)),
         })

@@ -17,6 +17,6 @@ pub use bridge::{
     context_header_names, database_url_from_parts, option_keys, reject_option,
     request_context_json, stage_job,
 };
-pub use events::{NativeEventFeed, NativeRelayFrames};
 pub use error::{codes_json, database_error_code, unencodable};
+pub use events::{NativeEventFeed, NativeRelayFrames};
 pub use log::{LogRecord, drain_log_feed, enable_log_feed};
