@@ -6,6 +6,9 @@
 //! Calls that may block (database, network, relay start/stop) run as `AsyncTask`s on libuv's
 //! thread pool and resolve a promise, so the event loop never waits on them; staging
 //! (`stage`, `stage_job`), the ledger and `notify_committed` are pure CPU and synchronous.
+//! The event streams' waits (`NativeRelayFrames::next`, `NativeEventFeed::next`), which last
+//! up to their timeout again and again for as long as a stream is open, run on a thread of
+//! each stream's own instead of the pool (`events.rs`).
 
 mod bridge;
 mod error;
