@@ -610,13 +610,12 @@ async fn the_worker_endpoints_emit_the_events_of_the_control_api() {
             assert_eq!(answer.status, 200, "{:?}", answer.body);
         }
     };
-    fetch(vec![job_id(3)]).await;
+    fetch(vec![job_id(3), job_id(4)]).await;
     post(
         "/ojs/v1/workers/nack",
         json!({ "job_id": job_id(3), "error": error }),
     )
     .await;
-    fetch(vec![job_id(4)]).await;
     post("/ojs/v1/workers/ack", json!({ "job_id": job_id(4) })).await;
     fetch(vec![job_id(3)]).await;
     post(
