@@ -20,7 +20,9 @@ RUNS=(
   "6.1.3 3.13"
 )
 # The other test dependencies, the same in every venv.
-TEST_DEPS=("psycopg==3.3.9" "psycopg-binary==3.3.9" "pytest==9.2.0" "pytest-django==4.14.0")
+# prometheus-client parses the /metrics exposition of the Django mount (tests/test_events.py).
+TEST_DEPS=("psycopg==3.3.9" "psycopg-binary==3.3.9" "pytest==9.2.0" "pytest-django==4.14.0"
+           "prometheus-client==0.26.0")
 
 say() { echo "py-test: $*"; }
 logs="$repo/target/py-test-logs"

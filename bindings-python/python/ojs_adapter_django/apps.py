@@ -25,6 +25,7 @@ class OJSAdapterConfig(AppConfig):
         from django.core.signals import setting_changed
 
         checks.register(check_config, checks.Tags.compatibility)
+        checks.register(check_settings, checks.Tags.compatibility)
         setting_changed.connect(_settings_changed)
         if serving():
             from .client import ojs
@@ -88,3 +89,19 @@ def check_config(app_configs: object = None, **kwargs: object) -> list:
         error = from_native(native)
         return [checks.Error(f"OJS_CONFIG: [{error.code}] {error}", id="ojs_adapter_django.E001")]
     return []
+
+
+def check_settings(app_configs: object = None, **kwargs: object) -> list:
+    """``ojs_adapter_django.E002``: a setting named ``OJS_*`` that this package does not have
+    (a misspelling would leave a default in force), or an ``OJS_HTTP_ACCESS`` that does not
+    name a callable."""
+    from .conf import access_policy, unknown_settings
+    from .errors import OJSError
+
+    errors = [checks.Error(f"[{error.code}] {error}", id="ojs_adapter_django.E002")
+              for error in unknown_settings()]
+    try:
+        access_policy()
+    except OJSError as error:
+        errors.append(checks.Error(f"[{error.code}] {error}", id="ojs_adapter_django.E002"))
+    return errors

@@ -65,3 +65,55 @@ def config_json(config: Optional[Mapping[str, Any]], settings_dict: Mapping[str,
         return json.dumps(config)
     except (TypeError, ValueError) as exc:
         raise ImproperlyConfigured(f"OJS_CONFIG is not JSON-serializable: {exc}") from None
+
+
+# -- the settings of the HTTP mount (ojs_adapter_django.urls) ---------------------------------
+
+#: Who may read the mount: a callable ``(request) -> True | False | None | "tenant id"`` or
+#: the dotted path of one. Absent (or None): staff only (``request.user.is_staff``).
+ACCESS_SETTING = "OJS_HTTP_ACCESS"
+
+#: Every setting of this package. Any other setting whose name starts with ``OJS_`` is
+#: reported by ``manage.py check`` (``ojs_adapter_django.E002``), with the near miss it
+#: probably means, so a misspelled setting never leaves a default silently in force.
+SETTINGS = ("OJS_CONFIG", ACCESS_SETTING)
+
+
+def _invalid(field: str, message: str) -> Exception:
+    from .errors import InvalidConfigError
+
+    return InvalidConfigError(message, code="INVALID_CONFIG", field=field)
+
+
+def unknown_settings() -> list:
+    """An ``InvalidConfigError`` per setting named ``OJS_*`` that this package does not have
+    (worded by the core's rule for unknown keys: the near miss, or what is accepted)."""
+    from django.conf import settings
+
+    from .errors import decode
+
+    return [decode(_native.unknown_option(name, list(SETTINGS)))
+            for name in dir(settings) if name.startswith("OJS_") and name not in SETTINGS]
+
+
+def access_policy() -> Optional[Any]:
+    """The callable of ``OJS_HTTP_ACCESS``, or None when the setting is absent or None (staff
+    only). A dotted path that does not import, or a value that is not callable, is an
+    ``InvalidConfigError`` naming the setting."""
+    from django.conf import settings
+    from django.utils.module_loading import import_string
+
+    value = getattr(settings, ACCESS_SETTING, None)
+    if value is None:
+        return None
+    if isinstance(value, str):
+        try:
+            value = import_string(value)
+        except ImportError as exc:
+            raise _invalid(ACCESS_SETTING,
+                           f"{ACCESS_SETTING}: cannot import {value!r}: {exc}") from None
+    if not callable(value):
+        raise _invalid(ACCESS_SETTING, f"{ACCESS_SETTING}: expected a callable (request) -> "
+                                       f"True | False | tenant id, or its dotted path; got "
+                                       f"{type(value).__name__}")
+    return value

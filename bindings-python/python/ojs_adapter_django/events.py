@@ -99,6 +99,8 @@ class EventSubscription:
     def receive(self, timeout: float) -> Optional[Event]:
         """The next event, waiting at most ``timeout`` seconds; None when none came in time or
         the subscription is closed (``closed`` tells which)."""
+        if self._closed:
+            return None
         deadline_ms = max(0, int(timeout * 1000))
         while True:
             wait = min(WAIT_MS, deadline_ms)
@@ -123,6 +125,8 @@ class EventSubscription:
         return self
 
     def __next__(self) -> Event:
+        if self._closed:
+            raise StopIteration
         while True:
             text = self._next_text(WAIT_MS)
             if text is None:
@@ -135,6 +139,8 @@ class EventSubscription:
         return self
 
     async def __anext__(self) -> Event:
+        if self._closed:
+            raise StopAsyncIteration
         loop = asyncio.get_running_loop()
         while True:
             text = await loop.run_in_executor(self._thread(), self._next_text, WAIT_MS)
@@ -158,8 +164,9 @@ class EventSubscription:
         ``WAIT_MS``). Idempotent."""
         self._closed = True
         self._feed.close()
-        if self._executor is not None:
-            self._executor.shutdown(wait=False)
+        executor, self._executor = self._executor, None
+        if executor is not None:
+            executor.shutdown(wait=False)
 
     async def aclose(self) -> None:
         """``close()`` without blocking the event loop."""

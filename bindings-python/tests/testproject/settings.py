@@ -67,6 +67,11 @@ OJS_CONFIG = {
               "max_backoff": "PT0.5S"},
 }
 
+# Who may read the mount (ojs_adapter_django.urls) in a server the tests start: bearer tokens
+# (testproject/access.py). Unset: staff only, the default.
+if os.environ.get("OJS_TEST_HTTP_ACCESS"):
+    OJS_HTTP_ACCESS = os.environ["OJS_TEST_HTTP_ACCESS"]
+
 # OJS_TEST_NO_LOGGING: no handler for the adapter's loggers, as in a project without LOGGING.
 if not os.environ.get("OJS_TEST_NO_LOGGING"):
     LOGGING = {

@@ -1,8 +1,13 @@
-from django.urls import path
+from django.urls import include, path
 
 from . import views
 
 urlpatterns = [
     path("signup", views.signup),
     path("signup-async", views.signup_async),
+    # The relay's HTTP surface (events, metrics, health), as a project mounts it; the tests'
+    # streams write a keep-alive comment every 0.2 s, so a reader checks its deadline often.
+    path("ojs/", include("ojs_adapter_django.urls"), {"keepalive": 0.2}),
+    path("ojs-pg/", include("ojs_adapter_django.urls", namespace="ojs-pg"),
+         {"using": "pg", "keepalive": 0.2}),
 ]

@@ -1,0 +1,22 @@
+"""The relay's HTTP surface, to ``include()`` in a project's URLconf (docs/django.md, "Events,
+metrics and health"):
+
+    path("ojs/", include("ojs_adapter_django.urls"))
+
+serves ``ojs/events/stream``, ``ojs/metrics``, ``ojs/healthz`` and ``ojs/readyz`` for the
+default database's relay; ``include(...), {"using": "other"}`` serves another alias's, and
+``{"keepalive": 5}`` sets the seconds between keep-alive comments on an idle stream.
+"""
+
+from django.urls import path
+
+from . import views
+
+app_name = "ojs"
+
+urlpatterns = [
+    path("events/stream", views.events_stream, name="events-stream"),
+    path("metrics", views.metrics, name="metrics"),
+    path("healthz", views.healthz, name="healthz"),
+    path("readyz", views.readyz, name="readyz"),
+]
