@@ -8,6 +8,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::{Answer, Client, assert_envelope, assert_error, job, job_id, start, utc_ms_after};
+use ojs_devserver::Fault;
 use serde_json::{Value, json};
 
 const DEADLINE: Duration = Duration::from_secs(10);
@@ -377,5 +378,13 @@ async fn worker_requests_are_refused_as_the_servers_refuse_them() {
     assert_eq!(wrong_method.header("allow"), Some("POST"));
     let unknown = client.post("/ojs/v1/workers/steal", &json!({})).await;
     assert_error(&unknown, 404, "not_found");
+    // Faults that apply to every OJS request hit the worker endpoints; enqueue-only ones do not.
+    server.push_fault(Fault::status_code(503));
+    server.push_fault(Fault::status_code(500).on_all_requests().times(1));
+    let faulted = client
+        .post("/ojs/v1/workers/fetch", &json!({ "queues": ["q"] }))
+        .await;
+    assert_eq!(faulted.status, 500);
+    fetch(&client, json!({ "queues": ["q"] })).await;
     server.shutdown().await;
 }
