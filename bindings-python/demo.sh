@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The Django example end to end on SQLite + ojs-devserver: migrate, run the app (runserver),
 # sign up one user in a transaction that commits and one whose transaction rolls back after
-# enqueueing, then show that the backend received only the committed user's welcome job.
+# enqueueing, then show that the backend received only the committed user's welcome job, that
+# the app's ojs/events/stream announced it, and what ojs/metrics and ojs/readyz say.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(dirname "$here")
@@ -31,7 +32,8 @@ done
 backend=$(sed -n 's/^ojs-devserver listening on //p' "$work/devserver.log")
 echo "demo: ojs-devserver at $backend"
 
-export EXAMPLE_DATA_DIR="$work" OJS_URL="$backend"
+# The token that may read the app's ojs/ surface (example/exampleapp/ojs_access.py).
+export EXAMPLE_DATA_DIR="$work" OJS_URL="$backend" EXAMPLE_OJS_TOKEN="demo-token"
 cd "$here/example"
 "$py" manage.py migrate -v 0
 echo "demo: migrated (auth tables + the outbox table from the core's DDL)"
@@ -73,6 +75,25 @@ def received():
     with urllib.request.urlopen(backend + "/_dev/received", timeout=5) as response:
         return json.loads(response.read())["jobs"]
 
+import threading
+
+def get(path):
+    request = urllib.request.Request(app + path, headers={"Authorization": "Bearer demo-token"})
+    return urllib.request.urlopen(request, timeout=10)
+
+# The relay's event stream, as `curl -N` would read it, from before the first signup.
+stream_events = []
+stream = get("/ojs/events/stream?types=job.*")
+assert stream.headers["Content-Type"] == "text/event-stream", stream.headers
+
+def read_stream():
+    for line in stream:
+        if line.startswith(b"data: "):
+            stream_events.append(json.loads(line[len(b"data: "):]))
+
+threading.Thread(target=read_stream, daemon=True).start()
+print("demo: reading ojs/events/stream (the in-process relay's events)")
+
 started = time.time()
 status, committed = signup("ada@example.com")
 print(f"demo: signup ada@example.com -> {status}, committed, job {committed['job_id']}")
@@ -108,6 +129,21 @@ for job in jobs:
 assert [j["id"] for j in jobs] == [committed["job_id"]], "only the committed job may arrive"
 assert job["args"] == [committed["user_id"]]
 assert not any(j["id"] == rolled_back["job_id"] for j in jobs)
+wait(lambda: any(e["subject"] == committed["job_id"] for e in stream_events),
+     "the committed job's job.enqueued event did not come on the stream")
+print("demo: events/stream:", [(e["type"], e["subject"]) for e in stream_events])
+assert all(e["subject"] != rolled_back["job_id"] for e in stream_events)
+metrics = get("/ojs/metrics").read().decode()
+sent_total = next(line for line in metrics.splitlines()
+                  if line.startswith("ojs_relay_jobs_sent_total{"))
+print(f"demo: ojs/metrics: {sent_total}")
+print(f"demo: ojs/readyz: {get('/ojs/readyz').read().decode()}")
+try:
+    urllib.request.urlopen(app + "/ojs/metrics", timeout=10)
+    sys.exit("demo: FAILED, ojs/metrics answered without the token")
+except urllib.error.HTTPError as error:
+    assert error.code == 403, error.code
+print("demo: without the token: 403")
 print(f"demo: OK: the committed signup's job arrived (about {latency_ms:.0f} ms after the request "
       "started); the rolled-back signup's job never did")
 PY

@@ -39,6 +39,9 @@ OJS_CONFIG = {
     "outbox": {"table_name": "ojs_outbox", "poll_interval": "PT1S"},
 }
 
+# Who may read ojs/... (exampleapp/ojs_access.py): the bearer token of EXAMPLE_OJS_TOKEN.
+OJS_HTTP_ACCESS = "exampleapp.ojs_access.bearer_token"
+
 LOGGING = {
     "version": 1,
     "handlers": {"console": {"class": "logging.StreamHandler"}},
