@@ -92,8 +92,8 @@ def adapter(alias, backend):
 
 @pytest.fixture
 def enqueued():
-    """The task results ``task_enqueued`` was sent with, with the outbox rows and the backend's
-    jobs at that moment (``(result, rows, backend_ids)``), during one test."""
+    """What ``task_enqueued`` was sent with during one test (``listen``): ``(sender, result,
+    outbox rows, ids the backend held)``, the last two read when the signal came."""
     seen: list = []
     yield seen
     task_enqueued.disconnect(dispatch_uid="test_tasks")
@@ -194,7 +194,7 @@ def test_rollback_sends_nothing_and_leaves_no_row(alias, backend, adapter):
     assert outbox_count(alias, TABLE) == 0
     with transaction.atomic(using=alias):
         kept = send_welcome.enqueue(3)
-    stored(backend, kept)  # sent after the rolled-back ones would have been
+    stored(backend, kept)  # the relay has sent since the rollback: only what committed
     assert [job["id"] for job in backend.jobs()] == [kept.id]
     assert not set(dropped) & set(outbox_rows(alias, TABLE))
 

@@ -322,7 +322,11 @@ impl EventBus {
     /// tenant and count; nothing when nobody listens.
     pub fn operator_event(&self, kind: &str, tenant: Option<&str>, count: u64) {
         if self.active() {
-            self.relay_event(kind, tenant, serde_json::json!({"tenant": tenant, "count": count}));
+            self.relay_event(
+                kind,
+                tenant,
+                serde_json::json!({"tenant": tenant, "count": count}),
+            );
         }
     }
 

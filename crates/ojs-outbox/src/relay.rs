@@ -24,7 +24,7 @@ use crate::events::EventBus;
 use crate::job::{MAX_WIRE_BYTES, wire_json};
 use crate::log_feed::{self, Level};
 use crate::prometheus::{Histogram, HistogramSnapshot};
-use crate::store::{ClaimedRow, RowStatus, Settlement, Store};
+use crate::store::{Claim, ClaimedRow, RowStatus, Settlement, Store};
 
 const PRUNE_CHUNK: usize = 10_000;
 const METRICS_REFRESH: Duration = Duration::from_secs(5);
@@ -372,11 +372,11 @@ impl Engine {
             .await;
         self.counters.claim_duration.record(started.elapsed());
         match claimed {
-            Ok(rows) => {
-                if rows.is_empty() {
+            Ok(claim) => {
+                if claim.rows.is_empty() {
                     self.database_ok();
                 }
-                self.deliver(&token, rows).await
+                self.deliver(&token, claim).await
             }
             Err(e) => self.database_trouble(e).await,
         }
@@ -399,12 +399,12 @@ impl Engine {
             .await;
         self.counters.claim_duration.record(started.elapsed());
         match claimed {
-            Ok(rows) => {
-                if rows.is_empty() {
+            Ok(claim) => {
+                if claim.rows.is_empty() {
                     self.database_ok();
                 }
-                let full = rows.len() == batch_size;
-                self.deliver(&token, rows).await;
+                let full = claim.rows.len() == batch_size;
+                self.deliver(&token, claim).await;
                 full && self.pause_until.is_none() && !self.stopping()
             }
             Err(e) => {
@@ -451,10 +451,11 @@ impl Engine {
     }
 
     /// Sends claimed rows and settles them all in one statement.
-    async fn deliver(&mut self, token: &str, rows: Vec<ClaimedRow>) {
-        if rows.is_empty() {
+    async fn deliver(&mut self, token: &str, mut claim: Claim) {
+        if claim.rows.is_empty() {
             return;
         }
+        let rows = std::mem::take(&mut claim.rows);
         self.counters
             .in_flight
             .store(rows.len() as i64, Ordering::Relaxed);
@@ -493,7 +494,7 @@ impl Engine {
             }
         }
         let started = Instant::now();
-        let settled = self.store.settle(token, &settlements).await;
+        let settled = self.store.settle(token, claim, &settlements).await;
         self.counters.settle_duration.record(started.elapsed());
         match settled {
             // Counted once the table says so; rows whose lease was lost count nowhere. Dead

@@ -261,9 +261,12 @@ impl OutboxSql {
         }
     }
 
-    /// Claims due rows with a lease in one statement. Parameters: lease token, lease ms,
-    /// limit, then either skip-recent ms (`by_ids == false`) or the job ids (`by_ids == true`:
-    /// a JSON array text on SQLite, a text[] on Postgres). Returns
+    /// Claims due rows in one statement. SQLite: puts a lease on them (parameters: lease
+    /// token, lease ms, limit, then either skip-recent ms (`by_ids == false`) or the job ids as
+    /// a JSON array text). PostgreSQL: locks them `FOR UPDATE SKIP LOCKED` inside the claim's
+    /// transaction, which holds them until the settlement commits, so nothing is written
+    /// (parameters: limit, then skip-recent ms or the job ids as text[]); a lease another
+    /// relay version wrote is still respected. Returns
     /// `id, job_id, job_type, job_args, job_options, job_meta, attempts`.
     pub fn claim(&self, by_ids: bool) -> String {
         let t = &self.table;
@@ -274,15 +277,13 @@ impl OutboxSql {
         match self.dialect {
             Dialect::Postgres => {
                 let filter = if by_ids {
-                    "job_id = ANY(CAST($4 AS uuid[]))".to_owned()
+                    "job_id = ANY(CAST($2 AS uuid[]))".to_owned()
                 } else {
-                    "created_at <= now() - $4 * interval '1 millisecond'".to_owned()
+                    "created_at <= now() - $2 * interval '1 millisecond'".to_owned()
                 };
                 format!(
-                    "WITH due AS (SELECT id FROM {t} WHERE {due} AND {filter} ORDER BY id LIMIT $3 FOR UPDATE SKIP LOCKED) \
-                     UPDATE {t} AS o SET locked_until = now() + $2 * interval '1 millisecond', lease_token = $1 \
-                     FROM due WHERE o.id = due.id \
-                     RETURNING o.id, o.job_id::text, o.job_type, o.job_args::text, o.job_options::text, o.job_meta::text, o.attempts"
+                    "SELECT id, job_id::text, job_type, job_args::text, job_options::text, job_meta::text, attempts \
+                     FROM {t} WHERE {due} AND {filter} ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED"
                 )
             }
             Dialect::Sqlite => {
@@ -302,10 +303,10 @@ impl OutboxSql {
 
     /// Settles every row of one claim in one statement. Each row gets a new status (NULL keeps
     /// it: a release), an attempt increment, a retry delay (NULL keeps `available_at`) and an
-    /// error text. Only rows still leased under `lease token` are touched.
-    /// Postgres parameters: ids bigint[], statuses text[], attempt increments int[],
-    /// delays bigint[], errors text[], lease token. SQLite: one JSON array of
-    /// `[id, status, attempt, delay_ms, error]`, lease token.
+    /// error text. SQLite: only rows still leased under `lease token` are touched (one JSON
+    /// array of `[id, status, attempt, delay_ms, error]`, lease token). PostgreSQL: runs in the
+    /// claim's transaction, whose locks hold the rows (ids bigint[], statuses text[], attempt
+    /// increments int[], delays bigint[], errors text[]).
     pub fn settle(&self) -> String {
         let t = &self.table;
         let now = self.now();
@@ -322,7 +323,7 @@ impl OutboxSql {
             Dialect::Postgres => format!(
                 "UPDATE {t} SET {set} \
                  FROM unnest($1::bigint[], $2::text[], $3::int[], $4::bigint[], $5::text[]) AS u(id, status, attempt, delay_ms, error) \
-                 WHERE {t}.id = u.id AND {t}.lease_token = $6"
+                 WHERE {t}.id = u.id"
             ),
             Dialect::Sqlite => format!(
                 "UPDATE {t} SET {set} \

@@ -1,5 +1,7 @@
 //! The relay's side of the database: one sqlx pool and the statements of `sql.rs`.
-//! Every operation is one round trip whatever the number of rows (seed 004).
+//! Every operation is one statement whatever the number of rows (seed 004). On PostgreSQL a
+//! claim also opens a transaction and its settlement commits it (`Claim`): BEGIN, claim,
+//! settle, COMMIT, four round trips per round of up to `batch_size` rows.
 
 use std::collections::HashMap;
 use std::str::FromStr;
@@ -54,6 +56,22 @@ pub struct ClaimedRow {
     pub options_json: String,
     pub meta_json: String,
     pub attempts: i32,
+}
+
+/// The rows of one claim and what holds them until they are settled: on SQLite the lease
+/// written by the claim; on PostgreSQL the row locks of the claim's open transaction, so the
+/// claim writes nothing and each delivered row is written twice in all (the INSERT and the
+/// settlement, issue 16). If the relay dies, the server ends the transaction with the
+/// connection and the rows are due again at once.
+pub struct Claim {
+    pub rows: Vec<ClaimedRow>,
+    held: Option<sqlx::Transaction<'static, sqlx::Postgres>>,
+}
+
+impl Claim {
+    fn leased(rows: Vec<ClaimedRow>) -> Claim {
+        Claim { rows, held: None }
+    }
 }
 
 /// What happens to one claimed row.
@@ -318,32 +336,32 @@ impl Store {
         lease: Duration,
         limit: usize,
         skip_recent: Duration,
-    ) -> Result<Vec<ClaimedRow>> {
+    ) -> Result<Claim> {
         let lease_ms = lease.as_millis() as i64;
         let skip_ms = skip_recent.as_millis() as i64;
-        let rows = match &self.pool {
-            Pool::Postgres(pool) => sqlx::query(self.statements.claim_due.clone())
-                .bind(lease_token)
-                .bind(lease_ms)
-                .bind(limit as i64)
-                .bind(skip_ms)
-                .fetch_all(pool)
-                .await?
-                .iter()
-                .map(claimed_pg)
-                .collect(),
-            Pool::Sqlite(pool) => sqlx::query(self.statements.claim_due.clone())
-                .bind(lease_token)
-                .bind(lease_ms)
-                .bind(limit as i64)
-                .bind(skip_ms)
-                .fetch_all(pool)
-                .await?
-                .iter()
-                .map(claimed_sqlite)
-                .collect(),
-        };
-        Ok(sorted(rows))
+        match &self.pool {
+            Pool::Postgres(pool) => {
+                let mut tx = pool.begin().await?;
+                let rows = sqlx::query(self.statements.claim_due.clone())
+                    .bind(limit as i64)
+                    .bind(skip_ms)
+                    .fetch_all(&mut *tx)
+                    .await?;
+                held(rows.iter().map(claimed_pg).collect(), tx).await
+            }
+            Pool::Sqlite(pool) => {
+                let rows = sqlx::query(self.statements.claim_due.clone())
+                    .bind(lease_token)
+                    .bind(lease_ms)
+                    .bind(limit as i64)
+                    .bind(skip_ms)
+                    .fetch_all(pool)
+                    .await?;
+                Ok(Claim::leased(sorted(
+                    rows.iter().map(claimed_sqlite).collect(),
+                )))
+            }
+        }
     }
 
     /// Claims the due rows among `job_ids` (the hot path), in id order.
@@ -352,43 +370,52 @@ impl Store {
         lease_token: &str,
         lease: Duration,
         job_ids: &[String],
-    ) -> Result<Vec<ClaimedRow>> {
+    ) -> Result<Claim> {
         let lease_ms = lease.as_millis() as i64;
-        let rows = match &self.pool {
-            Pool::Postgres(pool) => sqlx::query(self.statements.claim_ids.clone())
-                .bind(lease_token)
-                .bind(lease_ms)
-                .bind(job_ids.len() as i64)
-                .bind(job_ids)
-                .fetch_all(pool)
-                .await?
-                .iter()
-                .map(claimed_pg)
-                .collect(),
-            Pool::Sqlite(pool) => sqlx::query(self.statements.claim_ids.clone())
-                .bind(lease_token)
-                .bind(lease_ms)
-                .bind(job_ids.len() as i64)
-                .bind(serde_json::to_string(job_ids).expect("strings serialize"))
-                .fetch_all(pool)
-                .await?
-                .iter()
-                .map(claimed_sqlite)
-                .collect(),
-        };
-        Ok(sorted(rows))
+        match &self.pool {
+            Pool::Postgres(pool) => {
+                let mut tx = pool.begin().await?;
+                let rows = sqlx::query(self.statements.claim_ids.clone())
+                    .bind(job_ids.len() as i64)
+                    .bind(job_ids)
+                    .fetch_all(&mut *tx)
+                    .await?;
+                held(rows.iter().map(claimed_pg).collect(), tx).await
+            }
+            Pool::Sqlite(pool) => {
+                let rows = sqlx::query(self.statements.claim_ids.clone())
+                    .bind(lease_token)
+                    .bind(lease_ms)
+                    .bind(job_ids.len() as i64)
+                    .bind(serde_json::to_string(job_ids).expect("strings serialize"))
+                    .fetch_all(pool)
+                    .await?;
+                Ok(Claim::leased(sorted(
+                    rows.iter().map(claimed_sqlite).collect(),
+                )))
+            }
+        }
     }
 
-    /// Applies the outcome of every row of one claim in one statement. Rows whose lease was
-    /// lost (reclaimed by another relay after expiry) are left alone.
-    pub async fn settle(&self, lease_token: &str, settlements: &[Settlement]) -> Result<u64> {
-        if settlements.is_empty() {
-            return Ok(0);
-        }
+    /// Applies the outcome of every row of one claim in one statement (and, on PostgreSQL,
+    /// commits the claim's transaction). On SQLite, rows whose lease was lost (reclaimed by
+    /// another relay after expiry) are left alone. Returns how many rows were written.
+    pub async fn settle(
+        &self,
+        lease_token: &str,
+        claim: Claim,
+        settlements: &[Settlement],
+    ) -> Result<u64> {
         let error_of = |s: &Settlement| s.error.as_deref().map(truncate);
         let delay_of = |s: &Settlement| s.retry_in.map(|d| d.as_millis() as i64);
-        let done = match &self.pool {
-            Pool::Postgres(pool) => {
+        if let Some(mut tx) = claim.held {
+            // A plain release needs no write: the commit lets the locks go.
+            let settlements: Vec<&Settlement> = settlements
+                .iter()
+                .filter(|s| s.status.is_some() || s.retry_in.is_some() || s.error.is_some())
+                .collect();
+            let mut done = 0;
+            if !settlements.is_empty() {
                 let ids: Vec<i64> = settlements.iter().map(|s| s.id).collect();
                 let statuses: Vec<Option<&str>> = settlements
                     .iter()
@@ -398,41 +425,45 @@ impl Store {
                     .iter()
                     .map(|s| s.consumed_attempt as i32)
                     .collect();
-                let delays: Vec<Option<i64>> = settlements.iter().map(delay_of).collect();
-                let errors: Vec<Option<String>> = settlements.iter().map(error_of).collect();
-                sqlx::query(self.statements.settle.clone())
+                let delays: Vec<Option<i64>> = settlements.iter().map(|s| delay_of(s)).collect();
+                let errors: Vec<Option<String>> = settlements.iter().map(|s| error_of(s)).collect();
+                done = sqlx::query(self.statements.settle.clone())
                     .bind(ids)
                     .bind(statuses)
                     .bind(attempts)
                     .bind(delays)
                     .bind(errors)
-                    .bind(lease_token)
-                    .execute(pool)
+                    .execute(&mut *tx)
                     .await?
-                    .rows_affected()
+                    .rows_affected();
             }
-            Pool::Sqlite(pool) => {
-                let rows: Vec<serde_json::Value> = settlements
-                    .iter()
-                    .map(|s| {
-                        serde_json::json!([
-                            s.id,
-                            s.status.map(RowStatus::as_str),
-                            s.consumed_attempt as i32,
-                            delay_of(s),
-                            error_of(s)
-                        ])
-                    })
-                    .collect();
-                sqlx::query(self.statements.settle.clone())
-                    .bind(serde_json::Value::Array(rows).to_string())
-                    .bind(lease_token)
-                    .execute(pool)
-                    .await?
-                    .rows_affected()
-            }
+            tx.commit().await?;
+            return Ok(done);
+        }
+        if settlements.is_empty() {
+            return Ok(0);
+        }
+        let Pool::Sqlite(pool) = &self.pool else {
+            unreachable!("a PostgreSQL claim holds its transaction");
         };
-        Ok(done)
+        let rows: Vec<serde_json::Value> = settlements
+            .iter()
+            .map(|s| {
+                serde_json::json!([
+                    s.id,
+                    s.status.map(RowStatus::as_str),
+                    s.consumed_attempt as i32,
+                    delay_of(s),
+                    error_of(s)
+                ])
+            })
+            .collect();
+        Ok(sqlx::query(self.statements.settle.clone())
+            .bind(serde_json::Value::Array(rows).to_string())
+            .bind(lease_token)
+            .execute(pool)
+            .await?
+            .rows_affected())
     }
 
     /// Deletes up to `limit` `sent` rows older than `retention`; returns how many.
@@ -563,6 +594,22 @@ impl Store {
     pub async fn close(&self) {
         on_pool!(&self.pool, |pool| pool.close().await)
     }
+}
+
+/// A PostgreSQL claim: its rows, held by the transaction's locks. An empty claim holds
+/// nothing, so its transaction ends at once.
+async fn held(
+    rows: Vec<ClaimedRow>,
+    tx: sqlx::Transaction<'static, sqlx::Postgres>,
+) -> Result<Claim> {
+    if rows.is_empty() {
+        tx.commit().await?;
+        return Ok(Claim::leased(rows));
+    }
+    Ok(Claim {
+        rows: sorted(rows),
+        held: Some(tx),
+    })
 }
 
 fn claimed_pg(row: &sqlx::postgres::PgRow) -> ClaimedRow {

@@ -55,8 +55,13 @@ async fn stage_claim_settle(url: &str, table: &str) {
         .claim_due("token-1", Duration::from_secs(30), 3, Duration::ZERO)
         .await
         .unwrap();
+    let first: Vec<i64> = claimed.rows.iter().map(|r| r.id).collect();
     assert_eq!(
-        claimed.iter().map(|r| r.job_id.clone()).collect::<Vec<_>>(),
+        claimed
+            .rows
+            .iter()
+            .map(|r| r.job_id.clone())
+            .collect::<Vec<_>>(),
         ids[..3],
         "first three, in id order"
     );
@@ -64,7 +69,8 @@ async fn stage_claim_settle(url: &str, table: &str) {
         .claim_due("token-2", Duration::from_secs(30), 10, Duration::ZERO)
         .await
         .unwrap();
-    assert_eq!(again.len(), 2, "leased rows are not claimed twice");
+    assert_eq!(again.rows.len(), 2, "claimed rows are not claimed twice");
+    let other = again.rows[0].id;
     let settle = |id, status| Settlement {
         id,
         status,
@@ -75,23 +81,68 @@ async fn stage_claim_settle(url: &str, table: &str) {
     let done = store
         .settle(
             "token-1",
+            claimed,
             &[
-                settle(claimed[0].id, Some(RowStatus::Sent)),
-                settle(claimed[1].id, Some(RowStatus::Failed)),
-                settle(claimed[2].id, None),
+                settle(first[0], Some(RowStatus::Sent)),
+                settle(first[1], Some(RowStatus::Failed)),
+                settle(first[2], None),
             ],
         )
         .await
         .unwrap();
     assert_eq!(done, 3);
-    assert_eq!(
-        store
-            .settle("token-1", &[settle(again[0].id, Some(RowStatus::Sent))])
+    if store.dialect() == ojs_outbox::sql::Dialect::Sqlite {
+        // A lease: a settlement under another claim's token touches nothing.
+        let none = store
+            .claim_due("token-x", Duration::from_secs(30), 10, Duration::ZERO)
             .await
-            .unwrap(),
-        0,
-        "a foreign lease is not settled"
-    );
+            .unwrap();
+        assert!(none.rows.is_empty(), "still leased: {:?}", none.rows);
+        assert_eq!(
+            store
+                .settle("token-1", none, &[settle(other, Some(RowStatus::Sent))])
+                .await
+                .unwrap(),
+            0,
+            "a foreign lease is not settled"
+        );
+    }
+    // The second claim lets its rows go: due again at once, nothing written on PostgreSQL.
+    let released: Vec<Settlement> = again
+        .rows
+        .iter()
+        .map(|r| Settlement {
+            id: r.id,
+            status: None,
+            consumed_attempt: false,
+            retry_in: None,
+            error: None,
+        })
+        .collect();
+    store.settle("token-2", again, &released).await.unwrap();
+    if store.dialect() == ojs_outbox::sql::Dialect::Postgres {
+        let back = store
+            .claim_due("token-4", Duration::from_secs(30), 10, Duration::ZERO)
+            .await
+            .unwrap();
+        assert_eq!(
+            back.rows.len(),
+            2,
+            "a released lock makes the rows due at once"
+        );
+        let released: Vec<Settlement> = back
+            .rows
+            .iter()
+            .map(|r| Settlement {
+                id: r.id,
+                status: None,
+                consumed_attempt: false,
+                retry_in: None,
+                error: None,
+            })
+            .collect();
+        store.settle("token-4", back, &released).await.unwrap();
+    }
     let states = store.rows_by_job_id(&ids).await.unwrap();
     assert_eq!(states[&ids[0]].status, RowStatus::Sent);
     assert_eq!(
@@ -111,10 +162,12 @@ async fn stage_claim_settle(url: &str, table: &str) {
         .claim_due("token-3", Duration::from_secs(30), 10, Duration::ZERO)
         .await
         .unwrap();
+    let due_ids: Vec<i64> = due.rows.iter().map(|r| r.id).collect();
     assert!(
-        due.is_empty(),
-        "the failed and released rows wait for their retry time; the rest are leased: {due:?}"
+        !due_ids.contains(&first[1]) && !due_ids.contains(&first[2]),
+        "the failed and deferred rows wait for their retry time: {due_ids:?}"
     );
+    drop(due); // an abandoned claim: its transaction rolls back
     assert_eq!(
         store.prune(Duration::ZERO, 100).await.unwrap(),
         1,
