@@ -111,13 +111,15 @@ class Subscriber:
 
     def envelope(self, frame: str) -> dict:
         """The event of one SSE frame (its ``data:`` line), checked as RFC-0005 §2 says."""
-        data = [line[5:].removeprefix(" ") for line in frame.split("\n") if line.startswith("data:")]
+        data = [line[5:].removeprefix(" ") for line in frame.split("\n")
+                if line.startswith("data:")]
         if not data:
             raise CaseFailed(f"subscription {self.name!r}: a frame without data: {frame!r}")
         try:
             event = json.loads("\n".join(data))
         except ValueError as exc:
-            raise CaseFailed(f"subscription {self.name!r}: data is not JSON ({exc}): {frame!r}") from None
+            raise CaseFailed(f"subscription {self.name!r}: data is not JSON ({exc}): "
+                             f"{frame!r}") from None
         if not isinstance(event, dict):
             raise CaseFailed(f"subscription {self.name!r}: data is not an object: {frame!r}")
         if event.get("specversion") != "1.0":
@@ -422,7 +424,8 @@ class Run:
             job_id = self.id_of(ref)
             about = [event for event in subscriber.events if event.get("subject") == job_id]
             if about:
-                raise CaseFailed(f"subscription {subscriber.name!r} has events about {ref!r}: {about}")
+                raise CaseFailed(f"subscription {subscriber.name!r} has events about {ref!r}: "
+                                 f"{about}")
         if "total" in step and len(subscriber.events) != step["total"]:
             raise CaseFailed(f"subscription {subscriber.name!r} received "
                              f"{len(subscriber.events)} events, expected {step['total']}: "

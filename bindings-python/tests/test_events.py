@@ -92,6 +92,13 @@ class Stream:
                 raise AssertionError(f"the stream ended before {what}; events: {self.events}")
         return self
 
+    def until_end(self, timeout=WAIT):
+        deadline = time.monotonic() + timeout
+        for chunk in self.chunks:
+            self.feed(chunk)
+            if time.monotonic() > deadline:
+                raise AssertionError("the stream did not end")
+
     def job_events(self, job_ids):
         return [event for event in self.events if event.get("subject") in job_ids]
 
@@ -152,6 +159,18 @@ def test_the_stream_filters_by_queue_and_replays_nothing_without_retention(backe
         stream.close()
     assert [event["subject"] for event in stream.events] == [email]
     backend.wait_for([other])
+
+
+@DB
+def test_the_stream_ends_when_the_relay_stops(backend, staff):
+    stream = Stream(staff.get("/ojs/events/stream"))
+    try:
+        stream.until(lambda s: s.comments >= 1, "the stream's first comment")
+        ojs.stop_relay()
+        stream.until_end()
+    finally:
+        stream.close()
+        ojs.start_relay()
 
 
 @DB
@@ -264,7 +283,8 @@ def samples(text):
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
             if sample.labels.get("table") == TABLE:
-                found[(sample.name, sample.labels.get("status"), sample.labels.get("le"))] = sample.value
+                key = (sample.name, sample.labels.get("status"), sample.labels.get("le"))
+                found[key] = sample.value
     return found
 
 
@@ -440,6 +460,33 @@ def test_the_async_client_resumes_after_a_drop_and_never_blocks_the_loop(backend
     expected, received = asyncio.run(scenario())
     assert [event.subject for event in received] == expected
     assert len({event.id for event in received}) == len(received)
+
+
+@DB
+def test_an_async_wait_cancelled_by_a_timeout_loses_no_event(backend):
+    async def scenario():
+        before = await asyncio.to_thread(open_streams, backend)
+        async with subscribe_events(types=["job.enqueued"]) as events:
+            deadline = time.monotonic() + WAIT
+            while await asyncio.to_thread(open_streams, backend) <= before:
+                assert time.monotonic() < deadline, "the client did not connect"
+                await asyncio.sleep(0.01)
+            pushed = []
+            received = []
+            # A short wait times out (its wait in the core goes on), then a job is pushed: its
+            # event reaches the cancelled wait, which must hand it to the next one.
+            while len(received) < 6:
+                assert time.monotonic() < deadline, f"received {len(received)} of 6 events"
+                try:
+                    received.append(await asyncio.wait_for(events.__anext__(), 0.005))
+                except asyncio.TimeoutError:
+                    pass
+                if len(pushed) < 6:
+                    pushed += await asyncio.to_thread(push, 1)
+        return pushed, received
+
+    pushed, received = asyncio.run(scenario())
+    assert [event.subject for event in received] == pushed
 
 
 @DB

@@ -79,7 +79,7 @@ ACCESS_SETTING = "OJS_HTTP_ACCESS"
 SETTINGS = ("OJS_CONFIG", ACCESS_SETTING)
 
 
-def _invalid(field: str, message: str) -> Exception:
+def invalid_setting(field: str, message: str) -> Exception:
     from .errors import InvalidConfigError
 
     return InvalidConfigError(message, code="INVALID_CONFIG", field=field)
@@ -110,10 +110,10 @@ def access_policy() -> Optional[Any]:
         try:
             value = import_string(value)
         except ImportError as exc:
-            raise _invalid(ACCESS_SETTING,
+            raise invalid_setting(ACCESS_SETTING,
                            f"{ACCESS_SETTING}: cannot import {value!r}: {exc}") from None
     if not callable(value):
-        raise _invalid(ACCESS_SETTING, f"{ACCESS_SETTING}: expected a callable (request) -> "
+        raise invalid_setting(ACCESS_SETTING, f"{ACCESS_SETTING}: expected a callable (request) -> "
                                        f"True | False | tenant id, or its dotted path; got "
                                        f"{type(value).__name__}")
     return value

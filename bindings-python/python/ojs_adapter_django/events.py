@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Optional, Union
 
 from . import _native
+from .conf import invalid_setting
 from .errors import from_native
 
 #: How long one wait in the core lasts, in milliseconds. It bounds how late ``close()`` (which
@@ -87,6 +88,8 @@ class EventSubscription:
         self._feed = feed
         self._closed = False
         self._executor: Optional[ThreadPoolExecutor] = None
+        #: The wait of ``async for`` in progress, kept when its caller was cancelled.
+        self._pending: Optional[asyncio.Future] = None
 
     # -- one wait in the core -------------------------------------------------------------
 
@@ -143,7 +146,14 @@ class EventSubscription:
             raise StopAsyncIteration
         loop = asyncio.get_running_loop()
         while True:
-            text = await loop.run_in_executor(self._thread(), self._next_text, WAIT_MS)
+            # A wait cancelled by its caller (``asyncio.wait_for``, a task cancelled) leaves the
+            # core's answer in ``_pending`` for the next call, so no event is lost.
+            pending = self._pending
+            if pending is None or pending.get_loop() is not loop:
+                pending = loop.run_in_executor(self._thread(), self._next_text, WAIT_MS)
+                self._pending = pending
+            text = await asyncio.shield(pending)
+            self._pending = None
             if text is None:
                 self._closed = True
                 raise StopAsyncIteration
@@ -188,12 +198,6 @@ class EventSubscription:
 Names = Union[str, Iterable[str], None]
 
 
-def _invalid(field_name: str, why: str) -> Exception:
-    from .errors import InvalidConfigError
-
-    return InvalidConfigError(f"{field_name}: {why}", code="INVALID_CONFIG", field=field_name)
-
-
 def names(value: Names, field_name: str) -> Optional[list[str]]:
     """A filter of the client (``types``, ``queues``, ``job_types``) as the list of strings
     the core takes; a single name may be given as a string. Anything else is an
@@ -205,11 +209,12 @@ def names(value: Names, field_name: str) -> Optional[list[str]]:
     try:
         listed = list(value)
     except TypeError:
-        raise _invalid(field_name, f"expected a list of strings, got {type(value).__name__}") from None
+        raise invalid_setting(field_name, f"{field_name}: expected a list of strings, got "
+                                          f"{type(value).__name__}") from None
     for item in listed:
         if not isinstance(item, str):
-            raise _invalid(field_name, f"expected a list of strings, got an item of type "
-                                       f"{type(item).__name__}")
+            raise invalid_setting(field_name, f"{field_name}: expected a list of strings, got an "
+                                              f"item of type {type(item).__name__}")
     return listed
 
 
@@ -217,10 +222,12 @@ def text(value: Any, field_name: str) -> Optional[str]:
     """A text option (``tenant``, ``last_event_id``, ``url``, ``token``): a string or None."""
     if value is None or isinstance(value, str):
         return value
-    raise _invalid(field_name, f"expected a string, got {type(value).__name__}")
+    raise invalid_setting(field_name, f"{field_name}: expected a string, got "
+                                      f"{type(value).__name__}")
 
 
-def time_text(value: Union[str, datetime.datetime, None], field_name: str = "since") -> Optional[str]:
+def time_text(value: Union[str, datetime.datetime, None],
+              field_name: str = "since") -> Optional[str]:
     """``since`` as RFC 3339 text: a datetime (a naive one is in Django's current time zone),
     or a string passed as it is (the core, or the server, judges it)."""
     if isinstance(value, datetime.datetime):

@@ -26,7 +26,7 @@ from django.views.decorators.http import require_safe
 
 from . import _native
 from .client import ojs
-from .conf import ACCESS_SETTING, _invalid, access_policy
+from .conf import ACCESS_SETTING, access_policy, invalid_setting
 from .errors import OJSError, RelayShutDownError
 
 #: Seconds an idle stream waits before it writes a keep-alive comment (also how soon a stream
@@ -54,7 +54,7 @@ def caller(request: HttpRequest) -> tuple[bool, Optional[str]]:
     if policy is None:
         user = getattr(request, "user", None)
         if user is None:
-            raise _invalid(ACCESS_SETTING,
+            raise invalid_setting(ACCESS_SETTING,
                            "the default access of ojs_adapter_django.urls (staff only) reads "
                            "request.user: add django.contrib.auth.middleware."
                            f"AuthenticationMiddleware to MIDDLEWARE, or set {ACCESS_SETTING}")
@@ -66,7 +66,7 @@ def caller(request: HttpRequest) -> tuple[bool, Optional[str]]:
         return False, None
     if isinstance(verdict, str) and verdict:
         return True, verdict
-    raise _invalid(ACCESS_SETTING,
+    raise invalid_setting(ACCESS_SETTING,
                    f"{ACCESS_SETTING} returned {verdict!r}; expected True, False, None or a "
                    "tenant id (a non-empty string)")
 
@@ -92,8 +92,8 @@ def _error(error: OJSError, status: int) -> JsonResponse:
 
 def _keepalive_ms(keepalive: Any) -> int:
     if isinstance(keepalive, bool) or not isinstance(keepalive, (int, float)) or keepalive <= 0:
-        raise _invalid("keepalive", f"keepalive (ojs_adapter_django.urls): expected a number "
-                                    f"of seconds above 0, got {keepalive!r}")
+        raise invalid_setting("keepalive", "keepalive (ojs_adapter_django.urls): expected a "
+                                           f"number of seconds above 0, got {keepalive!r}")
     return max(1, int(keepalive * 1000))
 
 
@@ -206,6 +206,5 @@ def readyz(request: HttpRequest, using: Optional[str] = None,
     try:
         state = ojs.readiness(using)
     except OJSError as error:
-        response = _error(error, 503)
-        return response
+        return _error(error, 503)
     return JsonResponse(state, status=200 if state.get("ready") else 503)
