@@ -20,7 +20,7 @@
 
 const { fork } = require('node:child_process');
 const path = require('node:path');
-const { fromNative } = require('./errors');
+const { fromNative, errorFor } = require('./errors');
 const { startFeed } = require('./log');
 
 const BIN = path.join(__dirname, '..', 'bin', 'ojs-relay.js');
@@ -93,11 +93,20 @@ class RelayHost {
   /** Calls `method` of the core bridge (`NativeBridge`) in the host process. */
   call(method, ...args) {
     const child = this._spawn();
+    if (!child.connected) {
+      return Promise.reject(errorFor('RELAY_SHUT_DOWN', `the relay host process is closing: ${method} not run`));
+    }
     const id = this.nextId++;
     return new Promise((resolve, reject) => {
       this.pending.set(id, { resolve, reject });
       this._refresh();
-      child.send({ id, method, args });
+      // A channel that closes meanwhile fails this send here (not as an 'error' event).
+      child.send({ id, method, args }, (error) => {
+        if (error && this.pending.delete(id)) {
+          this._refresh();
+          reject(errorFor('RELAY_SHUT_DOWN', `the relay host process is closing: ${method} not run (${error.message})`));
+        }
+      });
     });
   }
 
@@ -107,10 +116,14 @@ class RelayHost {
    */
   async openStream(kind, json) {
     const id = await this.call('_openStream', kind, json);
+    const host = this.child;
+    // The stream lives in that host process: once it is gone, the stream has ended (never
+    // spawn a new host for it).
+    const alive = () => this.child === host && host !== null && host.connected;
     return {
-      next: (timeoutMs) => this.call('_streamNext', id, timeoutMs),
+      next: (timeoutMs) => (alive() ? this.call('_streamNext', id, timeoutMs) : Promise.resolve(null)),
       close: () => {
-        if (this.child) this.call('_closeStream', id).catch(() => {});
+        if (alive()) this.call('_closeStream', id).catch(() => {});
       },
     };
   }

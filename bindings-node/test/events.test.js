@@ -3,7 +3,8 @@
 // - `ojs.router()` mounted in a real Express server on port 0 and called over HTTP: a
 //   committed job's job.enqueued arrives on the SSE stream; authorize false is 403; a
 //   tenant-scoped caller sees only its tenant (and may not ask for another); /readyz, /healthz;
-//   a client that goes away releases the core's subscription (its stream thread ends);
+//   a client that goes away releases the core's subscription (its stream thread ends); an idle
+//   stream gets a keep-alive comment;
 // - `/metrics` parsed by a Prometheus text-format parser (parse-prometheus-text-format, pinned
 //   in package.json), its counters equal to the outbox's counts after a drain;
 // - `ojs.subscribeEvents()` against the devserver's stream: N jobs, every stream dropped by the
@@ -134,6 +135,8 @@ for (const database of ['sqlite', 'postgres']) {
     const http_ = await serve(ojs);
     const { port } = http_;
     const relayPid = ojs.relayHostPid ?? process.pid;
+    // Open through every subtest, on a type that never comes: the keep-alive comment's stream.
+    const quiet = await openStream(port, '/ojs/v1/events/stream?types=ojs.relay.paused', OPERATOR);
     try {
       await t.test('authorize false: 403 on the stream, /metrics and /readyz; /healthz answers anyone', async () => {
         for (const route of ['/ojs/v1/events/stream', '/ojs/metrics', '/ojs/readyz']) {
@@ -197,11 +200,12 @@ for (const database of ['sqlite', 'postgres']) {
       });
 
       await t.test('a client that hangs up releases the core\'s subscription', async () => {
-        await waitFor(() => threadsNamed(relayPid, 'ojs-relay-sse') === 0, WAIT_MS, 'earlier streams released');
+        // One stream is open (the quiet one); the ones earlier subtests closed have ended.
+        await waitFor(() => threadsNamed(relayPid, 'ojs-relay-sse') === 1, WAIT_MS, 'earlier streams released');
         const stream = await openStream(port, '/ojs/v1/events/stream', OPERATOR);
-        await waitFor(() => threadsNamed(relayPid, 'ojs-relay-sse') === 1, WAIT_MS, 'the stream\'s thread');
+        await waitFor(() => threadsNamed(relayPid, 'ojs-relay-sse') === 2, WAIT_MS, 'the stream\'s thread');
         stream.close();
-        await waitFor(() => threadsNamed(relayPid, 'ojs-relay-sse') === 0, WAIT_MS, 'the stream\'s thread to end');
+        await waitFor(() => threadsNamed(relayPid, 'ojs-relay-sse') === 1, WAIT_MS, 'the stream\'s thread to end');
       });
 
       await t.test('a bad query is 400 (the core judges since)', async () => {
@@ -249,7 +253,14 @@ for (const database of ['sqlite', 'postgres']) {
         assert.ok(sendDuration.metrics.length > 0);
         assert.equal(families.get('ojs_relay_delivery_lag_seconds').type, 'HISTOGRAM');
       });
+
+      await t.test('an idle stream gets a keep-alive comment (after 15 s without an event)', async () => {
+        await waitFor(() => quiet.comments >= 1, 15000 + WAIT_MS, 'a keep-alive comment');
+        assert.equal(quiet.events.length, 0);
+        assert.ok(!quiet.ended);
+      });
     } finally {
+      quiet.close();
       await http_.close();
       await ojs.close();
       if (database === 'sqlite') await knex.destroy();
@@ -302,6 +313,39 @@ for (const database of ['sqlite', 'postgres']) {
     }
   });
 }
+
+test('ojs.subscribeEvents() passes its filters: only the types asked for, a worker\'s start and completion included', async () => {
+  await backend.reset();
+  const { ojs, knex } = await adapter('postgres', 'client_filters', { autoStart: false });
+  const openStreams = async () => (await backend.call('GET', '/_dev/events')).open_streams;
+  try {
+    const received = [];
+    const subscription = ojs.subscribeEvents({ types: ['job.started', 'job.completed'], jobTypes: ['email.welcome'] });
+    const consumer = (async () => {
+      for await (const event of subscription) {
+        received.push(event);
+        if (event.type === 'job.completed') break;
+      }
+    })();
+    await waitFor(async () => (await openStreams()) === 1, WAIT_MS, 'the client connected');
+    const other = await ojs.enqueue('report.build', [0]);
+    const a = await ojs.enqueue('email.welcome', [1]);
+    const b = await ojs.enqueue('email.welcome', [2]);
+    for (const [id, action] of [[other, 'start'], [a, 'start'], [b, 'start'], [other, 'complete'], [b, 'complete']]) {
+      const answer = await backend.call('POST', `/_dev/jobs/${id}/${action}`);
+      assert.ok(answer && answer.job, `${action} ${id}: ${JSON.stringify(answer)}`);
+    }
+    await Promise.race([consumer, waitFor(() => false, WAIT_MS, 'job.completed of b')]);
+    assert.deepEqual(
+      received.map((event) => [event.type, event.subject]),
+      [['job.started', a], ['job.started', b], ['job.completed', b]],
+    );
+    await waitFor(async () => (await openStreams()) === 0, WAIT_MS, 'the feed closed after break');
+  } finally {
+    await ojs.close();
+    await knex.destroy();
+  }
+});
 
 test('bad options are typed errors naming the option', async () => {
   const knex = postgresKnex();
