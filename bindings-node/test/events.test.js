@@ -115,6 +115,13 @@ async function serve(ojs) {
       },
     }),
   );
+  // A synchronous authorize, and one that returns nothing usable (a forgotten `return`).
+  app.use('/sync', ojs.router({ authorize: (req) => req.get('x-caller') === 'operator' }));
+  app.use('/broken', ojs.router({ authorize: () => undefined }));
+  // The application's error handler sees what the router passed on.
+  app.use((error, req, res, next) => {
+    res.status(500).json({ name: error.name, code: error.code, field: error.field, message: error.message });
+  });
   const server = await new Promise((resolve) => {
     const listening = app.listen(0, '127.0.0.1', () => resolve(listening));
   });
@@ -147,6 +154,16 @@ for (const database of ['sqlite', 'postgres']) {
         const health = await get(port, '/ojs/healthz');
         assert.equal(health.status, 200);
         assert.equal(health.body, 'ok\n');
+      });
+
+      await t.test('a synchronous authorize decides the same way; an unusable answer is an error naming authorize', async () => {
+        assert.equal((await get(port, '/sync/readyz', OPERATOR)).status, 200);
+        assert.equal((await get(port, '/sync/metrics', { 'x-caller': 'nobody' })).status, 403);
+        const broken = await get(port, '/broken/v1/events/stream', OPERATOR);
+        assert.equal(broken.status, 500);
+        assert.equal(broken.body.code, 'INVALID_CONFIG');
+        assert.equal(broken.body.field, 'authorize');
+        assert.match(broken.body.message, /undefined/);
       });
 
       await t.test('/readyz: 200 with the core\'s answer', async () => {
