@@ -427,7 +427,7 @@ class Ojs {
   async relayEvents(request = {}) {
     const json = events.contractJson(request, events.STREAM_KEYS);
     if (this.host) return this.host.openStream('relay', json);
-    return events.nativeStream(callNative(() => this.native.relayEvents(json)));
+    return events.nativeStream(await awaitNative(this.native.relayEvents(json)));
   }
 
   /**

@@ -210,7 +210,7 @@ function serveHost(NativeBridge, stopRequested) {
   };
   const streamCalls = {
     async _openStream(kind, json) {
-      const stream = kind === 'relay' ? adapter.relayEvents(json) : await adapter.subscribeEvents(json);
+      const stream = await (kind === 'relay' ? adapter.relayEvents(json) : adapter.subscribeEvents(json));
       const streamId = nextStream++;
       streams.set(streamId, stream);
       return streamId;

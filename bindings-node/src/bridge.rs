@@ -374,11 +374,15 @@ impl NativeBridge {
 
     /// A subscriber of this process's relay events, as SSE frames (`Bridge::relay_events`;
     /// `request_json`: `types`, `queues`, `job_types`, `tenant`, `since`, `last_event_id`).
-    /// No I/O: it joins the relay's in-memory bus. `RELAY_SHUT_DOWN` when no relay runs here.
+    /// No I/O, but a replay copies what the relay kept (up to `relay.event_history` events):
+    /// on the thread pool. `RELAY_SHUT_DOWN` when no relay runs here.
     #[napi]
-    pub fn relay_events(&self, request_json: String) -> napi::Result<NativeRelayFrames> {
-        let frames = self.sync(|bridge| bridge.relay_events(&request_json))?;
-        NativeRelayFrames::new(frames)
+    pub fn relay_events(&self, request_json: String) -> AsyncTask<Blocking<NativeRelayFrames>> {
+        self.blocking(move |bridge| {
+            let frames = bridge.relay_events(&request_json)?;
+            NativeRelayFrames::new(frames)
+                .map_err(|e| ojs_outbox::Error::new(ErrorCode::RelayShutDown, e.reason.clone()))
+        })
     }
 
     /// An event client of an OJS event stream (`Bridge::subscribe_events`; without `url`, the
