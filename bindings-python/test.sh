@@ -15,8 +15,10 @@ repo=$(dirname "$here")
 # What is tested, in one place: "<Django version> <Python version>" per run. The first is the
 # declared floor of pyproject.toml (Django >= 5.2 LTS on Python >= 3.10, the oldest Python the
 # abi3 wheel supports); the second the newest Django release on the newest Python here.
+# A run may name requirements of its own after the Python version: Django 5.2 has no
+# django.tasks, so its run gets the backport the tasks backend uses there (docs/django-tasks.md).
 RUNS=(
-  "5.2.19 3.10"
+  "5.2.19 3.10 django-tasks==0.12.0 django-stubs-ext==6.0.9"
   "6.1.3 3.13"
 )
 # The other test dependencies, the same in every venv.
@@ -79,6 +81,7 @@ wheel_sum=$(sha256sum "$wheel" | cut -d' ' -f1)
 # Sets up the venv of one run (idempotent) and prints nothing but progress lines.
 prepare_venv() {
   local django=$1 python_version=$2 venv=$3 python wanted have
+  shift 3   # the run's own requirements
   python=$(find_python "$python_version") \
     || { echo "py-test: Python $python_version not found (pyenv install $python_version)" >&2; return 1; }
   have=$("$venv/bin/python" -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null || true)
@@ -87,7 +90,7 @@ prepare_venv() {
     rm -rf "$venv"
     quietly "$python" -m venv "$venv"
   fi
-  mapfile -t wanted < <(missing "$venv/bin/python" "django==$django" "${TEST_DEPS[@]}")
+  mapfile -t wanted < <(missing "$venv/bin/python" "django==$django" "${TEST_DEPS[@]}" "$@")
   if [ ${#wanted[@]} -gt 0 ]; then
     say "  installing ${wanted[*]}"
     quietly "$venv/bin/python" -m pip install --disable-pip-version-check "${wanted[@]}"
@@ -106,12 +109,13 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 failed=()
 for run in "${RUNS[@]}"; do
-  read -r django python_version <<<"$run"
+  read -r django python_version extra <<<"$run"
   minor=${django%.*}
   venv="$repo/target/py-test-django-$minor"
   log="$logs/django-$minor.log"; : >"$log"
   say "Django $django on Python $python_version: venv $venv (pip output in $log)"
-  prepare_venv "$django" "$python_version" "$venv"
+  # shellcheck disable=SC2086 # $extra: the run's requirements, one word each
+  prepare_venv "$django" "$python_version" "$venv" $extra
   "$venv/bin/python" -c 'import django, ojs_adapter_django as m, sys; print("py-test:   testing the installed wheel", m.__file__, "with Django", django.get_version(), "on Python", sys.version.split()[0])'
   # Each run has its own SQLite directory and PostgreSQL test database: nothing of one run is
   # seen by the next, even if one was interrupted.
