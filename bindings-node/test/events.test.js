@@ -364,6 +364,34 @@ test('ojs.subscribeEvents() passes its filters: only the types asked for, a work
   }
 });
 
+test('open streams wait off libuv\'s pool: with more streams waiting than the pool has threads, pool work still runs', async () => {
+  const { ojs, knex } = await adapter('postgres', 'pool');
+  const crypto = require('node:crypto');
+  const streams = [];
+  try {
+    // Twice the pool's threads (4 unless UV_THREADPOOL_SIZE says otherwise), each waiting 8 s.
+    const count = 2 * Number(process.env.UV_THREADPOOL_SIZE || 4);
+    for (let i = 0; i < count; i += 1) streams.push(await ojs.relayEvents({ types: 'ojs.relay.paused' }));
+    let waiting = count;
+    const waits = streams.map((stream) => stream.next(8000).then((frame) => {
+      waiting -= 1;
+      return frame;
+    }));
+    // Pool work of the package (a core call) and of Node (crypto) completes while every wait is pending.
+    const status = await ojs.status();
+    await new Promise((resolve, reject) => crypto.pbkdf2('secret', 'salt', 1000, 32, 'sha256', (e) => (e ? reject(e) : resolve())));
+    await fs.promises.readFile(__filename);
+    assert.equal(waiting, count, 'a stream\'s wait ended before the pool work ran');
+    assert.equal(typeof status.pending, 'number');
+    for (const stream of streams) stream.close();
+    assert.deepEqual(await Promise.all(waits), waits.map(() => ''));
+  } finally {
+    for (const stream of streams) stream.close();
+    await ojs.close();
+  }
+  await knex.destroy();
+});
+
 test('bad options are typed errors naming the option', async () => {
   const knex = postgresKnex();
   const ojs = createOjs({ url: backend.url, knex, outbox: { tableName: 'node_events_bad' }, autoStart: false, handleSignals: false });
