@@ -35,5 +35,11 @@ if [[ -z ${OJS_TEST_DATABASE_URL:-} ]]; then
 fi
 "$here/build.sh" debug >/dev/null          # native library, devserver, gem file (on the host)
 "$root/scripts/trixie-root.sh" ensure >/dev/null
+# Puma in the root too (test/events_server_test.rb), checked by its package state there.
+"$root/scripts/trixie-root.sh" run -- sh -c '
+  [ "$(dpkg-query -W -f="\${Status}" puma 2>/dev/null)" = "install ok installed" ] && exit 0
+  echo "test-rails72: apt-get install puma in the root" >&2
+  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends puma \
+      && apt-get clean; } >/tmp/install-puma.log 2>&1 || { tail -n 20 /tmp/install-puma.log >&2; exit 1; }'
 exec "$root/scripts/trixie-root.sh" run -- env OJS_TEST_DATABASE_URL="$OJS_TEST_DATABASE_URL" \
   "$here/test-rails72.sh" --inside-root "$@"

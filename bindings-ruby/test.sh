@@ -12,6 +12,15 @@ if [[ -z ${OJS_TEST_DATABASE_URL:-} ]]; then
   exit 2
 fi
 
+# Puma, the server test/events_server_test.rb runs OJS::EventsApp's stream under (a Debian
+# package, checked by its package state; scripts/install.sh installs the rest).
+if [ "$(dpkg-query -W -f='${Status}' puma 2>/dev/null)" != "install ok installed" ]; then
+  mkdir -p "$here/../target"
+  echo "test.sh: apt-get install puma (log: target/install-puma.log)" >&2
+  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends puma; } \
+    >"$here/../target/install-puma.log" 2>&1 || { tail -n 20 "$here/../target/install-puma.log" >&2; exit 1; }
+fi
+
 gem_home=$("$here/build.sh" debug | tail -1)
 export GEM_HOME="$gem_home"
 GEM_PATH="$gem_home:$(ruby -e 'print Gem.path.join(":")')"

@@ -1,0 +1,116 @@
+# frozen_string_literal: true
+
+# OJS::EventsApp under a real server: Puma (Debian's package; test.sh and test-rails72.sh
+# install it), in this process, mounted at /ojs with Rack::URLMap as a Rails route mounts it. A
+# client reads the stream over a TCP socket while the same Puma answers other requests: the
+# stream's wait in native code holds no GVL, Puma writes each frame as it comes, and when the
+# client goes away Puma closes the body.
+
+require_relative "test_helper"
+require "socket"
+require "rack"
+require "rack/urlmap"
+require "rack/body_proxy"
+require "puma"
+require "puma/server"
+
+class EventsServerTest < Minitest::Test
+  TABLE = "rb_events_server"
+
+  def setup
+    TestSupport.devserver.reset
+    TestSupport.connect(:sqlite, "events_server", table: TABLE)
+    TestSupport.configure(table: TABLE)
+    @closed = Queue.new
+    events = OJS::EventsApp.new(keep_alive: 1) # each native wait lasts 1 s
+    closes = events_closes(events)
+    app = Rack::URLMap.new("/ojs" => closes, "/" => ->(_env) { [200, { "content-type" => "text/plain" }, ["app"]] })
+    options = { min_threads: 1, max_threads: 4 }
+    if defined?(Puma::LogWriter) # Puma 6 (Debian 13)
+      options[:log_writer] = Puma::LogWriter.strings
+      @server = Puma::Server.new(app, nil, options)
+    else # Puma 5 (Debian 12)
+      @server = Puma::Server.new(app, Puma::Events.strings, options)
+    end
+    @port = @server.add_tcp_listener("127.0.0.1", 0).addr[1]
+    @server.run
+  end
+
+  def teardown
+    @socket&.close unless @socket&.closed?
+    OJS.stop_relay # ends any stream still open
+    @server&.stop(true)
+  end
+
+  # The app, with the server's `close` of a stream's body noted in @closed.
+  def events_closes(app)
+    closed = @closed
+    lambda do |env|
+      status, headers, body = app.call(env)
+      return [status, headers, body] unless env["PATH_INFO"] == OJS::EventsApp::STREAM_PATH
+
+      [status, headers, Rack::BodyProxy.new(body) { closed << :stream }]
+    end
+  end
+
+  def get(path)
+    Net::HTTP.start("127.0.0.1", @port) { |http| http.get(path) }
+  end
+
+  # A streaming GET read by a thread of its own; returns the text received so far, live.
+  def open_stream(path)
+    @socket = TCPSocket.new("127.0.0.1", @port)
+    @socket.write("GET #{path} HTTP/1.1\r\nHost: 127.0.0.1\r\nAccept: text/event-stream\r\n\r\n")
+    received = +""
+    lock = Mutex.new
+    Thread.new do
+      loop do
+        chunk = @socket.readpartial(4096) # outside the lock: it waits
+        lock.synchronize { received << chunk }
+      end
+    rescue IOError, SystemCallError
+      nil
+    end
+    -> { lock.synchronize { received.dup } }
+  end
+
+  def test_puma_streams_frames_and_serves_other_requests_while_a_stream_waits
+    text = open_stream("/ojs/v1/events/stream?types=job.*")
+    TestSupport.wait_until("the stream's headers and first comment") { text.call.include?(OJS::EventsApp::KEEP_ALIVE) }
+    assert_match(%r{\AHTTP/1\.1 200 OK\r\n}, text.call)
+    assert_match(%r{^content-type: text/event-stream\r$}i, text.call)
+
+    # While the stream waits in native code (1 s at a time), Puma's other threads answer at
+    # once. A wait that held the GVL would make each of these requests wait for it.
+    started = Process.clock_gettime(Process::CLOCK_MONOTONIC)
+    20.times do
+      assert_equal "ok\n", get("/ojs/healthz").body
+      assert_equal "app", get("/").body
+    end
+    elapsed = Process.clock_gettime(Process::CLOCK_MONOTONIC) - started
+    assert_operator elapsed, :<, 5, "40 requests took #{elapsed.round(2)} s beside a waiting stream"
+
+    id = ActiveRecord::Base.transaction { OJS.enqueue_after_commit("email.welcome", [1]) }
+    TestSupport.wait_until("job.enqueued of #{id} through Puma") { text.call.include?(%("subject":"#{id}")) }
+    assert_match(/event: job\.enqueued\r?\ndata: .*"subject":"#{id}"/, text.call)
+
+    # The client goes away: Puma's next write (a keep-alive within a second) fails and it
+    # closes the body, which drops the native subscription.
+    @socket.close
+    TestSupport.wait_until("Puma closed the stream's body") { !@closed.empty? }
+    assert_equal :stream, @closed.pop
+  end
+
+  def test_metrics_and_readyz_through_puma
+    id = ActiveRecord::Base.transaction { OJS.enqueue_after_commit("email.welcome", [1]) }
+    TestSupport.devserver.wait_for([id])
+    TestSupport.wait_until("the row sent") { OJS.outbox_rows([id]).dig(id, "status") == "sent" }
+    metrics = get("/ojs/metrics")
+    assert_equal "200", metrics.code
+    assert_equal "text/plain; version=0.0.4", metrics["content-type"]
+    assert_includes metrics.body.lines.map(&:chomp), %(ojs_relay_jobs_sent_total{table="#{TABLE}"} 1)
+    ready = get("/ojs/readyz")
+    assert_equal "200", ready.code
+    assert_equal true, JSON.parse(ready.body)["ready"]
+  end
+end
