@@ -138,6 +138,7 @@ impl Relay {
             probe: false,
             hot_rx,
             stop_rx,
+            settling: None,
         };
         let task = tokio::spawn(engine.run());
         Relay {
@@ -277,6 +278,30 @@ struct Engine {
     probe: bool,
     hot_rx: mpsc::Receiver<String>,
     stop_rx: watch::Receiver<bool>,
+    /// The last round's settlement while it commits (PostgreSQL).
+    settling: Option<Settling>,
+}
+
+/// A round's settlement running beside the next round; aborted with the relay (a kill drops
+/// it, and its transaction rolls back as a crash would leave it).
+struct Settling {
+    task: AbortOnDrop<Settled>,
+    rows: Vec<ClaimedRow>,
+}
+
+/// What a settlement statement did, and how long it took.
+struct Settled {
+    result: crate::Result<u64>,
+    took: Duration,
+    settlements: Vec<Settlement>,
+}
+
+struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
+
+impl<T> Drop for AbortOnDrop<T> {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 impl Engine {
@@ -317,6 +342,11 @@ impl Engine {
                 if !backlog {
                     next_poll = Instant::now() + poll_interval;
                 }
+                continue;
+            }
+            // Idle next: take the last settlement's outcome now rather than at the next round.
+            if self.settling.is_some() && self.hot_rx.is_empty() {
+                self.finish_settling().await;
                 continue;
             }
             let mut stop = self.stop_rx.clone();
@@ -493,16 +523,58 @@ impl Engine {
                 settlements.push(self.send_single(row).await);
             }
         }
-        let started = Instant::now();
-        let settled = self.store.settle(token, claim, &settlements).await;
-        self.counters.settle_duration.record(started.elapsed());
-        match settled {
-            // Counted once the table says so; rows whose lease was lost count nowhere. Dead
-            // letters are logged at the same moment.
+        self.counters.in_flight.store(0, Ordering::Relaxed);
+        // One settlement at a time, in claim order.
+        self.finish_settling().await;
+        let store = self.store.clone();
+        let token = token.to_owned();
+        let held = claim.holds_transaction();
+        let settle = async move {
+            let started = Instant::now();
+            let result = store.settle(&token, claim, &settlements).await;
+            Settled {
+                result,
+                took: started.elapsed(),
+                settlements,
+            }
+        };
+        if held {
+            // PostgreSQL: the claim's transaction commits while the next round claims (other
+            // rows: these stay locked until then) and sends.
+            self.settling = Some(Settling {
+                task: AbortOnDrop(tokio::spawn(settle)),
+                rows,
+            });
+        } else {
+            let settled = settle.await;
+            self.settled(&rows, settled).await;
+        }
+    }
+
+    /// Waits for the settlement still running, if any, and takes its outcome.
+    async fn finish_settling(&mut self) {
+        if let Some(mut settling) = self.settling.take() {
+            match (&mut settling.task.0).await {
+                Ok(settled) => self.settled(&settling.rows, settled).await,
+                // Only a panic gets here (an abort drops the relay too): the rows stay
+                // claimable once its transaction is gone.
+                Err(join) => {
+                    let error = crate::Error::new(crate::ErrorCode::Database, join.to_string());
+                    self.database_trouble(error).await;
+                }
+            }
+        }
+    }
+
+    /// A round's settlement is in the table (or failed): counted once the table says so (rows
+    /// whose lease was lost count nowhere); dead letters logged and events published then.
+    async fn settled(&mut self, rows: &[ClaimedRow], settled: Settled) {
+        self.counters.settle_duration.record(settled.took);
+        match settled.result {
             Ok(_) => {
                 self.database_ok();
-                self.count_settled(&settlements);
-                let settled = pair(&rows, &settlements);
+                self.count_settled(&settled.settlements);
+                let settled = pair(rows, &settled.settlements);
                 self.record_lag(&settled);
                 self.log_dead_letters(&settled);
                 if self.events.active() {
@@ -511,7 +583,6 @@ impl Engine {
             }
             Err(error) => self.database_trouble(error).await,
         }
-        self.counters.in_flight.store(0, Ordering::Relaxed);
     }
 
     fn count_settled(&self, settlements: &[Settlement]) {
@@ -928,12 +999,13 @@ impl Engine {
         }
         for chunk in ids.chunks(self.config.outbox.batch_size) {
             if Instant::now() >= deadline || self.pause_until.is_some() {
-                return; // the rows stay pending: the next relay or the poller sends them
+                break; // the rows stay pending: the next relay or the poller sends them
             }
             // Not cut short from outside: past the deadline no request starts, and unsent rows
             // are released, so no lease outlives the relay.
             self.deliver_hot(chunk.to_vec()).await;
         }
+        self.finish_settling().await;
     }
 }
 

@@ -72,6 +72,11 @@ impl Claim {
     fn leased(rows: Vec<ClaimedRow>) -> Claim {
         Claim { rows, held: None }
     }
+
+    /// Whether the rows are held by an open transaction (PostgreSQL) rather than a lease.
+    pub fn holds_transaction(&self) -> bool {
+        self.held.is_some()
+    }
 }
 
 /// What happens to one claimed row.
