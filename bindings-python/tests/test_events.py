@@ -510,20 +510,43 @@ def free_port():
         return s.getsockname()[1]
 
 
+SERVERS = {
+    # WSGI: the stream is a generator on one of runserver's threads.
+    "runserver": lambda port: [sys.executable, MANAGE, "runserver", "--noreload",
+                               f"127.0.0.1:{port}"],
+    # ASGI: the stream is an async iterator; uvicorn tells Django when the client goes. An
+    # open stream never completes by itself: a graceful stop waits for it until uvicorn's
+    # timeout, then cancels it (docs/django.md).
+    "uvicorn": lambda port: [sys.executable, "-m", "uvicorn", "testproject.asgi:application",
+                             "--host", "127.0.0.1", "--port", str(port), "--no-access-log",
+                             "--timeout-graceful-shutdown", "1"],
+}
+
+
 @DB
-def test_the_client_reads_the_mount_of_a_running_server(backend):
-    table = "py_events_served"
-    drop_table("default", table)
+@pytest.mark.parametrize("server_kind", list(SERVERS))
+def test_the_client_reads_the_mount_of_a_running_server(backend, server_kind):
+    import urllib.request
+
     from ojs_adapter_django import OJS
 
+    table = "py_events_served"
+    drop_table("default", table)
     OJS({"ojs_url": backend.url, "outbox": {"table_name": table}}).create_outbox_table("default")
     port = free_port()
     env = {**os.environ, "OJS_TEST_OJS_URL": backend.url, "OJS_TEST_OUTBOX_TABLE": table,
-           "OJS_TEST_HTTP_ACCESS": "testproject.access.by_token"}
-    server = subprocess.Popen([sys.executable, MANAGE, "runserver", "--noreload",
-                               f"127.0.0.1:{port}"], env=env, stdin=subprocess.DEVNULL,
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+           "OJS_TEST_HTTP_ACCESS": "testproject.access.by_token",
+           "DJANGO_SETTINGS_MODULE": "testproject.settings"}
+    server = subprocess.Popen(SERVERS[server_kind](port), cwd=HERE, env=env,
+                              stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True)
     base = f"http://127.0.0.1:{port}"
+
+    def signup(tenant):
+        request = urllib.request.Request(f"{base}/signup", headers={"X-OJS-Tenant": tenant})
+        with urllib.request.urlopen(request, timeout=WAIT) as response:
+            return json.loads(response.read())["job_id"]
+
     try:
         def up():
             try:
@@ -531,17 +554,10 @@ def test_the_client_reads_the_mount_of_a_running_server(backend):
                     return True
             except OSError:
                 return server.poll() is not None
-        wait_until(up, what="runserver listening")
+        wait_until(up, what=f"{server_kind} listening")
         assert server.poll() is None, server.communicate()[0]
-        import urllib.request
-
         with subscribe_events(url=f"{base}/ojs/events/stream", token="acme-token",
                               types=["job.*"]) as events:
-            def signup(tenant):
-                request = urllib.request.Request(f"{base}/signup", headers={"X-OJS-Tenant": tenant})
-                with urllib.request.urlopen(request, timeout=WAIT) as response:
-                    return json.loads(response.read())["job_id"]
-
             # The stream may connect after the first job's event: stage until one arrives.
             deadline = time.monotonic() + WAIT
             event = None
@@ -562,10 +578,17 @@ def test_the_client_reads_the_mount_of_a_running_server(backend):
                 got = events.receive(WAIT)
                 assert got is not None, "the acme job's event did not come"
                 seen.append(got)
+            # The server stops while the stream is open: the response is ended (under ASGI,
+            # the stream's iterator cancelled after the graceful timeout) and the server exits.
+            server.send_signal(signal.SIGTERM)
+            output, _ = server.communicate(timeout=WAIT)
         assert globex not in {event.subject for event in seen}
         assert event.type == "job.enqueued" and event.data["tenant_id"] == "acme"
         assert event.source == f"/ojs/outbox/{table}"
+        # uvicorn re-raises the signal once it has stopped (-15); runserver dies of it.
+        assert server.returncode == -signal.SIGTERM, output
     finally:
-        server.send_signal(signal.SIGTERM)
-        server.communicate(timeout=WAIT)
+        if server.poll() is None:
+            server.kill()
+            server.communicate(timeout=WAIT)
         drop_table("default", table)

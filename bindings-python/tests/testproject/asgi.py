@@ -1,0 +1,8 @@
+"""The test project as an ASGI application, for a real ASGI server (uvicorn) in the tests."""
+
+import os
+
+from django.core.asgi import get_asgi_application
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "testproject.settings")
+application = get_asgi_application()
