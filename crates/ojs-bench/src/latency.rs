@@ -1,7 +1,11 @@
 //! `latency`: commit-to-delivery latency of the hot path at a steady commit rate. Each commit is
-//! one transaction with one `enqueue_after_commit`; the in-process relay (`start_relay`) is
-//! woken by the commit. Latency = devserver `received_at_us` - wall clock when `commit()`
-//! returned.
+//! one transaction with one `enqueue_after_commit` on the application's own pool (a second
+//! `Outbox` that runs no relay, as a framework's connection is not the relay's); after the
+//! commit the relay (`start_relay`, its own pool) is woken with the id, as a binding's hook
+//! does. Latency = devserver `received_at_us` - wall clock when `commit()` returned.
+//! First, unless `--baseline-seconds 0`, the same commits run with no relay at all: the
+//! application's begin..commit p99 without a relay is the reference of issue 16's SQLite
+//! target (p99 with the relay running ≤ 1.5x).
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -29,6 +33,9 @@ pub struct LatencyArgs {
     /// Seconds at the same rate before measuring (connections, manifest, caches); not counted.
     #[arg(long, default_value_t = 2.0)]
     pub warmup_seconds: f64,
+    /// Seconds of the same commits with no relay running, measured first (0: skipped).
+    #[arg(long, default_value_t = 10.0)]
+    pub baseline_seconds: f64,
     /// ojs-devserver binary (default: beside this one).
     #[arg(long)]
     pub devserver_bin: Option<PathBuf>,
@@ -65,13 +72,29 @@ pub async fn run(args: LatencyArgs) -> BoxResult<()> {
         config.outbox.batch_size,
         config.outbox.poll_interval
     );
+    let app = Arc::new(Outbox::connect(config.clone()).await?);
+    app.store().migrate().await?;
+    let baseline_p99 = if args.baseline_seconds > 0.0 {
+        let count = (args.rate * args.baseline_seconds).round() as usize;
+        commit_at_rate(&app, None, args.rate, (args.rate * args.warmup_seconds) as usize).await?;
+        let (commits, _) = commit_at_rate(&app, None, args.rate, count).await?;
+        let mut ms: Vec<f64> = commits
+            .iter()
+            .map(|c| (c.committed_us - c.started_us) as f64 / 1000.0)
+            .collect();
+        ms.sort_by(f64::total_cmp);
+        // The relay must not start on this backlog: the measured run is about fresh commits.
+        empty_table(&app).await?;
+        Some(percentile(&ms, 99.0))
+    } else {
+        None
+    };
     let outbox = Arc::new(Outbox::connect(config).await?);
-    outbox.store().migrate().await?;
     outbox.start_relay();
 
     let warmup = (args.rate * args.warmup_seconds).round() as usize;
     if warmup > 0 {
-        commit_at_rate(&outbox, args.rate, warmup).await?;
+        commit_at_rate(&app, Some(&outbox), args.rate, warmup).await?;
         devserver
             .wait_for_jobs(
                 warmup as u64,
@@ -84,7 +107,7 @@ pub async fn run(args: LatencyArgs) -> BoxResult<()> {
 
     let total = (args.rate * args.seconds).round() as usize;
     let cpu_before = CpuSample::take("self", devserver.pid(), postmaster);
-    let (commits, failures) = commit_at_rate(&outbox, args.rate, total).await?;
+    let (commits, failures) = commit_at_rate(&app, Some(&outbox), args.rate, total).await?;
     devserver
         .wait_for_jobs(
             commits.len() as u64,
@@ -135,6 +158,8 @@ pub async fn run(args: LatencyArgs) -> BoxResult<()> {
         "commit_ms": summary(&commit_ms),
         "schedule_lag_ms": summary(&start_lag_ms),
         "hot_dropped": metrics.as_ref().map(|m| m.hot_dropped),
+        "transaction_p99_ms_without_relay": baseline_p99.map(round3),
+        "transaction_p99_ratio_with_relay": baseline_p99.map(|b| round3(percentile(&commit_ms, 99.0) / b)),
         "devserver": "child process",
         "relay": "in-process (Outbox::start_relay), default config",
         "cpu": cpu_before.delta(&cpu_after),
@@ -162,6 +187,15 @@ pub async fn run(args: LatencyArgs) -> BoxResult<()> {
             row("tick -> transaction start", &start_lag_ms),
         ],
     );
+    if let Some(baseline) = baseline_p99 {
+        let with_relay = percentile(&commit_ms, 99.0);
+        println!(
+            "application transaction p99: {with_relay:.2} ms with the relay, {baseline:.2} ms with no relay ({}s before, same rate): ratio {:.2}{}",
+            args.baseline_seconds,
+            with_relay / baseline,
+            if database == "SQLite" { " (issue 16 target: <= 1.5)" } else { "" }
+        );
+    }
     let cpu = &record["cpu"];
     println!(
         "CPU during the measured run (s): bench process (app + relay) {}, devserver {}, PostgreSQL {}, other processes {}",
@@ -209,10 +243,23 @@ async fn prepare_database(url: &str) -> BoxResult<(&'static str, String, Option<
     Ok(("SQLite", version, None))
 }
 
-/// `count` commits on a fixed schedule (`rate` per second); each runs as its own task, so a
-/// slow commit does not delay the next one's start.
+/// Deletes every row (between the no-relay baseline and the measured run).
+async fn empty_table(app: &Outbox) -> BoxResult<()> {
+    let sql = sqlx::AssertSqlSafe(format!("DELETE FROM {TABLE}"));
+    match (app.store().postgres_pool(), app.store().sqlite_pool()) {
+        (Some(pool), _) => drop(sqlx::raw_sql(sql).execute(pool).await?),
+        (_, Some(pool)) => drop(sqlx::raw_sql(sql).execute(pool).await?),
+        _ => {}
+    }
+    Ok(())
+}
+
+/// `count` commits on the application's pool on a fixed schedule (`rate` per second), each
+/// waking `relay` afterwards; each runs as its own task, so a slow commit does not delay the
+/// next one's start.
 async fn commit_at_rate(
-    outbox: &Arc<Outbox>,
+    app: &Arc<Outbox>,
+    relay: Option<&Arc<Outbox>>,
     rate: f64,
     count: usize,
 ) -> BoxResult<(Vec<Commit>, usize)> {
@@ -223,16 +270,19 @@ async fn commit_at_rate(
     let origin_us = now_us();
     for i in 0..count {
         ticks.tick().await;
-        let outbox = outbox.clone();
+        let (app, relay) = (app.clone(), relay.cloned());
         let scheduled_us = origin_us + (i as f64 * period_us) as i64;
         tasks.push(tokio::spawn(async move {
             let started_us = now_us();
-            let mut tx = outbox.begin().await?;
+            let mut tx = app.begin().await?;
             let job_id = tx
                 .enqueue_after_commit(bench_job("bench.latency", i))
                 .await?;
             tx.commit().await?;
             let committed_us = now_us();
+            if let Some(relay) = relay {
+                relay.notify_committed(vec![job_id.clone()]);
+            }
             Ok::<_, ojs_outbox::Error>(Commit {
                 job_id,
                 scheduled_us,
