@@ -247,8 +247,8 @@ async fn prepare_database(url: &str) -> BoxResult<(&'static str, String, Option<
 async fn empty_table(app: &Outbox) -> BoxResult<()> {
     let sql = sqlx::AssertSqlSafe(format!("DELETE FROM {TABLE}"));
     match (app.store().postgres_pool(), app.store().sqlite_pool()) {
-        (Some(pool), _) => drop(sqlx::raw_sql(sql).execute(pool).await?),
-        (_, Some(pool)) => drop(sqlx::raw_sql(sql).execute(pool).await?),
+        (Some(pool), _) => sqlx::raw_sql(sql).execute(pool).await.map(|_| ())?,
+        (_, Some(pool)) => sqlx::raw_sql(sql).execute(pool).await.map(|_| ())?,
         _ => {}
     }
     Ok(())
