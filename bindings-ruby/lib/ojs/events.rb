@@ -122,6 +122,7 @@ module OJS
 
         wait = deadline ? ((deadline - monotonic) * 1000).ceil.clamp(0, POLL_MS) : POLL_MS
         text = poll(wait)
+        return nil if @closed # closed by another thread while this one waited
         if text.nil?
           @closed = true
           return nil
