@@ -539,6 +539,19 @@ impl Bridge {
         })
     }
 
+    /// A worker command (`ojs_outbox::worker::WorkerCommand` as JSON: fetch, ack, nack,
+    /// heartbeat) sent to the configured backend; its answer as JSON text (a fetch's
+    /// `{"jobs": [...]}`). For a framework's worker command.
+    pub fn worker(&self, command_json: &str) -> Result<String> {
+        let command = ojs_outbox::worker::WorkerCommand::from_json(command_json)?;
+        self.with_running(|running| {
+            let answer = running
+                .runtime
+                .block_on(running.outbox.backend().worker(&command))?;
+            Ok(answer.to_string())
+        })
+    }
+
     /// The relay's metrics as JSON (`null` when no relay runs in this process).
     pub fn metrics_json(&self) -> String {
         let metrics = self
@@ -584,19 +597,11 @@ impl Bridge {
     }
 
     pub fn dead_replay(&self, tenant: Option<&str>) -> Result<u64> {
-        self.with_running(|running| {
-            running
-                .runtime
-                .block_on(running.outbox.dead_replay(tenant))
-        })
+        self.with_running(|running| running.runtime.block_on(running.outbox.dead_replay(tenant)))
     }
 
     pub fn dead_purge(&self, tenant: Option<&str>) -> Result<u64> {
-        self.with_running(|running| {
-            running
-                .runtime
-                .block_on(running.outbox.dead_purge(tenant))
-        })
+        self.with_running(|running| running.runtime.block_on(running.outbox.dead_purge(tenant)))
     }
 
     /// A framework command line's operator command (`admin::Command` as JSON: migrate,

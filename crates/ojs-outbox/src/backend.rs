@@ -86,6 +86,34 @@ impl Backend {
         }
     }
 
+    /// A POST whose answer the caller reads itself: the status and the body's text. No
+    /// answer at all is `BACKEND_UNAVAILABLE`.
+    pub(crate) async fn post_json(&self, path: &str, body: String) -> Result<(u16, String)> {
+        if let Some(reason) = self.no_url() {
+            return Err(Error::field(
+                ErrorCode::InvalidConfig,
+                crate::config::URL_FIELD,
+                reason,
+            ));
+        }
+        let unavailable = |e: reqwest::Error| {
+            Error::new(
+                ErrorCode::BackendUnavailable,
+                format!("POST {}{path}: {}", self.base_url, error_chain(&e)),
+            )
+        };
+        let response = self
+            .request(reqwest::Method::POST, path)
+            .header(CONTENT_TYPE, OJS_JSON)
+            .body(body)
+            .send()
+            .await
+            .map_err(unavailable)?;
+        let status = response.status().as_u16();
+        let text = response.text().await.map_err(unavailable)?;
+        Ok((status, text))
+    }
+
     /// One job (its wire JSON).
     pub async fn send_one(&self, wire_json: String) -> Outcome {
         self.post("/ojs/v1/jobs", wire_json).await.0

@@ -1,0 +1,223 @@
+//! The worker side of the OJS HTTP binding, for hosts that run jobs (a framework's worker
+//! command): `POST /ojs/v1/workers/fetch|ack|nack|heartbeat`. One command in, the server's
+//! answer out, both JSON; the rules of each request live here once.
+
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use crate::backend::Backend;
+use crate::error::{Error, ErrorCode, Result};
+
+/// One worker request (JSON from the bindings: `{"op": "fetch", ...}`).
+#[derive(Debug, Deserialize)]
+#[serde(tag = "op", rename_all = "lowercase", deny_unknown_fields)]
+pub enum WorkerCommand {
+    /// Up to `count` available jobs of these queues (in the order given).
+    Fetch {
+        queues: Vec<String>,
+        #[serde(default = "one")]
+        count: u32,
+        worker_id: String,
+        #[serde(default)]
+        visibility_timeout_ms: Option<u64>,
+    },
+    /// The job ran: its result (any JSON) is recorded.
+    Ack {
+        job_id: String,
+        #[serde(default)]
+        result: Option<Value>,
+    },
+    /// The job failed: the backend retries it per its policy or discards it; `requeue` gives
+    /// it back unrun (a stopping worker).
+    Nack {
+        job_id: String,
+        error: NackError,
+        #[serde(default)]
+        requeue: bool,
+    },
+    /// Still working on these jobs: their reservations are extended.
+    Heartbeat {
+        worker_id: String,
+        #[serde(default)]
+        active_jobs: Vec<String>,
+        #[serde(default)]
+        visibility_timeout_ms: Option<u64>,
+    },
+}
+
+fn one() -> u32 {
+    1
+}
+
+/// What failed, as the spec's nack body carries it.
+#[derive(Debug, Deserialize, serde::Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct NackError {
+    pub code: String,
+    pub message: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retryable: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub details: Option<Value>,
+}
+
+/// The largest `count` a fetch may ask for.
+pub const MAX_FETCH: u32 = 1000;
+
+impl WorkerCommand {
+    pub fn from_json(text: &str) -> Result<WorkerCommand> {
+        let command: WorkerCommand = serde_json::from_str(text)
+            .map_err(|e| Error::field(ErrorCode::InvalidConfig, "command", e.to_string()))?;
+        command.validate()?;
+        Ok(command)
+    }
+
+    fn validate(&self) -> Result<()> {
+        let invalid = |field: &str, why: &str| Error::field(ErrorCode::InvalidConfig, field, why);
+        let id = |field: &str, value: &str| {
+            if value.trim().is_empty() {
+                Err(invalid(field, "must not be empty"))
+            } else {
+                Ok(())
+            }
+        };
+        match self {
+            WorkerCommand::Fetch {
+                queues,
+                count,
+                worker_id,
+                visibility_timeout_ms,
+            } => {
+                if queues.is_empty() {
+                    return Err(invalid("queues", "name at least one queue"));
+                }
+                for queue in queues {
+                    crate::job::validate_queue(queue)?;
+                }
+                if !(1..=MAX_FETCH).contains(count) {
+                    return Err(invalid("count", "must be 1..=1000"));
+                }
+                if *visibility_timeout_ms == Some(0) {
+                    return Err(invalid("visibility_timeout_ms", "must be positive"));
+                }
+                id("worker_id", worker_id)
+            }
+            WorkerCommand::Ack { job_id, .. } => id("job_id", job_id),
+            WorkerCommand::Nack { job_id, error, .. } => {
+                id("job_id", job_id)?;
+                id("error.code", &error.code)
+            }
+            WorkerCommand::Heartbeat { worker_id, .. } => id("worker_id", worker_id),
+        }
+    }
+
+    fn request(&self) -> (&'static str, Value) {
+        match self {
+            WorkerCommand::Fetch {
+                queues,
+                count,
+                worker_id,
+                visibility_timeout_ms,
+            } => {
+                let mut body = json!({"queues": queues, "count": count, "worker_id": worker_id});
+                if let Some(ms) = visibility_timeout_ms {
+                    body["visibility_timeout_ms"] = json!(ms);
+                }
+                ("fetch", body)
+            }
+            WorkerCommand::Ack { job_id, result } => {
+                let mut body = json!({ "job_id": job_id });
+                if let Some(result) = result {
+                    body["result"] = result.clone();
+                }
+                ("ack", body)
+            }
+            WorkerCommand::Nack {
+                job_id,
+                error,
+                requeue,
+            } => (
+                "nack",
+                json!({"job_id": job_id, "error": error, "requeue": requeue}),
+            ),
+            WorkerCommand::Heartbeat {
+                worker_id,
+                active_jobs,
+                visibility_timeout_ms,
+            } => {
+                let mut body = json!({"worker_id": worker_id, "active_jobs": active_jobs});
+                if let Some(ms) = visibility_timeout_ms {
+                    body["visibility_timeout_ms"] = json!(ms);
+                }
+                ("heartbeat", body)
+            }
+        }
+    }
+}
+
+impl Backend {
+    /// Sends one worker command; the server's answer as JSON. No answer, a 5xx or a 429 is
+    /// `BACKEND_UNAVAILABLE` (try again later); another refusal is `BACKEND_REJECTED` with the
+    /// server's message (e.g. an ack for a job that is not active).
+    pub async fn worker(&self, command: &WorkerCommand) -> Result<Value> {
+        let (endpoint, body) = command.request();
+        let path = format!("/ojs/v1/workers/{endpoint}");
+        let (status, text) = self.post_json(&path, body.to_string()).await?;
+        let answer: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
+        if (200..300).contains(&status) {
+            return Ok(answer);
+        }
+        let message = answer
+            .pointer("/error/message")
+            .and_then(Value::as_str)
+            .unwrap_or(text.as_str());
+        let code = if status >= 500 || status == 429 {
+            ErrorCode::BackendUnavailable
+        } else {
+            ErrorCode::BackendRejected
+        };
+        Err(Error::new(
+            code,
+            format!("POST {path} answered {status}: {message}"),
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn commands_are_checked_before_anything_is_sent() {
+        let code = |text: &str| WorkerCommand::from_json(text).err().map(|e| e.code);
+        assert_eq!(
+            code(r#"{"op": "fetch", "queues": ["default"], "worker_id": "w1"}"#),
+            None
+        );
+        assert_eq!(
+            code(r#"{"op": "fetch", "queues": [], "worker_id": "w1"}"#),
+            Some(ErrorCode::InvalidConfig)
+        );
+        assert_eq!(
+            code(r#"{"op": "fetch", "queues": ["Bad Queue"], "worker_id": "w1"}"#),
+            Some(ErrorCode::InvalidQueue)
+        );
+        assert_eq!(
+            code(r#"{"op": "fetch", "queues": ["q"], "worker_id": "w1", "count": 0}"#),
+            Some(ErrorCode::InvalidConfig)
+        );
+        assert_eq!(
+            code(r#"{"op": "ack", "job_id": ""}"#),
+            Some(ErrorCode::InvalidConfig)
+        );
+        assert_eq!(
+            code(r#"{"op": "nack", "job_id": "j", "error": {"message": "boom"}}"#),
+            Some(ErrorCode::InvalidConfig),
+            "the spec's nack error has a code"
+        );
+        assert_eq!(
+            code(r#"{"op": "ack", "job_id": "j", "extra": 1}"#),
+            Some(ErrorCode::InvalidConfig)
+        );
+    }
+}
