@@ -129,9 +129,11 @@ fn an_sdk_feed_reads_the_configured_backends_stream_and_readiness_names_each_par
         "names the missing table: {missing}"
     );
     bridge.migrate().unwrap();
-    let ready: serde_json::Value =
-        serde_json::from_str(&bridge.readiness_json().unwrap()).unwrap();
-    assert_eq!(ready, json!({"ready": true, "database": "ok", "backend": "ok"}));
+    let ready: serde_json::Value = serde_json::from_str(&bridge.readiness_json().unwrap()).unwrap();
+    assert_eq!(
+        ready,
+        json!({"ready": true, "database": "ok", "backend": "ok"})
+    );
 
     // No url: the core takes the configured backend's stream.
     let id = bridge
