@@ -48,8 +48,8 @@ impl Subscription {
             .lines()
             .find_map(|line| line.strip_prefix("data: "))
             .ok_or_else(|| format!("a frame without data: {frame:?}"))?;
-        let event: Value =
-            serde_json::from_str(data).map_err(|e| format!("frame data is not JSON ({e}): {data}"))?;
+        let event: Value = serde_json::from_str(data)
+            .map_err(|e| format!("frame data is not JSON ({e}): {data}"))?;
         let id = event["id"].as_str().unwrap_or_default();
         let kind = event["type"].as_str().unwrap_or_default();
         if event["specversion"] != "1.0" {
@@ -62,7 +62,9 @@ impl Subscription {
             return Err(format!("source is not {:?}: {event}", self.source));
         }
         if kind.starts_with("job.") && event["subject"] != event["data"]["job_id"] {
-            return Err(format!("a job event's subject is not its data.job_id: {event}"));
+            return Err(format!(
+                "a job event's subject is not its data.job_id: {event}"
+            ));
         }
         self.events.push(event);
         Ok(())
@@ -89,7 +91,9 @@ impl Subscription {
         for entry in expected {
             match entry.get("ref").and_then(Value::as_str) {
                 Some(r) => {
-                    let id = refs.get(r).ok_or_else(|| format!("ref {r:?} was never enqueued"))?;
+                    let id = refs
+                        .get(r)
+                        .ok_or_else(|| format!("ref {r:?} was never enqueued"))?;
                     subjects.insert(id.clone());
                 }
                 None => {
@@ -117,7 +121,10 @@ impl Subscription {
             }
             for (index, (event, entry)) in relevant.iter().zip(expected).enumerate() {
                 if let Err(why) = matches(event, entry, refs) {
-                    return Err(format!("event {index}: {why}; so far: {}", summary(&relevant)));
+                    return Err(format!(
+                        "event {index}: {why}; so far: {}",
+                        summary(&relevant)
+                    ));
                 }
             }
             if relevant.len() == expected.len() {
@@ -135,8 +142,15 @@ impl Subscription {
     /// `expect_events`: at once, after reading what is waiting.
     pub fn expect(&mut self, step: &Value, refs: &HashMap<String, String>) -> Result<(), String> {
         self.read(0)?;
-        for r in step["absent"].as_array().into_iter().flatten().filter_map(Value::as_str) {
-            let id = refs.get(r).ok_or_else(|| format!("ref {r:?} was never enqueued"))?;
+        for r in step["absent"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+        {
+            let id = refs
+                .get(r)
+                .ok_or_else(|| format!("ref {r:?} was never enqueued"))?;
             if let Some(event) = self.events.iter().find(|e| e["subject"] == id.as_str()) {
                 return Err(format!("an event about {r:?} arrived: {event}"));
             }
@@ -163,12 +177,23 @@ fn matches(event: &Value, entry: &Value, refs: &HashMap<String, String>) -> Resu
     if let Some(r) = entry.get("ref").and_then(Value::as_str)
         && event["subject"].as_str() != refs.get(r).map(String::as_str)
     {
-        return Err(format!("expected an event about {r:?}, got {}", event["subject"]));
+        return Err(format!(
+            "expected an event about {r:?}, got {}",
+            event["subject"]
+        ));
     }
-    for (key, want) in entry.get("data").and_then(Value::as_object).into_iter().flatten() {
+    for (key, want) in entry
+        .get("data")
+        .and_then(Value::as_object)
+        .into_iter()
+        .flatten()
+    {
         let got = event["data"].get(key);
         if !got.is_some_and(|got| crate::is_subset(want, got)) {
-            return Err(format!("{} data.{key}: expected {want}, got {got:?}", entry["type"]));
+            return Err(format!(
+                "{} data.{key}: expected {want}, got {got:?}",
+                entry["type"]
+            ));
         }
     }
     Ok(())
@@ -178,7 +203,13 @@ fn matches(event: &Value, entry: &Value, refs: &HashMap<String, String>) -> Resu
 fn summary(events: &[&Value]) -> String {
     let parts: Vec<String> = events
         .iter()
-        .map(|e| format!("{}({})", e["type"].as_str().unwrap_or("?"), e["subject"].as_str().unwrap_or("?")))
+        .map(|e| {
+            format!(
+                "{}({})",
+                e["type"].as_str().unwrap_or("?"),
+                e["subject"].as_str().unwrap_or("?")
+            )
+        })
         .collect();
     format!("[{}]", parts.join(", "))
 }

@@ -738,12 +738,18 @@ impl Run {
             "wait_events" => {
                 let name = step["subscription"].as_str().unwrap_or_default();
                 let expected = step["events"].as_array().cloned().unwrap_or_default();
-                let subscription = self.subscriptions.get_mut(name).ok_or("no such subscription")?;
+                let subscription = self
+                    .subscriptions
+                    .get_mut(name)
+                    .ok_or("no such subscription")?;
                 subscription.wait(&expected, &self.refs, timeout)?;
             }
             "expect_events" => {
                 let name = step["subscription"].as_str().unwrap_or_default();
-                let subscription = self.subscriptions.get_mut(name).ok_or("no such subscription")?;
+                let subscription = self
+                    .subscriptions
+                    .get_mut(name)
+                    .ok_or("no such subscription")?;
                 subscription.expect(step, &self.refs)?;
             }
             other => return Err(format!("unknown op {other:?}")),
@@ -762,7 +768,9 @@ impl Run {
         }
         if let Some(after) = step.get("last_event_id") {
             let from = after["subscription"].as_str().unwrap_or_default();
-            let job_id = self.id_of(after["ref"].as_str().unwrap_or_default())?.clone();
+            let job_id = self
+                .id_of(after["ref"].as_str().unwrap_or_default())?
+                .clone();
             let kind = after["type"].as_str().unwrap_or_default();
             let id = self
                 .subscription(from)?
