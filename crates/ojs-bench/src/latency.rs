@@ -76,7 +76,13 @@ pub async fn run(args: LatencyArgs) -> BoxResult<()> {
     app.store().migrate().await?;
     let baseline_p99 = if args.baseline_seconds > 0.0 {
         let count = (args.rate * args.baseline_seconds).round() as usize;
-        commit_at_rate(&app, None, args.rate, (args.rate * args.warmup_seconds) as usize).await?;
+        commit_at_rate(
+            &app,
+            None,
+            args.rate,
+            (args.rate * args.warmup_seconds) as usize,
+        )
+        .await?;
         let (commits, _) = commit_at_rate(&app, None, args.rate, count).await?;
         let mut ms: Vec<f64> = commits
             .iter()
@@ -193,7 +199,11 @@ pub async fn run(args: LatencyArgs) -> BoxResult<()> {
             "application transaction p99: {with_relay:.2} ms with the relay, {baseline:.2} ms with no relay ({}s before, same rate): ratio {:.2}{}",
             args.baseline_seconds,
             with_relay / baseline,
-            if database == "SQLite" { " (issue 16 target: <= 1.5)" } else { "" }
+            if database == "SQLite" {
+                " (issue 16 target: <= 1.5)"
+            } else {
+                ""
+            }
         );
     }
     let cpu = &record["cpu"];
