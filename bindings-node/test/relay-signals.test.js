@@ -83,11 +83,20 @@ async function tearDown({ knex, ojs }) {
   await knex.destroy();
 }
 
-/** Waits until the relay has claimed the row and is sending it (the backend holds the request). */
-async function waitInFlight(ojs, proc) {
+/**
+ * Waits until the relay has claimed the row and is sending it (the backend holds the request):
+ * the row is leased (`status().in_flight`, SQLite) or, on PostgreSQL, where a claim holds its
+ * rows by the row locks of its open transaction and writes no lease (store.rs `Claim`), locked:
+ * a `FOR UPDATE SKIP LOCKED` read skips it.
+ */
+async function waitInFlight({ ojs, knex, table }, proc) {
   await waitFor(async () => {
     if (proc.child.exitCode !== null) throw new Error(`the relay exited early\n${proc.output()}`);
-    return (await ojs.status()).in_flight >= 1;
+    if ((await ojs.status()).in_flight >= 1) return true;
+    if (ojs.dialect !== 'postgresql') return false;
+    const [{ n: rows }] = await knex(table).count({ n: '*' });
+    const free = await knex(table).select('id').forUpdate().skipLocked();
+    return Number(rows) === 1 && free.length === 0;
   }, TIMEOUT_MS, 'the row in flight');
 }
 
@@ -131,7 +140,7 @@ for (const database of ['sqlite', 'postgres']) {
           proc = start([BIN, '--config', file, 'run']);
         }
         await waitForLine(proc, 'ojs-relay: relaying');
-        await waitInFlight(env.ojs, proc);
+        await waitInFlight(env, proc);
         proc.child.kill(signal);
         const { code, signal: killedBy } = await exitOf(proc, `ojs-relay run after ${signal}`);
         assert.equal(killedBy, null, proc.output());
@@ -188,7 +197,7 @@ for (const database of ['sqlite', 'postgres']) {
         return /staged (\S+)/.exec(proc.stdout());
       }, TIMEOUT_MS, 'the app staged its job');
       const jobId = /staged (\S+)/.exec(proc.stdout())[1];
-      await waitInFlight(env.ojs, proc);
+      await waitInFlight(env, proc);
       proc.child.kill('SIGTERM');
       const { code, signal } = await exitOf(proc, 'the application after SIGTERM');
       // The adapter was the only listener: it re-raised the signal after its flush.
