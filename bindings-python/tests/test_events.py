@@ -260,6 +260,13 @@ def test_a_misspelled_setting_is_a_check_error_naming_the_right_one(settings):
     assert '"OJS_HTTP_ACCESS"' in str(raised.value)  # the near miss, named by the core's rule
 
 
+def test_the_default_access_without_authentication_middleware_is_an_error():
+    request = RequestFactory().get("/ojs/metrics")  # no request.user: no AuthenticationMiddleware
+    with pytest.raises(InvalidConfigError, match="AuthenticationMiddleware") as raised:
+        views.metrics(request)
+    assert raised.value.field == "OJS_HTTP_ACCESS"
+
+
 def test_a_keepalive_that_is_not_a_positive_number_is_an_error():
     request = RequestFactory().get("/ojs/events/stream")
     for keepalive in (0, -1, "5", True):

@@ -55,9 +55,10 @@ def caller(request: HttpRequest) -> tuple[bool, Optional[str]]:
         user = getattr(request, "user", None)
         if user is None:
             raise invalid_setting(ACCESS_SETTING,
-                           "the default access of ojs_adapter_django.urls (staff only) reads "
-                           "request.user: add django.contrib.auth.middleware."
-                           f"AuthenticationMiddleware to MIDDLEWARE, or set {ACCESS_SETTING}")
+                                  "the default access of ojs_adapter_django.urls (staff only) "
+                                  "reads request.user: add django.contrib.auth.middleware."
+                                  f"AuthenticationMiddleware to MIDDLEWARE, or set "
+                                  f"{ACCESS_SETTING}")
         return bool(user.is_active and user.is_staff), None
     verdict = policy(request)
     if verdict is True:
@@ -67,8 +68,8 @@ def caller(request: HttpRequest) -> tuple[bool, Optional[str]]:
     if isinstance(verdict, str) and verdict:
         return True, verdict
     raise invalid_setting(ACCESS_SETTING,
-                   f"{ACCESS_SETTING} returned {verdict!r}; expected True, False, None or a "
-                   "tenant id (a non-empty string)")
+                          f"{ACCESS_SETTING} returned {verdict!r}; expected True, False, None "
+                          "or a tenant id (a non-empty string)")
 
 
 def _refused(message: str) -> JsonResponse:
