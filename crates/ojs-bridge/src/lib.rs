@@ -157,11 +157,20 @@ struct Running {
     outbox: Outbox,
 }
 
+/// What an HTTP-only call (an event client, a worker request) needs when this process has no
+/// outbox connection: a runtime and the backend client, without the database.
+struct Client {
+    pid: u32,
+    runtime: tokio::runtime::Runtime,
+    backend: ojs_outbox::backend::Backend,
+}
+
 /// One configured adapter per application (a Django settings module, an Express app, a Rails app).
 pub struct Bridge {
     config: Config,
     notice: Option<String>,
     running: Mutex<Option<Arc<Running>>>,
+    client: Mutex<Option<Arc<Client>>>,
     /// The single-row staging INSERT per (dialect, placeholder style), built on first use.
     insert_one: [OnceLock<Arc<str>>; 6],
     /// Job options may also come in the JavaScript spelling (`js_options.rs`).
@@ -186,6 +195,7 @@ impl Bridge {
             config: loaded.config,
             notice: loaded.notice,
             running: Mutex::new(None),
+            client: Mutex::new(None),
             insert_one: Default::default(),
             js_options: false,
             relay_started: Default::default(),
@@ -365,6 +375,49 @@ impl Bridge {
         Ok(running)
     }
 
+    /// A runtime and the backend for a call that only speaks HTTP: the running state's when
+    /// there is one, else a small one of its own (the outbox database need not be reachable).
+    fn with_http<T>(
+        &self,
+        work: impl FnOnce(&tokio::runtime::Runtime, &ojs_outbox::backend::Backend) -> Result<T>,
+    ) -> Result<T> {
+        if let Some(running) = self.running_here() {
+            return work(&running.runtime, running.outbox.backend());
+        }
+        let client = {
+            let mut guard = self.client.lock().unwrap_or_else(|p| p.into_inner());
+            let pid = std::process::id();
+            if guard.as_ref().is_some_and(|client| client.pid != pid) {
+                std::mem::forget(guard.take()); // a forked child: the parent's threads are gone
+            }
+            match guard.as_ref() {
+                Some(client) => client.clone(),
+                None => {
+                    let runtime = tokio::runtime::Builder::new_multi_thread()
+                        .worker_threads(1)
+                        .thread_name("ojs-client")
+                        .enable_all()
+                        .build()
+                        .map_err(|e| {
+                            Error::new(
+                                ErrorCode::BackendUnavailable,
+                                format!("cannot start the client runtime: {e}"),
+                            )
+                        })?;
+                    let backend = ojs_outbox::backend::Backend::new(&self.config)?;
+                    let client = Arc::new(Client {
+                        pid,
+                        runtime,
+                        backend,
+                    });
+                    *guard = Some(client.clone());
+                    client
+                }
+            }
+        };
+        work(&client.runtime, &client.backend)
+    }
+
     /// The running state of this process, if any, without creating it.
     fn running_here(&self) -> Option<Arc<Running>> {
         let guard = self
@@ -534,8 +587,8 @@ impl Bridge {
             let base = self.config.ojs_url.trim_end_matches('/');
             map.insert("url".into(), format!("{base}/v1/events/stream").into());
         }
-        self.with_running(|running| {
-            events::EventFeed::open(&options.to_string(), running.runtime.handle().clone())
+        self.with_http(|runtime, _| {
+            events::EventFeed::open(&options.to_string(), runtime.handle().clone())
         })
     }
 
@@ -544,11 +597,8 @@ impl Bridge {
     /// `{"jobs": [...]}`). For a framework's worker command.
     pub fn worker(&self, command_json: &str) -> Result<String> {
         let command = ojs_outbox::worker::WorkerCommand::from_json(command_json)?;
-        self.with_running(|running| {
-            let answer = running
-                .runtime
-                .block_on(running.outbox.backend().worker(&command))?;
-            Ok(answer.to_string())
+        self.with_http(|runtime, backend| {
+            Ok(runtime.block_on(backend.worker(&command))?.to_string())
         })
     }
 

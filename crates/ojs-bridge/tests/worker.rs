@@ -94,3 +94,31 @@ fn fetch_ack_nack_heartbeat_and_the_errors_a_worker_tells_apart() {
     bridge.close();
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn http_only_calls_need_no_outbox_database() {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let backend = runtime.block_on(DevServer::start(0)).unwrap();
+    // Nothing listens on port 1: an outbox connection would fail.
+    let config = json!({"adapter": {"ojs_url": backend.url(),
+                                    "database_url": "postgres://nobody@127.0.0.1:1/none"}})
+    .to_string();
+    let bridge = Bridge::new(&config).unwrap();
+    let fetched = call(
+        &bridge,
+        json!({"op": "fetch", "queues": ["default"], "worker_id": "w1"}),
+    );
+    assert_eq!(fetched["jobs"], json!([]), "{fetched}");
+    let feed = bridge
+        .subscribe_events(r#"{"since": "2000-01-01T00:00:00Z"}"#)
+        .unwrap();
+    assert_eq!(feed.next(200).unwrap().as_deref(), Some(""), "open, nothing yet");
+    feed.close();
+    assert_eq!(
+        bridge.readiness_json().unwrap_err().code,
+        ErrorCode::Database,
+        "what needs the database still says so"
+    );
+    bridge.close();
+    runtime.block_on(backend.shutdown());
+}
