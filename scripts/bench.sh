@@ -10,7 +10,8 @@
 # The first drain also runs the SQL floor and the peers (graphile-worker, pg-boss, pinned in
 # crates/ojs-bench/peers/package.json; crates/ojs-bench/peers/install.sh installs them into
 # target/bench-peers/ when the pinned versions are not there) and prints the issue-16 targets;
-# the summary at the end repeats that table.
+# the summary at the end repeats that table. It also drains with 2 and 4 relays on one table
+# (scale-out; the delivery check proves no row went out twice).
 # Environment: OJS_BENCH_PG_PORT (default 55433, distinct from the tests' 55432);
 # OJS_BENCH_QUIET_WAIT (default 60): seconds to wait, before each benchmark, for the machine
 # to be quiet (other processes busy < 20% of one core over 2 s); past that it runs anyway and
@@ -83,7 +84,7 @@ pg_bin=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1)
 
 started=$(date +%s)
 wait_quiet
-"$bin" drain --database-url "$url" --rows 100000 \
+"$bin" drain --database-url "$url" --rows 100000 --relays 1,2,4 \
   --peers graphile,pgboss --peers-dir "$peers_dir" --out "$out" | tee "$raw/drain.txt"
 wait_quiet
 # What events cost the drain (docs/events.md): off / one live subscriber / with replay history.

@@ -84,12 +84,33 @@ pub struct DrainArgs {
     /// The peer scripts (graphile.js, pgboss.js).
     #[arg(long, default_value = concat!(env!("CARGO_MANIFEST_DIR"), "/peers"))]
     pub peer_scripts: PathBuf,
+    /// Scale-out (issue 16): also drain the largest batch size with this many relays at once
+    /// on the same table, each with its own connection pool as separate processes would
+    /// have; the delivery check proves no row went out twice. 1 is the main run.
+    #[arg(long, value_delimiter = ',', default_value = "1")]
+    pub relays: Vec<usize>,
 }
 
 /// The issue-16 thresholds the summary checks.
 const FLOOR_TARGET: f64 = 0.60;
 const WRITES_PER_ROW_TARGET: f64 = 2.0;
 const PEER_TARGET: f64 = 1.5;
+
+/// How a relay run differs from the main one.
+#[derive(Debug, Clone, Copy)]
+struct Variant {
+    /// `synchronous_commit=off` on the relay's connections.
+    sync_off: bool,
+    events: Events,
+    /// Relays draining the one table at once.
+    relays: usize,
+}
+
+const MAIN: Variant = Variant {
+    sync_off: false,
+    events: Events::Off,
+    relays: 1,
+};
 
 /// What listens to the relay's events during a drain.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -145,20 +166,25 @@ pub async fn run(args: DrainArgs) -> BoxResult<()> {
         } else {
             args.rows
         };
-        let result = relay_run(
-            &args,
-            &admin,
-            &devserver,
-            batch_size,
-            rows,
-            false,
-            Events::Off,
-        )
-        .await?;
+        let result = relay_run(&args, &admin, &devserver, batch_size, rows, MAIN).await?;
         results.push(result);
         if args.floor {
             results.push(floor_run(&args, &admin, &devserver, batch_size, rows).await?);
         }
+    }
+    let largest = args.batch_sizes.iter().copied().max().unwrap_or(500);
+    for &relays in args.relays.iter().filter(|&&n| n > 1) {
+        results.push(
+            relay_run(
+                &args,
+                &admin,
+                &devserver,
+                largest,
+                args.rows,
+                Variant { relays, ..MAIN },
+            )
+            .await?,
+        );
     }
     let mut peer_results = Vec::new();
     for name in args.peers.iter().filter(|n| !n.is_empty()) {
@@ -172,8 +198,10 @@ pub async fn run(args: DrainArgs) -> BoxResult<()> {
                 &devserver,
                 1,
                 args.batch1_rows,
-                true,
-                Events::Off,
+                Variant {
+                    sync_off: true,
+                    ..MAIN
+                },
             )
             .await?,
         );
@@ -282,7 +310,18 @@ async fn event_costs(
     order.push(Events::Off);
     let mut runs = Vec::new();
     for mode in order {
-        let result = relay_run(args, admin, devserver, batch_size, args.rows, false, mode).await?;
+        let result = relay_run(
+            args,
+            admin,
+            devserver,
+            batch_size,
+            args.rows,
+            Variant {
+                events: mode,
+                ..MAIN
+            },
+        )
+        .await?;
         runs.push((mode, result));
     }
     let median = |mode: Events| {
@@ -392,11 +431,15 @@ async fn relay_run(
     devserver: &DevServer,
     batch_size: usize,
     rows: usize,
-    sync_off: bool,
-    events: Events,
+    variant: Variant,
 ) -> BoxResult<RunResult> {
+    let Variant {
+        sync_off,
+        events,
+        relays,
+    } = variant;
     let table = table_name(&format!(
-        "drain_{batch_size}{}",
+        "drain_{batch_size}{}_{relays}",
         if sync_off { "_async" } else { "" }
     ));
     let staged = fresh_backlog(args, admin, devserver, &table, rows).await?;
@@ -428,10 +471,17 @@ async fn relay_run(
     }
     let backend = Backend::new(&config)?;
     let label = if sync_off {
-        "ojs relay, relay conn sync_commit=off"
+        "ojs relay, relay conn sync_commit=off".to_owned()
+    } else if relays > 1 {
+        format!("ojs relay x{relays} (one table)")
     } else {
-        "ojs relay"
+        "ojs relay".to_owned()
     };
+    // The other relays of a scale-out run, each with a pool of its own.
+    let mut others = Vec::new();
+    for _ in 1..relays {
+        others.push(Store::connect(&relay_url, &table).await?);
+    }
     println!(
         "  {label}, batch {batch_size}: {rows} rows staged in {:.1}s; draining...",
         staged.as_secs_f64()
@@ -441,7 +491,11 @@ async fn relay_run(
     let postmaster = postmaster_pid(admin).await;
     let cpu_before = CpuSample::take("self", devserver.pid(), postmaster);
     let started = Instant::now();
-    let relay = Relay::start(store.clone(), backend, &config, false);
+    let relay = Relay::start(store.clone(), backend.clone(), &config, false);
+    let more: Vec<Relay> = others
+        .iter()
+        .map(|store| Relay::start(store.clone(), backend.clone(), &config, false))
+        .collect();
     // A subscriber that reads every frame, as an SSE connection would.
     let reader = (events != Events::Off).then(|| {
         let mut subscription = ojs_outbox::events::Subscription::new(
@@ -481,6 +535,10 @@ async fn relay_run(
     let phases = phases_json(&relay.histograms());
     relay.shutdown().await;
     drop(relay);
+    for (relay, store) in more.into_iter().zip(&others) {
+        relay.shutdown().await;
+        store.close().await;
+    }
     let events_received = match reader {
         Some(reader) => json!(reader.await.unwrap_or(0)),
         None => json!(null),
@@ -497,6 +555,7 @@ async fn relay_run(
         "bench": "drain",
         "postgres_writes": writes,
         "relay": if sync_off { "ojs_relay_sync_commit_off" } else { "ojs_relay" },
+        "relays": relays,
         "batch_size": batch_size,
         "rows": rows,
         "seconds": round3(seconds),
@@ -515,7 +574,7 @@ async fn relay_run(
     });
     drop_table(admin, &table).await?;
     Ok(RunResult {
-        label: label.into(),
+        label,
         batch_size,
         rows,
         seconds,
