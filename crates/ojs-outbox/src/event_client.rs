@@ -38,9 +38,60 @@ pub struct EventSubscription {
 }
 
 impl EventSubscription {
+    /// The option keys, for a binding that checks or respells names.
+    pub const KEYS: [&'static str; 8] = [
+        "url",
+        "token",
+        "types",
+        "queues",
+        "job_types",
+        "tenant",
+        "since",
+        "last_event_id",
+    ];
+
+    /// Parses and checks the options; an error names the option at fault.
     pub fn from_json(text: &str) -> Result<EventSubscription> {
-        let subscription: EventSubscription = serde_json::from_str(text)
-            .map_err(|e| Error::field(ErrorCode::InvalidConfig, "subscription", e.to_string()))?;
+        let invalid = |field: &str, why: String| Error::field(ErrorCode::InvalidConfig, field, why);
+        let value: serde_json::Value = serde_json::from_str(text)
+            .map_err(|e| invalid("subscription", format!("not JSON: {e}")))?;
+        let map = value
+            .as_object()
+            .ok_or_else(|| invalid("subscription", "must be an object".into()))?;
+        for (key, option) in map {
+            if !Self::KEYS.contains(&key.as_str()) {
+                return Err(invalid(
+                    key,
+                    format!("unknown option; known: {}", Self::KEYS.join(", ")),
+                ));
+            }
+            let list = matches!(key.as_str(), "types" | "queues" | "job_types");
+            let fits = (option.is_null() && key != "url")
+                || if list {
+                    option
+                        .as_array()
+                        .is_some_and(|items| items.iter().all(serde_json::Value::is_string))
+                } else {
+                    option.is_string()
+                };
+            if !fits {
+                let wanted = if list {
+                    "a list of strings"
+                } else {
+                    "a string"
+                };
+                return Err(invalid(key, format!("must be {wanted}, not {option}")));
+            }
+        }
+        // An option given as null is an option not given.
+        let given: serde_json::Map<String, serde_json::Value> = map
+            .iter()
+            .filter(|(_, option)| !option.is_null())
+            .map(|(key, option)| (key.clone(), option.clone()))
+            .collect();
+        let subscription: EventSubscription =
+            serde_json::from_value(serde_json::Value::Object(given))
+                .map_err(|e| invalid("subscription", e.to_string()))?;
         let url = reqwest::Url::parse(&subscription.url).map_err(|e| {
             Error::field(
                 ErrorCode::InvalidConfig,
@@ -339,5 +390,35 @@ mod tests {
                 "{bad}"
             );
         }
+    }
+}
+
+#[cfg(test)]
+mod option_tests {
+    use super::*;
+
+    #[test]
+    fn a_bad_option_is_named() {
+        let field = |text: &str| EventSubscription::from_json(text).err().and_then(|e| e.field);
+        assert_eq!(
+            field(r#"{"url": "http://x/v1/events/stream", "types": "job.*"}"#).as_deref(),
+            Some("types")
+        );
+        assert_eq!(
+            field(r#"{"url": "http://x/v1/events/stream", "tipes": ["job.*"]}"#).as_deref(),
+            Some("tipes")
+        );
+        assert_eq!(
+            field(r#"{"url": "http://x/v1/events/stream", "since": 5}"#).as_deref(),
+            Some("since")
+        );
+        assert_eq!(field(r#"{"url": null}"#).as_deref(), Some("url"));
+        assert!(
+            EventSubscription::from_json(
+                r#"{"url": "http://x/v1/events/stream", "types": null, "tenant": null}"#
+            )
+            .is_ok(),
+            "null is not given"
+        );
     }
 }
