@@ -175,7 +175,9 @@ fn lint_case(case: &Value) -> Vec<String> {
             _ => None,
         };
         if let Some(name) = used.filter(|name| !subscriptions.contains(*name)) {
-            problems.push(format!("{at}: subscription {name:?} is used before it is opened"));
+            problems.push(format!(
+                "{at}: subscription {name:?} is used before it is opened"
+            ));
         }
         if op == "events_subscribe" {
             if !relay_running {
