@@ -112,7 +112,11 @@ fn http_only_calls_need_no_outbox_database() {
     let feed = bridge
         .subscribe_events(r#"{"since": "2000-01-01T00:00:00Z"}"#)
         .unwrap();
-    assert_eq!(feed.next(200).unwrap().as_deref(), Some(""), "open, nothing yet");
+    assert_eq!(
+        feed.next(200).unwrap().as_deref(),
+        Some(""),
+        "open, nothing yet"
+    );
     feed.close();
     assert_eq!(
         bridge.readiness_json().unwrap_err().code,

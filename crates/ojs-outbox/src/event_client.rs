@@ -399,7 +399,11 @@ mod option_tests {
 
     #[test]
     fn a_bad_option_is_named() {
-        let field = |text: &str| EventSubscription::from_json(text).err().and_then(|e| e.field);
+        let field = |text: &str| {
+            EventSubscription::from_json(text)
+                .err()
+                .and_then(|e| e.field)
+        };
         assert_eq!(
             field(r#"{"url": "http://x/v1/events/stream", "types": "job.*"}"#).as_deref(),
             Some("types")
