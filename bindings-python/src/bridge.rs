@@ -227,6 +227,13 @@ impl Bridge {
             .map_err(to_py)
     }
 
+    /// One worker request (`worker::WorkerCommand` as JSON: `{"op": "fetch" | "ack" | "nack" |
+    /// "heartbeat", ...}`) to the configured backend's `/ojs/v1/workers/*`; the server's answer
+    /// as JSON text. Detached: it waits on the network.
+    fn worker(&self, py: Python<'_>, command_json: &str) -> PyResult<String> {
+        py.detach(|| self.inner.worker(command_json)).map_err(to_py)
+    }
+
     /// The committed state of the rows of an `encode_ids` text, as JSON.
     fn rows_json(&self, py: Python<'_>, job_ids: &str) -> PyResult<String> {
         let job_ids = bridge::decode_ids(job_ids);

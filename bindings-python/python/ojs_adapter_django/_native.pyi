@@ -115,6 +115,14 @@ class Bridge:
     def dead_purge(self, tenant: Optional[str] = None) -> int: ...
     def admin(self, command_json: str) -> tuple[int, str, str]:
         """``(exit_code, stdout, stderr)`` of an operator command (``admin::Command`` JSON)."""
+    def worker(self, command_json: str) -> str:
+        """One worker request to the backend's ``/ojs/v1/workers/*`` (``worker::WorkerCommand``
+        JSON: ``{"op": "fetch", "queues", "count", "worker_id", "visibility_timeout_ms"?}``,
+        ``{"op": "ack", "job_id", "result"?}``, ``{"op": "nack", "job_id", "error": {"code",
+        "message", "retryable"?, "details"?}, "requeue"?}``, ``{"op": "heartbeat", "worker_id",
+        "active_jobs", "visibility_timeout_ms"?}``); the server's answer as JSON text. Raises
+        NativeError: BACKEND_UNAVAILABLE (no answer, 5xx, 429), BACKEND_REJECTED (another
+        refusal), INVALID_QUEUE / INVALID_CONFIG (checked before sending). Releases the GIL."""
     def rows_json(self, job_ids: str) -> str: ...
     def run_relay_until_signal(self) -> None: ...
 

@@ -576,6 +576,19 @@ class OJS:
             how += f" --database {alias}"
         return self._call(using, "admin", json.dumps({**command, "create_table_with": how}))
 
+    def worker(self, command: Mapping[str, Any], *, using: Optional[str] = None) -> Any:
+        """One request of the OJS worker protocol to the configured backend
+        (``POST /ojs/v1/workers/fetch|ack|nack|heartbeat``): ``command`` is ``{"op": "fetch",
+        "queues", "count", "worker_id", "visibility_timeout_ms"?}``, ``{"op": "ack", "job_id",
+        "result"?}``, ``{"op": "nack", "job_id", "error": {"code", "message", "retryable"?,
+        "details"?}, "requeue"?}`` or ``{"op": "heartbeat", "worker_id", "active_jobs",
+        "visibility_timeout_ms"?}``; returns the server's answer (decoded JSON). Raises
+        BackendUnavailableError (no answer, 5xx, 429: try again later), BackendRejectedError
+        (another refusal, e.g. an ack of a job that is not active), InvalidQueueError /
+        InvalidConfigError (checked before anything is sent). ``manage.py ojs_worker`` is
+        built on it (docs/django-tasks.md)."""
+        return json.loads(self._call(using, "worker", _dumps(command)))
+
     # -- events, metrics and health (issue 15; docs/events.md) ------------------------------
 
     def relay_events(self, *, types: Any = None, queues: Any = None, job_types: Any = None,

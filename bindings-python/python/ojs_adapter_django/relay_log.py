@@ -91,13 +91,16 @@ class console:
     commands, so that a terminal shows them). Without such a configuration Python would print
     only WARNING and above, without the level."""
 
-    def __init__(self, prefix: str, stream=None) -> None:
+    def __init__(self, prefix: str, stream=None, logger: Optional[logging.Logger] = None) -> None:
         self._handler: Optional[logging.Handler] = None
         self._level: Optional[int] = None
         self._prefix = prefix
         self._stream = stream
+        #: The relay's logger, or another of the package's (``ojs_worker``'s).
+        self._logger = logger or globals()["logger"]
 
     def __enter__(self) -> "console":
+        logger = self._logger
         if not logger.hasHandlers():
             handler = logging.StreamHandler(self._stream or sys.stderr)
             handler.setFormatter(logging.Formatter(f"{self._prefix}: %(levelname)s %(message)s"))
@@ -109,6 +112,7 @@ class console:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        logger = self._logger
         if self._handler is not None:
             logger.removeHandler(self._handler)
             self._handler = None

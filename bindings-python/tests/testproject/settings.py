@@ -49,7 +49,8 @@ if _pg_url:
     _pg = urlparse(_pg_url)
     DATABASES["pg"] = {
         "ENGINE": "django.db.backends.postgresql",
-        "NAME": "ojs_py",
+        # A subprocess of a test (a worker) names the test database the test runs on.
+        "NAME": os.environ.get("OJS_TEST_PG_NAME", "ojs_py"),
         "USER": unquote(_pg.username or "postgres"),
         "PASSWORD": unquote(_pg.password or ""),
         "HOST": _pg.hostname or "127.0.0.1",
@@ -66,6 +67,12 @@ OJS_CONFIG = {
     "relay": {"request_timeout": "PT0.5S", "lease": "PT2S", "initial_backoff": "PT0.05S",
               "max_backoff": "PT0.5S"},
 }
+
+# A `manage.py ojs_worker` a test starts runs the tasks of testproject/worker_tasks.py
+# enqueued through an OJSBackend on the database OJS_TEST_TASKS_DATABASE.
+if os.environ.get("OJS_TEST_TASKS_DATABASE"):
+    TASKS = {"default": {"BACKEND": "ojs_adapter_django.tasks.OJSBackend", "QUEUES": [],
+                         "OPTIONS": {"DATABASE": os.environ["OJS_TEST_TASKS_DATABASE"]}}}
 
 # Who may read the mount (ojs_adapter_django.urls) in a server the tests start: bearer tokens
 # (testproject/access.py). Unset: staff only, the default.

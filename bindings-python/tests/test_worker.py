@@ -1,0 +1,383 @@
+"""``manage.py ojs_worker`` (``ojs_adapter_django.worker``, docs/django-tasks.md "Running tasks"):
+``task.enqueue()`` in a transaction, the commit, the relay, the devserver, the worker, the task's
+own row, and the job's state on the devserver. Real Django (6.x and the 5.2 backport), SQLite
+and PostgreSQL, a real devserver over HTTP; the worker runs in this process (``--once``) or as
+a real ``manage.py`` subprocess where signals and a backend that is down matter. Every wait is
+for a condition."""
+
+from __future__ import annotations
+
+import io
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from django.core.management import call_command
+from django.core.management.base import CommandError
+from django.db import connections, transaction
+from django.test import override_settings
+
+from ojs_adapter_django import OJS
+from support import WAIT, Devserver, drop_table, wait_until
+from testproject.worker_tasks import (
+    always_fails,
+    create_runs_table,
+    plain_run,
+    record_run,
+    runs,
+    waits_for_file,
+)
+
+try:
+    from django.tasks.signals import task_finished, task_started
+    DUMMY = "django.tasks.backends.dummy.DummyBackend"
+except ImportError:
+    from django_tasks.signals import task_finished, task_started
+    DUMMY = "django_tasks.backends.dummy.DummyBackend"
+
+DB = pytest.mark.django_db(transaction=True, databases=["default", "pg"])
+TABLE = "py_worker"
+MANAGE = str(Path(__file__).with_name("manage.py"))
+
+
+def own_adapter(url: str, alias: str) -> OJS:
+    adapter = OJS({"ojs_url": url, "outbox": {"table_name": TABLE, "poll_interval": "PT30S"},
+                   "relay": {"skip_recent": "PT1H"}})
+    drop_table(alias, TABLE)
+    adapter.create_outbox_table(alias)
+    return adapter
+
+
+def tasks_setting(alias: str, adapter: OJS, queues=()) -> dict:
+    return {"default": {"BACKEND": "ojs_adapter_django.tasks.OJSBackend", "QUEUES": list(queues),
+                        "OPTIONS": {"DATABASE": alias, "ADAPTER": adapter}}}
+
+
+@pytest.fixture
+def adapter(alias, backend):
+    adapter = own_adapter(backend.url, alias)
+    create_runs_table(alias)
+    with override_settings(TASKS=tasks_setting(alias, adapter)):
+        yield adapter
+    adapter.reset()
+
+
+def worker_once(*args: str) -> str:
+    out = io.StringIO()
+    call_command("ojs_worker", "--once", *args, stdout=out, stderr=io.StringIO())
+    return out.getvalue()
+
+
+def state(backend, job_id: str) -> dict:
+    return backend.call("GET", f"/ojs/v1/jobs/{job_id}")["job"]
+
+
+# -- in this process: --once ------------------------------------------------------------------
+
+@DB
+def test_a_committed_task_runs_in_the_worker_and_its_result_is_acked(alias, backend, adapter):
+    seen = []
+
+    def started(sender, task_result, **kwargs):
+        seen.append(("started", sender.__name__, task_result.id, task_result.status))
+
+    def finished(sender, task_result, **kwargs):
+        seen.append(("finished", sender.__name__, task_result.id, task_result.status,
+                     task_result.return_value))
+
+    task_started.connect(started, dispatch_uid="test_worker", weak=False)
+    task_finished.connect(finished, dispatch_uid="test_worker", weak=False)
+    try:
+        with transaction.atomic(using=alias):
+            result = record_run.enqueue(alias, "e2e", value={"n": 1})
+            plain = plain_run.enqueue(alias, "plain")
+            assert backend.jobs() == []  # staged, not sent before the commit
+        backend.wait_for([result.id, plain.id])
+        assert runs(alias) == []
+        out = worker_once("--count", "5")
+    finally:
+        task_started.disconnect(dispatch_uid="test_worker")
+        task_finished.disconnect(dispatch_uid="test_worker")
+    assert "2 completed, 0 failed, 0 refused" in out
+    assert runs(alias) == [("e2e", result.id, 1, "ran"), ("plain", None, None, "ran")]
+    job = state(backend, result.id)
+    assert job["state"] == "completed"
+    assert job["result"] == {"label": "e2e", "value": {"n": 1}, "attempt": 1}
+    assert state(backend, plain.id)["result"] == ["plain", 1]  # the tuple, normalised
+    assert seen[:2] == [("started", "OJSBackend", result.id, "RUNNING"),
+                        ("finished", "OJSBackend", result.id, "SUCCESSFUL",
+                         {"label": "e2e", "value": {"n": 1}, "attempt": 1})]
+    # Nothing left: a second run finds no job.
+    assert "0 completed, 0 failed, 0 refused" in worker_once()
+
+
+@DB
+def test_a_raising_task_is_retried_by_the_backend_then_discarded(alias, backend, adapter):
+    result = always_fails.enqueue(alias, "bad")
+    backend.wait_for([result.id])
+    states = []
+
+    def attempt_then_state() -> bool:
+        worker_once()
+        job = state(backend, result.id)
+        if not states or states[-1] != job["state"]:
+            states.append(job["state"])
+        return job["state"] == "discarded"
+
+    wait_until(attempt_then_state, what="the failing job to be discarded")
+    assert states[0] == "retryable" and states[-1] == "discarded"
+    job = state(backend, result.id)
+    assert job["attempt"] == 3 and job["max_attempts"] == 3
+    assert [error["type"] for error in job["errors"]] == ["builtins.ValueError"] * 3
+    assert [error["message"] for error in job["errors"]] == ["boom bad #1", "boom bad #2",
+                                                             "boom bad #3"]
+    assert all(error["retryable"] is True for error in job["errors"])
+    details = job["errors"][0]["details"]
+    assert "Traceback (most recent call last)" in details["traceback"]
+    assert "ValueError: boom bad #1" in details["traceback"]
+    assert details["worker_id"]
+    # The task ran three times, and its context counted the attempts as the backend does.
+    assert runs(alias) == [("bad", result.id, n, "ran") for n in (1, 2, 3)]
+
+
+@DB
+def test_a_job_that_is_no_task_is_discarded_without_retry(alias, backend, adapter):
+    with transaction.atomic(using=alias):
+        ids = [
+            adapter.enqueue_after_commit("testproject.worker_tasks.missing",
+                                         [{"args": [], "kwargs": {}}], using=alias),
+            adapter.enqueue_after_commit("testproject.worker_tasks.not_a_task",
+                                         [{"args": [], "kwargs": {}}], using=alias),
+            adapter.enqueue_after_commit("testproject.worker_tasks.plain_run", [alias, "x"],
+                                         using=alias),
+        ]
+    backend.wait_for(ids)
+    out = worker_once("--count", "3")
+    assert "0 completed, 0 failed, 3 refused" in out
+    jobs = [state(backend, job_id) for job_id in ids]
+    assert [job["state"] for job in jobs] == ["discarded"] * 3
+    assert [job["attempt"] for job in jobs] == [1, 1, 1]
+    assert [job["error"]["type"] for job in jobs] == ["unknown_task", "unknown_task",
+                                                      "invalid_task_args"]
+    assert all(job["error"]["retryable"] is False for job in jobs)
+    assert "testproject.worker_tasks.missing" in jobs[0]["error"]["message"]
+    assert "not a Django task" in jobs[1]["error"]["message"]
+    assert runs(alias) == []
+
+
+@DB
+def test_a_task_of_another_backend_is_refused(alias, backend, adapter):
+    """The job names a task whose backend is not an OJSBackend: never run."""
+    job_id = adapter.enqueue_after_commit("testproject.worker_tasks.plain_run",
+                                          [{"args": [alias, "other"], "kwargs": {}}], using=alias)
+    backend.wait_for([job_id])
+    # The worker serves the alias "ojs"; plain_run's own backend ("default") is Django's dummy.
+    setting = {"ojs": tasks_setting(alias, adapter)["default"], "default": {"BACKEND": DUMMY}}
+    with override_settings(TASKS=setting):
+        out = worker_once("--backend", "ojs")
+    assert "1 refused" in out
+    job = state(backend, job_id)
+    assert (job["state"], job["error"]["type"]) == ("discarded", "unknown_task")
+    assert "not an ojs_adapter_django.tasks.OJSBackend" in job["error"]["message"]
+    assert runs(alias) == []
+
+
+@DB
+def test_bad_options_are_command_errors(alias, backend, adapter):
+    with pytest.raises(CommandError, match="not an ojs_adapter_django.tasks.OJSBackend"):
+        with override_settings(TASKS={"default": {"BACKEND": DUMMY}}):
+            worker_once()
+    with pytest.raises(CommandError, match="nope"):
+        worker_once("--backend", "nope")
+    with pytest.raises(CommandError, match=r"\[INVALID_QUEUE\]"):
+        worker_once("--queue", "Not A Queue")
+    with override_settings(TASKS=tasks_setting(alias, adapter, queues=["default", "mail"])):
+        with pytest.raises(CommandError, match="queue 'other' is not in"):
+            worker_once("--queue", "other")
+
+
+# -- real processes: signals, a backend that is down ------------------------------------------
+
+class Process:
+    """A ``manage.py ojs_worker`` subprocess whose stderr lines are collected as they come."""
+
+    def __init__(self, url: str, alias: str, *args: str) -> None:
+        env = {**os.environ, "OJS_TEST_OJS_URL": url, "OJS_TEST_TASKS_DATABASE": alias,
+               "OJS_TEST_OUTBOX_TABLE": TABLE, "OJS_TEST_NO_LOGGING": "1",
+               "OJS_TEST_PG_NAME": connections["pg"].settings_dict["NAME"]}
+        self.process = subprocess.Popen(
+            [sys.executable, MANAGE, "ojs_worker", "--poll-interval", "0.05", *args],
+            env=env, cwd=os.path.dirname(MANAGE), stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.lines: list[str] = []
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        for line in self.process.stderr:
+            self.lines.append(line)
+
+    def said(self, text: str) -> bool:
+        return any(text in line for line in self.lines)
+
+    def wait_said(self, text: str) -> None:
+        try:
+            wait_until(lambda: self.said(text) or self.process.poll() is not None,
+                       what=f"the worker to log {text!r}")
+        finally:
+            assert self.said(text), "".join(self.lines)
+
+    def stop(self, signal_it: bool = True) -> tuple[int, str]:
+        """SIGTERM (unless ``signal_it`` is false: it was sent), then the exit code and stdout."""
+        if signal_it and self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+        try:
+            code = self.process.wait(timeout=WAIT)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            code = self.process.wait()
+        self._reader.join(timeout=WAIT)
+        out = self.process.stdout.read()
+        self.process.stdout.close()
+        self.process.stderr.close()
+        return code, out
+
+
+@DB
+def test_sigterm_lets_the_running_task_finish_and_stops_fetching(alias, backend, adapter,
+                                                                 tmp_path):
+    """A slow task, held past its visibility timeout by heartbeats; SIGTERM while it runs: no
+    more fetches, the task finishes, is acked, and the worker exits 0."""
+    release = tmp_path / "release"
+    with transaction.atomic(using=alias):
+        slow = waits_for_file.enqueue(alias, "slow", str(release))
+        later = plain_run.enqueue(alias, "later")
+    backend.wait_for([slow.id, later.id])
+    visibility = 1.0
+    worker = Process(backend.url, alias, "--visibility-timeout", str(visibility))
+    try:
+        wait_until(lambda: any(step == "started" for *_, step in runs(alias)),
+                   what="the slow task to start")
+        begun = time.monotonic()
+
+        def still_reserved() -> bool:
+            # A fetch of another worker gives back every job whose reservation ran out (from
+            # any queue): the heartbeats must have renewed the slow job's.
+            adapter.worker({"op": "fetch", "queues": ["nothing-here"], "worker_id": "probe"},
+                           using=alias)
+            job = state(backend, slow.id)
+            assert job["state"] == "active", job
+            return time.monotonic() - begun > 3 * visibility
+
+        wait_until(still_reserved, what="three visibility timeouts with the job reserved")
+        worker.process.send_signal(signal.SIGTERM)
+        worker.wait_said("SIGTERM received")
+        release.touch()
+        code, out = worker.stop(signal_it=False)
+    finally:
+        if worker.process.poll() is None:
+            worker.process.kill()
+    assert code == 0, "".join(worker.lines)
+    assert "1 completed, 0 failed, 0 refused, 0 given back" in out
+    assert [(label, step) for label, _, _, step in runs(alias)] == [("slow", "started"),
+                                                                    ("slow", "finished")]
+    assert state(backend, slow.id)["state"] == "completed"
+    assert state(backend, slow.id)["result"] == "slow"
+    # Not fetched after the signal: still there for the next worker.
+    assert state(backend, later.id)["state"] == "available"
+
+
+@DB
+def test_sigterm_gives_back_the_jobs_fetched_but_not_started(alias, backend, adapter, tmp_path):
+    release = tmp_path / "release"
+    with transaction.atomic(using=alias):
+        slow = waits_for_file.enqueue(alias, "slow", str(release))
+        queued = plain_run.enqueue(alias, "queued")
+    backend.wait_for([slow.id, queued.id])
+    worker = Process(backend.url, alias, "--count", "2")
+    try:
+        wait_until(lambda: runs(alias) != [], what="the slow task to start")
+        assert state(backend, queued.id)["state"] == "active"  # fetched with it
+        worker.process.send_signal(signal.SIGTERM)
+        worker.wait_said("SIGTERM received")
+        release.touch()
+        code, out = worker.stop(signal_it=False)
+    finally:
+        if worker.process.poll() is None:
+            worker.process.kill()
+    assert code == 0, "".join(worker.lines)
+    assert "1 completed, 0 failed, 0 refused, 1 given back" in out
+    assert state(backend, slow.id)["state"] == "completed"
+    job = state(backend, queued.id)
+    assert (job["state"], job["attempt"]) == ("available", 0)
+    assert [label for label, *_ in runs(alias)] == ["slow", "slow"]
+
+
+@DB
+def test_a_second_signal_interrupts_the_task_and_gives_it_back(alias, backend, adapter,
+                                                               tmp_path):
+    with transaction.atomic(using=alias):
+        slow = waits_for_file.enqueue(alias, "stuck", str(tmp_path / "never"))
+    backend.wait_for([slow.id])
+    worker = Process(backend.url, alias)
+    try:
+        wait_until(lambda: runs(alias) != [], what="the slow task to start")
+        worker.process.send_signal(signal.SIGTERM)
+        worker.wait_said("SIGTERM received")
+        worker.process.send_signal(signal.SIGINT)
+        code, out = worker.stop(signal_it=False)
+    finally:
+        if worker.process.poll() is None:
+            worker.process.kill()
+    assert code == 0, "".join(worker.lines)
+    assert "0 completed, 0 failed, 0 refused, 1 given back" in out
+    job = state(backend, slow.id)
+    assert (job["state"], job["attempt"]) == ("available", 0)
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@pytest.mark.django_db(transaction=True, databases=["default"])
+def test_a_backend_down_at_start_is_waited_for(tmp_path):
+    """No backend at the start: the worker logs it once, keeps trying with backoff, and runs
+    the job once the backend is there."""
+    create_runs_table("default")
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    worker = Process(url, "default")
+    server = None
+    adapter = None
+    try:
+        worker.wait_said("the OJS backend is unavailable")
+        assert worker.process.poll() is None
+        server = Devserver(port)
+        adapter = own_adapter(url, "default")
+        with override_settings(TASKS=tasks_setting("default", adapter)):
+            result = record_run.enqueue("default", "late")
+        server.wait_for([result.id])
+        wait_until(lambda: runs("default") != [], what="the worker to run the task")
+        wait_until(lambda: server.call("GET", f"/ojs/v1/jobs/{result.id}")["job"]["state"]
+                   == "completed", what="the ack")
+        worker.wait_said("the OJS backend answers again")
+        code, out = worker.stop()
+    finally:
+        if worker.process.poll() is None:
+            worker.process.kill()
+        if adapter is not None:
+            adapter.reset()
+        if server is not None:
+            server.stop()
+    assert code == 0, "".join(worker.lines)
+    assert sum("the OJS backend is unavailable" in line for line in worker.lines) == 1
+    assert runs("default") == [("late", result.id, 1, "ran")]
+    assert "1 completed" in out

@@ -1,0 +1,73 @@
+"""Tasks that ``manage.py ojs_worker`` runs in the worker tests (test_worker.py). Each records
+its run as a row of ``worker_runs`` on the database alias it is given, the side effect a test
+observes."""
+
+import os
+import time
+
+from django.db import connections, transaction
+
+try:  # Django 6's framework, else the backport (Django 5.2)
+    from django.tasks import task
+except ImportError:
+    from django_tasks import task
+
+RUNS = "worker_runs"
+
+
+def create_runs_table(using):
+    with connections[using].cursor() as cursor:
+        cursor.execute(f"DROP TABLE IF EXISTS {RUNS}")
+        cursor.execute(f"CREATE TABLE {RUNS} (label VARCHAR(100), job_id VARCHAR(100), "
+                       "attempt INTEGER, step VARCHAR(20))")
+
+
+def runs(using):
+    with connections[using].cursor() as cursor:
+        cursor.execute(f"SELECT label, job_id, attempt, step FROM {RUNS} ORDER BY label, attempt")
+        return [tuple(row) for row in cursor.fetchall()]
+
+
+def _record(using, label, job_id=None, attempt=None, step="ran"):
+    with transaction.atomic(using=using), connections[using].cursor() as cursor:
+        cursor.execute(f"INSERT INTO {RUNS} (label, job_id, attempt, step) VALUES (%s, %s, %s, %s)",
+                       [label, job_id, attempt, step])
+
+
+@task(takes_context=True)
+def record_run(context, using, label, *, value=None):
+    """Writes its row; returns what it was given and its attempt."""
+    _record(using, label, context.task_result.id, context.attempt)
+    return {"label": label, "value": value, "attempt": context.attempt}
+
+
+@task
+def plain_run(using, label):
+    """A task without context: returns a tuple, which Django normalises to a list."""
+    _record(using, label)
+    return (label, 1)
+
+
+@task(takes_context=True)
+def always_fails(context, using, label):
+    _record(using, label, context.task_result.id, context.attempt)
+    raise ValueError(f"boom {label} #{context.attempt}")
+
+
+@task(takes_context=True)
+def waits_for_file(context, using, label, path):
+    """Writes a "started" row, then waits until ``path`` exists (a test creates it), then writes
+    a "finished" row."""
+    _record(using, label, context.task_result.id, context.attempt, "started")
+    deadline = time.monotonic() + 120
+    while not os.path.exists(path):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{path} never appeared")
+        time.sleep(0.01)
+    _record(using, label, context.task_result.id, context.attempt, "finished")
+    return label
+
+
+def not_a_task(*args):
+    """A plain function: a job naming it is refused."""
+    return args
