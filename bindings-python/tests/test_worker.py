@@ -27,9 +27,11 @@ from ojs_adapter_django import OJS
 from support import WAIT, Devserver, drop_table, wait_until
 from testproject.worker_tasks import (
     always_fails,
+    chains,
     create_runs_table,
     plain_run,
     record_run,
+    returns_a_set,
     runs,
     waits_for_file,
 )
@@ -144,6 +146,44 @@ def test_a_raising_task_is_retried_by_the_backend_then_discarded(alias, backend,
     assert details["worker_id"]
     # The task ran three times, and its context counted the attempts as the backend does.
     assert runs(alias) == [("bad", result.id, n, "ran") for n in (1, 2, 3)]
+
+
+@DB
+def test_a_return_value_json_cannot_hold_fails_the_job_without_retry(alias, backend, adapter):
+    result = returns_a_set.enqueue(alias, "set")
+    backend.wait_for([result.id])
+    assert "0 completed, 1 failed" in worker_once()
+    job = state(backend, result.id)
+    assert (job["state"], job["attempt"]) == ("discarded", 1)
+    assert job["error"]["type"] == "builtins.TypeError"
+    assert job["error"]["retryable"] is False
+    assert job["error"]["message"].startswith(
+        "the return value of testproject.worker_tasks.returns_a_set cannot be stored as JSON")
+    assert runs(alias) == [("set", None, None, "ran")]  # it ran once
+
+
+@DB
+def test_a_task_that_enqueues_a_task_is_relayed_from_the_worker(alias, backend, adapter):
+    parent = chains.enqueue(alias, "parent")
+    backend.wait_for([parent.id])
+    assert "1 completed" in worker_once()
+    child_id = state(backend, parent.id)["result"]
+    (child,) = backend.wait_for([child_id])
+    assert child["type"] == "testproject.worker_tasks.plain_run"
+    assert "1 completed" in worker_once()
+    assert state(backend, child_id)["state"] == "completed"
+    assert [label for label, *_ in runs(alias)] == ["parent", "parent-child"]
+
+
+@DB
+def test_once_with_the_backend_down_is_a_command_error(alias, backend, adapter):
+    down = OJS({"ojs_url": f"http://127.0.0.1:{free_port()}"})
+    try:
+        with override_settings(TASKS=tasks_setting(alias, down)):
+            with pytest.raises(CommandError, match=r"^\[BACKEND_UNAVAILABLE\] "):
+                worker_once()
+    finally:
+        down.reset()
 
 
 @DB

@@ -15,6 +15,7 @@ One job at a time, in the main thread:
 - its return value, normalised to JSON as Django does, is the ack's ``result``; an exception is
   a nack (retryable: the OJS backend retries per the job's policy) with the exception's class
   path as ``code``, its text as ``message`` and ``{"traceback", "worker_id"}`` as ``details``;
+  a return value JSON cannot hold is a nack that is not retried (the task ran);
 - a thread renews the reservation (heartbeat) of every job this worker holds once it has held
   it for a quarter of the visibility timeout;
 - SIGTERM / SIGINT: no more fetches; the running job finishes and is acked or nacked, jobs
@@ -68,6 +69,11 @@ UNKNOWN_TASK = "unknown_task"
 INVALID_TASK_ARGS = "invalid_task_args"
 #: The nack ``code`` of a job given back unrun (``requeue``) by a stopping worker.
 WORKER_STOPPING = "worker_stopping"
+
+#: The longest nack ``message`` and ``details.traceback`` sent (characters; the middle of a
+#: longer text is cut): a nack is one HTTP request, and the backend keeps every error.
+MAX_MESSAGE = 2_000
+MAX_TRACEBACK = 32_000
 
 #: The first wait after the backend did not answer, and the longest (doubling in between).
 INITIAL_BACKOFF = 0.5
@@ -352,23 +358,34 @@ class Worker:
             _send(task_started, sender, result)
             started = time.monotonic()
             context = (TaskContext(task_result=result),) if task.takes_context else ()
+            retryable = True
             try:
-                value = normalize_json(task.call(*context, *args, **kwargs))
+                raw = task.call(*context, *args, **kwargs)
+                # The task ran: a return value JSON cannot hold fails the same way on every
+                # attempt, so that failure is not retried (its side effects are done).
+                retryable = False
+                value = normalize_json(raw)
             except (KeyboardInterrupt, Abort):
                 raise
             except BaseException as exc:
                 path = class_path(type(exc))
                 trace = "".join(format_exception(exc))
+                message = str(exc) or path
+                if not retryable:
+                    message = (f"the return value of {job['type']} cannot be stored as JSON "
+                               f"(Django's normalize_json): {message}")
                 object.__setattr__(result, "finished_at", timezone.now())
                 result.errors.append(TaskError(exception_class_path=path, traceback=trace))
                 object.__setattr__(result, "status", TaskResultStatus.FAILED)
                 _send(task_finished, sender, result)
-                answer = self.nack(job_id, path, str(exc) or path, retryable=True,
-                                   details={"traceback": trace, "worker_id": self.worker_id})
+                answer = self.nack(job_id, path, _clip(message, MAX_MESSAGE),
+                                   retryable=retryable,
+                                   details={"traceback": _clip(trace, MAX_TRACEBACK),
+                                            "worker_id": self.worker_id})
                 self.counts["failed"] += 1
                 logger.warning("job %s (%s) failed after %.3fs: %s: %s; the backend "
                                "made it %s", job_id, job["type"], time.monotonic() - started,
-                               path, exc, (answer or {}).get("state", "unknown"))
+                               path, message, (answer or {}).get("state", "unknown"))
                 return
             object.__setattr__(result, "finished_at", timezone.now())
             object.__setattr__(result, "status", TaskResultStatus.SUCCESSFUL)
@@ -450,6 +467,13 @@ class Worker:
 
 class OJSWorkerError(Exception):
     """A worker that cannot run with these settings or options."""
+
+
+def _clip(text: str, limit: int) -> str:
+    if len(text) <= limit:
+        return text
+    half = (limit - 40) // 2
+    return f"{text[:half]}\n[... {len(text) - 2 * half} characters cut ...]\n{text[-half:]}"
 
 
 def _send(sig: Any, sender: type, result: Any) -> None:

@@ -71,3 +71,18 @@ def waits_for_file(context, using, label, path):
 def not_a_task(*args):
     """A plain function: a job naming it is refused."""
     return args
+
+
+@task
+def returns_a_set(using, label):
+    """Runs, then returns what JSON cannot hold."""
+    _record(using, label)
+    return {label}
+
+
+@task
+def chains(using, label):
+    """Enqueues another task in its own transaction: the worker's relay sends it."""
+    with transaction.atomic(using=using):
+        _record(using, label)
+        return plain_run.enqueue(using, f"{label}-child").id
