@@ -27,6 +27,7 @@ from ojs_adapter_django import OJS
 from support import WAIT, Devserver, drop_table, wait_until
 from testproject.worker_tasks import (
     always_fails,
+    async_double,
     chains,
     create_runs_table,
     plain_run,
@@ -120,6 +121,14 @@ def test_a_committed_task_runs_in_the_worker_and_its_result_is_acked(alias, back
 
 
 @DB
+def test_an_async_task_runs_too(alias, backend, adapter):
+    result = async_double.enqueue(21)
+    backend.wait_for([result.id])
+    assert "1 completed" in worker_once()
+    assert state(backend, result.id)["result"] == 42
+
+
+@DB
 def test_a_raising_task_is_retried_by_the_backend_then_discarded(alias, backend, adapter):
     result = always_fails.enqueue(alias, "bad")
     backend.wait_for([result.id])
@@ -209,6 +218,20 @@ def test_a_job_that_is_no_task_is_discarded_without_retry(alias, backend, adapte
     assert "testproject.worker_tasks.missing" in jobs[0]["error"]["message"]
     assert "not a Django task" in jobs[1]["error"]["message"]
     assert runs(alias) == []
+
+
+@DB
+def test_a_module_that_raises_on_import_is_a_retryable_failure(alias, backend, adapter):
+    """Not the task's exception but the worker goes on, and the job is not left reserved."""
+    job_id = adapter.enqueue_after_commit("testproject.broken_tasks.anything",
+                                          [{"args": [], "kwargs": {}}], using=alias)
+    plain = plain_run.enqueue(alias, "after")
+    backend.wait_for([job_id, plain.id])
+    assert "1 completed, 1 failed" in worker_once("--count", "2")
+    job = state(backend, job_id)
+    assert (job["state"], job["error"]["type"]) == ("retryable", "builtins.RuntimeError")
+    assert job["error"]["message"] == "broken_tasks cannot be imported"
+    assert state(backend, plain.id)["state"] == "completed"
 
 
 @DB

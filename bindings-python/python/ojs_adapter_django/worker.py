@@ -422,7 +422,22 @@ class Worker:
                 for job in jobs:
                     if self.stopping.is_set():
                         break
-                    self.run_job(job)
+                    try:
+                        self.run_job(job)
+                    except Exception as exc:
+                        # Not the task's exception (run_job nacks those): the task's module
+                        # raised while imported, a broken job. The job must not stay held
+                        # (its heartbeats would keep it forever): a retryable nack.
+                        logger.exception("job %s (%s) could not be run", job.get("id"),
+                                         job.get("type"))
+                        if job.get("id") in self._held:
+                            self.counts["failed"] += 1
+                            self.nack(job["id"], class_path(type(exc)),
+                                      _clip(str(exc) or class_path(type(exc)), MAX_MESSAGE),
+                                      retryable=True,
+                                      details={"traceback": _clip("".join(format_exception(exc)),
+                                                                  MAX_TRACEBACK),
+                                               "worker_id": self.worker_id})
                 if once:
                     break
                 if not jobs:

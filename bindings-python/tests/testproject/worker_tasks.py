@@ -86,3 +86,9 @@ def chains(using, label):
     with transaction.atomic(using=using):
         _record(using, label)
         return plain_run.enqueue(using, f"{label}-child").id
+
+
+@task
+async def async_double(n):
+    """An ``async def`` task: Task.call runs it (async_to_sync)."""
+    return n * 2
