@@ -414,10 +414,9 @@ class Worker:
                 try:
                     jobs = self.fetch()
                 except BackendUnavailableError as exc:
-                    wait = self._unavailable(exc)
-                    if once:
+                    if once:  # the command's error says it; nothing is retried
                         raise
-                    self.stopping.wait(wait)
+                    self.stopping.wait(self._unavailable(exc))
                     continue
                 for job in jobs:
                     if self.stopping.is_set():
