@@ -26,10 +26,12 @@ from django.test import override_settings
 from ojs_adapter_django import OJS
 from support import WAIT, Devserver, drop_table, wait_until
 from testproject.worker_tasks import (
+    acks_itself,
     always_fails,
     async_double,
     chains,
     create_runs_table,
+    injects_fault,
     plain_run,
     record_run,
     returns_a_set,
@@ -182,6 +184,35 @@ def test_a_task_that_enqueues_a_task_is_relayed_from_the_worker(alias, backend, 
     assert "1 completed" in worker_once()
     assert state(backend, child_id)["state"] == "completed"
     assert [label for label, *_ in runs(alias)] == ["parent", "parent-child"]
+
+
+@DB
+def test_an_ack_the_backend_refuses_is_logged_and_the_worker_goes_on(alias, backend, adapter,
+                                                                      caplog):
+    first = acks_itself.enqueue()
+    second = plain_run.enqueue(alias, "next")
+    backend.wait_for([first.id, second.id])
+    with caplog.at_level("WARNING", logger="ojs_adapter_django.worker"):
+        assert "2 completed" in worker_once("--count", "2")
+    assert state(backend, first.id)["result"] == "acked by the task"
+    assert state(backend, second.id)["state"] == "completed"
+    (refused,) = [r for r in caplog.records if "refused the ack" in r.getMessage()]
+    assert first.id in refused.getMessage() and "409" in refused.getMessage()
+
+
+@DB
+def test_an_ack_the_backend_cannot_take_now_is_retried(alias, backend, adapter, caplog):
+    """Two 503 answers to the worker's requests after the task ran: the ack is retried with
+    backoff and lands; the outage is logged once."""
+    result = injects_fault.enqueue(backend.url, {"status": 503, "count": 2, "applies_to": "all"})
+    backend.wait_for([result.id])
+    with caplog.at_level("WARNING", logger="ojs_adapter_django.worker"):
+        assert "1 completed" in worker_once()
+    job = state(backend, result.id)
+    assert (job["state"], job["result"]) == ("completed", "after the fault")
+    messages = [r.getMessage() for r in caplog.records]
+    assert sum("the OJS backend is unavailable" in m for m in messages) == 1
+    assert any("the OJS backend answers again (after 2 failed requests" in m for m in messages)
 
 
 @DB

@@ -92,3 +92,25 @@ def chains(using, label):
 async def async_double(n):
     """An ``async def`` task: Task.call runs it (async_to_sync)."""
     return n * 2
+
+
+@task(takes_context=True)
+def acks_itself(context):
+    """Acks its own job before the worker does: the worker's ack is then refused (409)."""
+    backend = context.task_result.task.get_backend()
+    backend.adapter.worker({"op": "ack", "job_id": context.task_result.id,
+                            "result": "acked by the task"}, using=backend.database)
+    return "acked by the worker"
+
+
+@task
+def injects_fault(url, fault):
+    """Makes the devserver at ``url`` answer the next requests with ``fault`` (the worker's
+    ack of this very job among them)."""
+    import json
+    import urllib.request
+
+    request = urllib.request.Request(url + "/_dev/faults", data=json.dumps(fault).encode(),
+                                     method="POST", headers={"content-type": "application/json"})
+    urllib.request.urlopen(request, timeout=10).read()
+    return "after the fault"
