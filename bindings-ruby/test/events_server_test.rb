@@ -25,7 +25,9 @@ class EventsServerTest < Minitest::Test
     events = OJS::EventsApp.new(keep_alive: 1) # each native wait lasts 1 s
     closes = events_closes(events)
     app = Rack::URLMap.new("/ojs" => closes, "/" => ->(_env) { [200, { "content-type" => "text/plain" }, ["app"]] })
-    options = { min_threads: 1, max_threads: 4 }
+    # A graceful stop waits for requests in progress, and a stream with its client still
+    # connected never ends by itself: force_shutdown_after bounds the wait (docs/rails.md).
+    options = { min_threads: 1, max_threads: 4, force_shutdown_after: 1 }
     if defined?(Puma::LogWriter) # Puma 6 (Debian 13)
       options[:log_writer] = Puma::LogWriter.strings
       @server = Puma::Server.new(app, nil, options)
@@ -99,6 +101,17 @@ class EventsServerTest < Minitest::Test
     @socket.close
     TestSupport.wait_until("Puma closed the stream's body") { !@closed.empty? }
     assert_equal :stream, @closed.pop
+  end
+
+  # Puma's stop with a client still reading a stream: force_shutdown_after interrupts the
+  # stream's thread (its native wait returns at least once a second) and the body is closed.
+  def test_a_stop_with_a_connected_stream_client_ends
+    text = open_stream("/ojs/v1/events/stream")
+    TestSupport.wait_until("the stream open") { text.call.include?(OJS::EventsApp::KEEP_ALIVE) }
+    stopping = Thread.new { @server.stop(true) }
+    assert stopping.join(TestSupport::PATIENCE), "Puma stopped within #{TestSupport::PATIENCE}s"
+    @server = nil
+    TestSupport.wait_until("the stream's body closed") { !@closed.empty? }
   end
 
   def test_metrics_and_readyz_through_puma

@@ -162,6 +162,75 @@ class RailsAppTest < Minitest::Test
     end
   end
 
+  # The example app's routes mount OJS::EventsApp at /ojs (authorize: a bearer token). Under a
+  # real `rails server` with Puma, through Rails' whole middleware stack (Rack::ETag included)
+  # and its router: the stream answers at once and shows the job a signup commits; /metrics,
+  # /readyz and /healthz answer; a caller without the token is refused.
+  def test_events_mount_in_a_rails_server_under_puma
+    rails("generate", "ojs:install")
+    rails("db:migrate")
+    env = @env.merge("OJS_EVENTS_TOKEN" => "t0ken")
+    port = TCPServer.open("127.0.0.1", 0) { |server| server.addr[1] }
+    log = File.join(TestSupport::TMP, "rails_server_puma.log")
+    pid = Process.spawn(env, RbConfig.ruby, "bin/rails", "server", "-u", "puma", "-b", "127.0.0.1",
+                        "-p", port.to_s, chdir: @app, %i[out err] => [log, "w"])
+    assert_equal "ok\n", server_get(port, "/ojs/healthz").body
+    auth = { "Authorization" => "Bearer t0ken" }
+    http = ->(request) { Net::HTTP.start("127.0.0.1", port) { |connection| connection.request(request) } }
+    assert_equal "403", http.call(Net::HTTP::Get.new("/ojs/readyz")).code
+    assert_equal "403", http.call(Net::HTTP::Get.new("/ojs/readyz", "Authorization" => "Bearer wrong")).code
+
+    socket = TCPSocket.new("127.0.0.1", port)
+    socket.write("GET /ojs/v1/events/stream?types=job.*&queues=email HTTP/1.1\r\nHost: 127.0.0.1\r\n" \
+                 "Authorization: Bearer t0ken\r\n\r\n")
+    received = +""
+    lock = Mutex.new
+    Thread.new do
+      loop do
+        chunk = socket.readpartial(4096)
+        lock.synchronize { received << chunk }
+      end
+    rescue IOError, SystemCallError
+      nil
+    end
+    text = -> { lock.synchronize { received.dup } }
+    TestSupport.wait_until("the stream's first comment through Rails (log #{log})") { text.call.include?(": keep-alive") }
+    assert_match(%r{^content-type: text/event-stream\r$}i, text.call)
+
+    signup = http.call(Net::HTTP::Post.new("/signup", "Content-Type" => "application/json").tap do |request|
+      request.body = JSON.generate(email: "ada@example.com")
+    end)
+    assert_equal "201", signup.code, signup.body
+    job = TestSupport.devserver.wait_for_type("email.welcome")
+    TestSupport.wait_until("job.enqueued of #{job['id']} on the stream") { text.call.include?(%("subject":"#{job['id']}")) }
+    assert_match(/event: job\.enqueued\r?\ndata: .*"queue":"email"/, text.call)
+
+    metrics = http.call(Net::HTTP::Get.new("/ojs/metrics", auth))
+    assert_equal "200", metrics.code
+    assert_includes metrics.body.lines.map(&:chomp), %(ojs_relay_jobs_sent_total{table="ojs_outbox"} 1)
+    ready = http.call(Net::HTTP::Get.new("/ojs/readyz", auth))
+    assert_equal ["200", true], [ready.code, JSON.parse(ready.body)["ready"]]
+  ensure
+    socket&.close
+    stop_server(pid) if pid
+  end
+
+  # SIGTERM; Puma stops once its requests have ended (a stream ends at its next keep-alive
+  # write after the client went away). A server still running after PATIENCE is killed, and the
+  # test fails: a stream that never ends would hold a graceful stop forever.
+  def stop_server(pid)
+    Process.kill("TERM", pid)
+    deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + TestSupport::PATIENCE
+    until Process.waitpid(pid, Process::WNOHANG)
+      if Process.clock_gettime(Process::CLOCK_MONOTONIC) > deadline
+        Process.kill("KILL", pid)
+        Process.wait(pid)
+        flunk "the server did not stop within #{TestSupport::PATIENCE}s of SIGTERM"
+      end
+      sleep 0.1
+    end
+  end
+
   # --- ojs:relay and SIGTERM, whenever it arrives ---------------------------------------------
 
   # The app with the outbox migrated and the relay external, as an operator runs ojs:relay.
