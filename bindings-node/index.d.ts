@@ -1,4 +1,5 @@
-// Type declarations of ojs-adapter-express: transactional job enqueue for Express + knex.
+// Type declarations of ojs-adapter-express: transactional job enqueue for Express on knex, pg,
+// Kysely, Drizzle or better-sqlite3 transactions (docs/express.md).
 import type { Knex } from 'knex';
 import type { Request, RequestHandler, Router } from 'express';
 
@@ -81,6 +82,63 @@ export interface RequestContext {
 export type KnexExecutor = Knex | Knex.Transaction;
 
 /**
+ * A database or transaction object of a provider's library: a pg Pool, Client or PoolClient; a
+ * Kysely instance or the ControlledTransaction ojs.transaction hands out; a Drizzle database or
+ * transaction; a better-sqlite3 Database. Typed loosely so that no library's types are needed.
+ */
+export type ProviderDatabase = object;
+
+/** A database or transaction of any supported library (knex or a provider's). */
+export type Executor = KnexExecutor | ProviderDatabase;
+
+/**
+ * A transaction provider (docs/express.md, "The provider interface"): runs the core's SQL with
+ * its parameters on its library's transaction and says when that transaction ended. Every
+ * statement, parameter, placeholder style and the savepoint bookkeeping stay the core's.
+ */
+export interface TransactionProvider {
+  /** The library's name, for messages. */
+  name: string;
+  /** Whether `db` (a database or transaction object) is this library's. */
+  matches(db: unknown): boolean;
+  /** The core's dialect of `db`. */
+  dialect(db: ProviderDatabase): 'postgresql' | 'sqlite';
+  /** The parameter style the core writes: `$1` ('dollar') or `?` ('question'). */
+  placeholder?: 'dollar' | 'question';
+  placeholderFor?(dialect: 'postgresql' | 'sqlite'): 'dollar' | 'question';
+  /** Whether the library's transactions are synchronous functions (better-sqlite3). */
+  sync?: boolean;
+  syncFor?(db: ProviderDatabase): boolean;
+  /** Runs one statement of the core, as given, on `executor` (a database or a transaction). */
+  execute(executor: ProviderDatabase, sql: string, params: unknown[]): unknown;
+  /** Runs `work(tx)` in a new transaction: settles after COMMIT, or rejects after ROLLBACK / a failed COMMIT. */
+  begin<T>(db: ProviderDatabase, work: (tx: ProviderDatabase) => T, options?: unknown): Promise<Awaited<T>> | T;
+  /** The same in a savepoint of `tx`. */
+  savepoint<T>(tx: ProviderDatabase, work: (tx: ProviderDatabase) => T, options?: unknown): Promise<Awaited<T>> | T;
+  /** `db` is a transaction the provider did not open (its commit unseen): refused. */
+  foreignTransaction?(db: ProviderDatabase): boolean;
+  /** The relay's database URL parts, for createOjs without databaseUrl. */
+  urlParts?(db: ProviderDatabase, providers: TransactionProvider[]): {
+    engine: 'postgresql' | 'sqlite';
+    url?: string;
+    host?: string;
+    port?: number | string;
+    user?: string;
+    password?: string;
+    database?: string;
+    sslmode?: string;
+  } | null;
+}
+
+/** The built-in providers. */
+export declare const providers: {
+  pg: TransactionProvider;
+  kysely: TransactionProvider;
+  drizzle: TransactionProvider;
+  betterSqlite3: TransactionProvider;
+};
+
+/**
  * Where the relay's log records go: one call per record, at its level, with the core's whole
  * line (job id included for a dead letter). `console`, a pino or a winston logger fit as they are.
  */
@@ -103,8 +161,12 @@ export interface CreateOjsOptions {
   url?: string | null;
   /** adapter.backend_type: "external", the only type (the core's default). */
   backendType?: 'external';
-  /** The application's knex instance (pg or better-sqlite3). */
-  knex: Knex;
+  /** The application's knex instance (pg or better-sqlite3); this or `db`. */
+  knex?: Knex;
+  /** In place of `knex`: a pg Pool or Client, a Kysely, Drizzle or better-sqlite3 database. */
+  db?: ProviderDatabase;
+  /** Transaction providers of the application's own, tried before the built-in ones. */
+  providers?: TransactionProvider[];
   /** The relay's database URL; derived from the knex connection settings when absent. */
   databaseUrl?: string;
   /** Bearer token for the backend (adapter.auth_token). */
@@ -252,7 +314,10 @@ export interface EventSubscription extends AsyncIterableIterator<OjsEvent> {
 }
 
 export declare class Ojs {
-  readonly knex: Knex;
+  /** The knex instance given to createOjs, or null when it was given `db`. */
+  readonly knex: Knex | null;
+  /** The database given to createOjs (`knex` or `db`). */
+  readonly db: Executor;
   readonly dialect: 'postgresql' | 'sqlite';
   /** The core configuration built from the options (spec §5.2 shape). */
   readonly config: { adapter: Record<string, Json> };
@@ -273,13 +338,24 @@ export declare class Ojs {
   /** Sends one job to the backend now (no outbox); resolves with its id. */
   enqueue(type: string, args: Json[], options?: JobOptions | null, meta?: Record<string, Json> | null): Promise<string>;
   /** Stages one job in `trx` (sent after the outermost commit) or autocommits through a knex instance. */
-  enqueueAfterCommit(executor: KnexExecutor, type: string, args: Json[], options?: JobOptions | null, meta?: Record<string, Json> | null): Promise<string>;
+  enqueueAfterCommit(executor: Executor, type: string, args: Json[], options?: JobOptions | null, meta?: Record<string, Json> | null): Promise<string>;
   /** The same in the current ojs.transaction; rejects with NoTransactionError outside one. */
   enqueueAfterCommit(type: string, args: Json[], options?: JobOptions | null, meta?: Record<string, Json> | null): Promise<string>;
-  enqueueBulk(executor: KnexExecutor, jobs: BulkJob[]): Promise<string[]>;
+  enqueueBulk(executor: Executor, jobs: BulkJob[]): Promise<string[]>;
   enqueueBulk(jobs: BulkJob[]): Promise<string[]>;
-  /** knex.transaction with the transactor made current; nested calls open a savepoint. */
+  /** For synchronous libraries (better-sqlite3, Drizzle on it): written before it returns; throws on failure. */
+  enqueueAfterCommitSync(executor: ProviderDatabase, type: string, args: Json[], options?: JobOptions | null, meta?: Record<string, Json> | null): string;
+  enqueueAfterCommitSync(type: string, args: Json[], options?: JobOptions | null, meta?: Record<string, Json> | null): string;
+  enqueueBulkSync(executor: ProviderDatabase, jobs: BulkJob[]): string[];
+  enqueueBulkSync(jobs: BulkJob[]): string[];
+  /** knex.transaction with the transactor made current (in the current ojs.transaction: a savepoint). */
   transaction<T>(work: (trx: Knex.Transaction) => Promise<T> | T, config?: Knex.TransactionConfig): Promise<T>;
+  /**
+   * A transaction of `db`'s library (a savepoint when `db` is a transaction ojs.transaction
+   * opened), made current; the relay is woken after the outermost COMMIT. Synchronous
+   * libraries (better-sqlite3) return `work`'s result synchronously.
+   */
+  transaction<T>(db: Executor, work: (tx: any) => T, options?: unknown): Promise<Awaited<T>> | T;
   /** Runs `work` with this request context. */
   withContext<T>(context: RequestContext, work: () => T): T;
 
@@ -311,11 +387,16 @@ export declare class RequestOjs {
   readonly ojs: Ojs;
   readonly context: RequestContext | null;
   enqueue(type: string, args: Json[], options?: JobOptions | null, meta?: Record<string, Json> | null): Promise<string>;
-  enqueueAfterCommit(executor: KnexExecutor, type: string, args: Json[], options?: JobOptions | null, meta?: Record<string, Json> | null): Promise<string>;
+  enqueueAfterCommit(executor: Executor, type: string, args: Json[], options?: JobOptions | null, meta?: Record<string, Json> | null): Promise<string>;
   enqueueAfterCommit(type: string, args: Json[], options?: JobOptions | null, meta?: Record<string, Json> | null): Promise<string>;
-  enqueueBulk(executor: KnexExecutor, jobs: BulkJob[]): Promise<string[]>;
+  enqueueBulk(executor: Executor, jobs: BulkJob[]): Promise<string[]>;
   enqueueBulk(jobs: BulkJob[]): Promise<string[]>;
+  enqueueAfterCommitSync(executor: ProviderDatabase, type: string, args: Json[], options?: JobOptions | null, meta?: Record<string, Json> | null): string;
+  enqueueAfterCommitSync(type: string, args: Json[], options?: JobOptions | null, meta?: Record<string, Json> | null): string;
+  enqueueBulkSync(executor: ProviderDatabase, jobs: BulkJob[]): string[];
+  enqueueBulkSync(jobs: BulkJob[]): string[];
   transaction<T>(work: (trx: Knex.Transaction) => Promise<T> | T, config?: Knex.TransactionConfig): Promise<T>;
+  transaction<T>(db: Executor, work: (tx: any) => T, options?: unknown): Promise<Awaited<T>> | T;
 }
 
 export declare function createOjs(options: CreateOjsOptions): Ojs;

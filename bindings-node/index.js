@@ -1,9 +1,11 @@
 'use strict';
-// ojs-adapter-express: transactional job enqueue for Express + knex over the OJS outbox core.
+// ojs-adapter-express: transactional job enqueue for Express over the OJS outbox core, on knex,
+// pg, Kysely, Drizzle or better-sqlite3 transactions (lib/providers/).
 
 const { Ojs, createOjs, createOutboxTable, dropOutboxTable } = require('./lib/ojs');
 const { ojsMiddleware, RequestOjs } = require('./lib/express');
 const errors = require('./lib/errors');
+const providers = require('./lib/providers');
 
 module.exports = {
   createOjs,
@@ -12,6 +14,8 @@ module.exports = {
   ojsMiddleware,
   Ojs,
   RequestOjs,
+  /** The built-in transaction providers (docs/express.md, "Transaction providers"). */
+  providers: { pg: providers.pg, kysely: providers.kysely, drizzle: providers.drizzle, betterSqlite3: providers.betterSqlite3 },
   OJSError: errors.OJSError,
   ValidationError: errors.ValidationError,
   InvalidJobTypeError: errors.InvalidJobTypeError,

@@ -39,8 +39,16 @@ class RequestOjs {
     return this._scoped(() => this.ojs.enqueueBulk(...call));
   }
 
-  transaction(work, config) {
-    return this._scoped(() => this.ojs.transaction(work, config));
+  transaction(...call) {
+    return this._scoped(() => this.ojs.transaction(...call));
+  }
+
+  enqueueAfterCommitSync(...call) {
+    return this._scoped(() => this.ojs.enqueueAfterCommitSync(...call));
+  }
+
+  enqueueBulkSync(...call) {
+    return this._scoped(() => this.ojs.enqueueBulkSync(...call));
   }
 }
 

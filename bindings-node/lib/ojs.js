@@ -6,6 +6,8 @@
 const { NativeBridge, stageJob, optionKeys, rejectOption } = require('./native');
 const { callNative, awaitNative, errorFor, fromNative, NoTransactionError } = require('./errors');
 const hostKnex = require('./knex');
+const providers = require('./providers');
+const transactions = require('./transaction');
 const { runScoped, currentScope } = require('./context');
 const { RelayHost } = require('./relay-host');
 const relayLog = require('./log');
@@ -24,7 +26,7 @@ function snakeKeys(value) {
 }
 
 /** createOjs options that are Express's own; every other option is a core configuration key. */
-const EXPRESS_OPTIONS = ['knex', 'config', 'relayProcess', 'onError', 'autoStart', 'handleSignals', 'logger'];
+const EXPRESS_OPTIONS = ['knex', 'db', 'providers', 'config', 'relayProcess', 'onError', 'autoStart', 'handleSignals', 'logger'];
 /** How an application sets the backend URL, named by the core when it is missing. */
 const URL_SETTING = 'createOjs({ url })';
 
@@ -46,8 +48,70 @@ function buildConfig(options) {
     adapter[snakeKey(key)] = key === 'relay' && typeof value === 'string' ? { mode: value } : snakeKeys(value);
   }
   if (adapter.database_url === undefined && options.knex) adapter.database_url = hostKnex.databaseUrlOf(options.knex);
+  else if (adapter.database_url === undefined && options.db !== undefined) adapter.database_url = databaseUrlOfDb(options);
   const extra = snakeKeys(options.config || {});
   return { adapter: { ...extra, ...adapter } };
+}
+
+/** The providers of an adapter: the application's own (`providers` option) before the built-in ones. */
+function providerList(options) {
+  const own = options.providers === undefined ? [] : options.providers;
+  if (!Array.isArray(own)) throw errorFor('INVALID_CONFIG', 'providers: an array of transaction providers', 'providers');
+  for (const [index, provider] of own.entries()) {
+    const missing = ['matches', 'dialect', 'execute', 'begin', 'savepoint'].find((m) => !provider || typeof provider[m] !== 'function');
+    if (missing) throw errorFor('INVALID_CONFIG', `providers[${index}]: a provider needs a ${missing}() method`, 'providers');
+  }
+  return [...own, ...providers.BUILTIN];
+}
+
+/** The database object's binding (`{provider, dialect, placeholder, sync}`), or null. */
+function bindingOf(db, list) {
+  const provider = providers.providerOf(db, list);
+  if (provider === undefined) return null;
+  const dialect = provider.dialect(db);
+  if (dialect !== 'postgresql' && dialect !== 'sqlite') {
+    throw errorFor('INVALID_CONFIG', `db: this ${provider.name || 'provider'} database is neither PostgreSQL nor SQLite`, 'db');
+  }
+  const placeholder = provider.placeholderFor ? provider.placeholderFor(dialect) : provider.placeholder || 'dollar';
+  const sync = provider.syncFor ? provider.syncFor(db) : Boolean(provider.sync);
+  return { provider, dialect, placeholder, sync };
+}
+
+/** The relay's database URL from a `db` option by the core's rule, or the missing-setting error. */
+function databaseUrlOfDb(options) {
+  const list = providerList(options);
+  const binding = bindingOf(options.db, list);
+  if (binding === null) throw unsupportedDb('db');
+  const parts = binding.provider.urlParts ? binding.provider.urlParts(options.db, list) : null;
+  if (!parts) {
+    throw errorFor(
+      'INVALID_DATABASE_URL',
+      `database_url: the ${binding.provider.name} database's connection settings cannot be read; set createOjs({ databaseUrl }) yourself`,
+      'database_url',
+    );
+  }
+  const defined = Object.fromEntries(Object.entries(parts).filter(([, v]) => v !== undefined));
+  return callNative(() =>
+    require('./native').databaseUrlFromParts(JSON.stringify({ ...defined, base_dir: process.cwd(), setting: 'createOjs({ databaseUrl })' })),
+  );
+}
+
+/** The refusal of a value that is no database or transaction of a supported library. */
+function unsupportedDb(field) {
+  return errorFor(
+    'INVALID_CONFIG',
+    `${field}: not a database or transaction of a supported library (knex, pg, Kysely, Drizzle, better-sqlite3, or a provider of the providers option)`,
+    field,
+  );
+}
+
+/** The refusal of a library transaction that ojs.transaction did not open: its commit is unseen. */
+function foreignTransaction(name) {
+  return new NoTransactionError(
+    `this ${name} transaction was not opened by ojs.transaction() (or it has ended), so its commit cannot be seen: ` +
+      'open it with ojs.transaction(db, async (tx) => ...) and stage into that tx',
+    { code: 'NO_TRANSACTION' },
+  );
 }
 
 /** What the core is told about this process: development mode is NODE_ENV=development only. */
@@ -113,13 +177,28 @@ class Ojs {
   constructor(options = {}) {
     // The options' names first: a misspelled `knex` is named as such, not as a missing one.
     this.config = buildConfig(options);
-    if (!options.knex) {
-      throw errorFor('INVALID_CONFIG', 'knex: createOjs needs the application\'s knex instance', 'knex');
+    this._providers = providerList(options);
+    /** Per database object: its binding (`bindingOf`), resolved once. */
+    this._bindings = new WeakMap();
+    if (options.knex) {
+      this.knex = options.knex;
+      this.dialect = hostKnex.dialectOf(options.knex);
+      this.db = options.knex;
+    } else if (options.db !== undefined) {
+      const binding = this._binding(options.db);
+      this.knex = null;
+      this.db = options.db;
+      this.dialect = binding.dialect;
+    } else {
+      throw errorFor(
+        'INVALID_CONFIG',
+        "db: createOjs needs the application's database: { knex } or { db } (a pg Pool, Kysely, Drizzle or better-sqlite3 database)",
+        'db',
+      );
     }
-    this.knex = options.knex;
-    this.dialect = hostKnex.dialectOf(options.knex);
-    /** Per dialect: the core's staging handle and its single-job INSERT text (`_stager`). */
+    /** Per dialect and placeholder style: the core's staging handle and its INSERT text (`_stager`). */
     this._stagers = { postgresql: undefined, sqlite: undefined };
+    this._providerStagers = new Map();
     const host = hostOptions();
     this.native = callNative(() => new NativeBridge(JSON.stringify(this.config), host));
     /** Where the relay's log records go (lib/log.js): info, warn and error methods. */
@@ -259,7 +338,7 @@ class Ojs {
       let options;
       let meta;
       const scope = currentScope();
-      if (isExecutor(first)) {
+      if (isExecutor(first) || this._isDatabase(first)) {
         executor = first;
         type = second;
         args = third;
@@ -272,6 +351,24 @@ class Ojs {
         args = second;
         options = third;
         meta = fourth;
+      }
+      if (!isExecutor(executor)) {
+        if (typeof type !== 'string') {
+          // Not a text: the general path hands the value over as JSON, for the core to refuse.
+          const jobs = `[${hostKnex.jobJson(type, args, options, meta)}]`;
+          return Promise.resolve(this._stageProvider(executor, jobs, scope, false)).then((ids) => ids[0]);
+        }
+        const { jobId, done, ledger } = this._stageOne(executor, type, args, options, meta, scope, false);
+        if (done === null) return Promise.resolve(jobId);
+        return done.then(
+          () => {
+            if (ledger === null) this.notifyCommitted([jobId]);
+            return jobId;
+          },
+          (error) => {
+            throw hostKnex.databaseError(error);
+          },
+        );
       }
       if (typeof type !== 'string') {
         // Not a text: the general path hands the value over as JSON, for the core to refuse.
@@ -333,11 +430,164 @@ class Ojs {
   /** Stages every job with one INSERT; same transaction rules; resolves with their ids. */
   async enqueueBulk(...call) {
     const [executor, jobs] = this._executorCall(call);
+    if (!isExecutor(executor)) return this._stageProvider(executor, hostKnex.jobsJson(jobs), currentScope(), false);
     return this._stage(executor, hostKnex.jobsJson(jobs), currentScope());
   }
 
+  /**
+   * enqueueAfterCommit for a library whose transactions are synchronous (better-sqlite3, and
+   * Drizzle on it): the row is written before it returns the job id; a failure throws (and,
+   * inside `ojs.transaction`, rolls the transaction back).
+   */
+  enqueueAfterCommitSync(first, ...rest) {
+    const scope = currentScope();
+    const given = this._isDatabase(first);
+    const executor = given ? first : scope.trx;
+    if (executor === undefined) throw noTransaction('enqueueAfterCommitSync(type, args)');
+    const [type, args, options, meta] = given ? rest : [first, ...rest];
+    if (typeof type !== 'string') {
+      return this._stageProvider(executor, `[${hostKnex.jobJson(type, args, options, meta)}]`, scope, true)[0];
+    }
+    const { jobId, ledger } = this._stageOne(executor, type, args, options, meta, scope, true);
+    if (ledger === null) this.notifyCommitted([jobId]);
+    return jobId;
+  }
+
+  /** enqueueBulk for a synchronous library (see enqueueAfterCommitSync); returns the ids. */
+  enqueueBulkSync(...call) {
+    const given = this._isDatabase(call[0]);
+    const scope = currentScope();
+    const executor = given ? call[0] : scope.trx;
+    if (executor === undefined) throw noTransaction('enqueueBulkSync(jobs)');
+    return this._stageProvider(executor, hostKnex.jobsJson(given ? call[1] : call[0]), scope, true);
+  }
+
+  /** Whether `value` is a database or transaction object of one of this adapter's providers. */
+  _isDatabase(value) {
+    if (value === null || typeof value !== 'object') return false;
+    return transactions.levelOf(value) !== undefined || this._bindings.has(value) || providers.providerOf(value, this._providers) !== undefined;
+  }
+
+  /** The binding of a database object (cached), or INVALID_CONFIG naming `field`. */
+  _binding(db, field = 'db') {
+    let binding = this._bindings.get(db);
+    if (binding === undefined) {
+      binding = bindingOf(db, this._providers);
+      if (binding === null) throw unsupportedDb(field);
+      this._bindings.set(db, binding);
+    }
+    return binding;
+  }
+
+  /**
+   * Where a provider stages: the open level of `executor` (a transaction ojs.transaction
+   * opened), or none (a database outside a transaction: written at once, then woken). A
+   * transaction the library opened without ojs.transaction is refused: its commit is unseen.
+   */
+  _place(executor, sync) {
+    const level = transactions.levelOf(executor) || null;
+    const binding = level !== null ? level.binding : this._binding(executor, 'trx');
+    if (level === null && binding.provider.foreignTransaction && binding.provider.foreignTransaction(executor)) {
+      throw foreignTransaction(binding.provider.name);
+    }
+    if (sync && !binding.sync) {
+      throw errorFor('INVALID_CONFIG', `trx: ${binding.provider.name} transactions are asynchronous: use enqueueAfterCommit / enqueueBulk`, 'trx');
+    }
+    return { level, binding };
+  }
+
+  /** The core's staging handle of a dialect and placeholder style (INSERT text with its first job). */
+  _providerStager(dialect, placeholder) {
+    const key = `${dialect}/${placeholder}`;
+    let stager = this._providerStagers.get(key);
+    if (stager === undefined) {
+      stager = { handle: callNative(() => this.native.stager(dialect, placeholder)), sql: undefined };
+      this._providerStagers.set(key, stager);
+    }
+    return stager;
+  }
+
+  /**
+   * One job through a provider: the core stages it (validation, id, parameters, the id in the
+   * level's ledger), the provider runs the INSERT on `executor`. Returns `{jobId, done, ledger}`:
+   * `done` the provider's promise (null once written synchronously); `ledger` null outside a
+   * transaction (the caller wakes the relay once the row is written).
+   */
+  _stageOne(executor, type, args, options, meta, scope, sync) {
+    const { level, binding } = this._place(executor, sync);
+    const argsText = hostKnex.jsonOf(args, 'args');
+    const optionsText = options == null ? null : hostKnex.jsonOf(options, 'options');
+    const metaText = meta == null ? null : hostKnex.jsonOf(meta, 'meta');
+    const ledger = level === null ? null : transactions.ledgerOf(level, this).handle;
+    const stager = this._providerStager(binding.dialect, binding.placeholder);
+    let staged;
+    try {
+      staged = stageJob(stager.handle, ledger, type, argsText, optionsText, metaText, contextText(scope), stager.sql === undefined);
+    } catch (error) {
+      throw fromNative(error);
+    }
+    let start = 0;
+    if (stager.sql === undefined) {
+      start = staged.indexOf('\0') + 1;
+      stager.sql = staged.slice(0, start - 1);
+    }
+    const params = stagedParams(staged, start);
+    const jobId = params[0];
+    let result;
+    try {
+      result = binding.provider.execute(executor, stager.sql, params);
+    } catch (error) {
+      throw hostKnex.databaseError(error);
+    }
+    const done = result && typeof result.then === 'function' && !binding.sync ? result : null;
+    if (done === null && !sync && ledger === null) this.notifyCommitted([jobId]);
+    return { jobId, done, ledger };
+  }
+
+  /**
+   * Several jobs through a provider (the core's `Staged`): run in a savepoint of their own
+   * (outside a transaction: in a transaction of their own) when the core says so. Synchronous
+   * libraries return the ids; the others a promise of them.
+   */
+  _stageProvider(executor, jobsText, scope, sync, place = this._place(executor, sync)) {
+    const { level, binding } = place;
+    const staged = JSON.parse(callNative(() => this.native.stage(binding.dialect, binding.placeholder, jobsText, contextText(scope))));
+    const { provider } = binding;
+    const finish = () => {
+      if (staged.job_ids.length === 0) return staged.job_ids;
+      if (level !== null) transactions.ledgerOf(level, this).ledger.staged(staged.job_ids.join('\n'));
+      else this.notifyCommitted(staged.job_ids);
+      return staged.job_ids;
+    };
+    const wrapped = (tx) => {
+      if (!staged.needs_savepoint) tx = executor;
+      if (binding.sync) {
+        for (const statement of staged.statements) provider.execute(tx, statement.sql, statement.params);
+        return undefined;
+      }
+      return staged.statements.reduce((previous, statement) => previous.then(() => provider.execute(tx, statement.sql, statement.params)), Promise.resolve());
+    };
+    const run = () => {
+      if (!staged.needs_savepoint) return wrapped(executor);
+      return level !== null ? provider.savepoint(level.tx, wrapped) : provider.begin(executor, wrapped);
+    };
+    if (binding.sync) {
+      try {
+        run();
+      } catch (error) {
+        throw hostKnex.databaseError(error);
+      }
+      return finish();
+    }
+    return Promise.resolve()
+      .then(run)
+      .then(finish, (error) => {
+        throw hostKnex.databaseError(error);
+      });
+  }
+
   _executorCall(call) {
-    if (isExecutor(call[0])) return call;
+    if (isExecutor(call[0]) || this._isDatabase(call[0])) return call;
     const { trx } = currentScope();
     if (trx === undefined) throw noTransaction('enqueueBulk(jobs)');
     return [trx, ...call];
@@ -362,11 +612,29 @@ class Ojs {
    * knex.transaction with the transactor made current for the §8.3 form; nested calls open a
    * savepoint in the current one.
    */
-  transaction(work, config) {
-    const outer = currentScope().trx;
-    const run = (trx) => runScoped({ trx }, () => work(trx));
-    if (outer && !outer.isCompleted()) return outer.transaction(run, config);
-    return this.knex.transaction(run, config);
+  transaction(first, second, third) {
+    if (typeof first === 'function' && !first.client) {
+      // ojs.transaction(work, config): in the current ojs.transaction, or on the adapter's database.
+      const outer = currentScope().trx;
+      if (outer !== undefined && !isExecutor(outer)) return this.transaction(outer, first, second);
+      const run = (trx) => runScoped({ trx }, () => first(trx));
+      if (outer && !outer.isCompleted()) return outer.transaction(run, second);
+      if (this.knex === null) return this.transaction(this.db, first, second);
+      return this.knex.transaction(run, second);
+    }
+    const db = first;
+    const work = second;
+    if (typeof work !== 'function') throw errorFor('INVALID_CONFIG', 'work: ojs.transaction(db, work) needs a function', 'work');
+    if (isExecutor(db)) {
+      const run = (trx) => runScoped({ trx }, () => work(trx));
+      return db.transaction(run, third);
+    }
+    const level = transactions.levelOf(db) || null;
+    const binding = level !== null ? level.binding : this._binding(db);
+    if (level === null && binding.provider.foreignTransaction && binding.provider.foreignTransaction(db)) {
+      throw foreignTransaction(binding.provider.name);
+    }
+    return transactions.run(binding, db, level, (tx) => runScoped({ trx: tx }, () => work(tx)), third);
   }
 
   /** Runs `work` with this request context (core keys: request_id, traceparent, ...). */
@@ -378,7 +646,17 @@ class Ojs {
 
   /** The core's DDL for the outbox table, run through the application's knex. */
   async migrate() {
-    await runDdl(this.knex, callNative(() => this.native.createTableSql(this.dialect)));
+    const statements = callNative(() => this.native.createTableSql(this.dialect));
+    if (this.knex !== null) {
+      await runDdl(this.knex, statements);
+      return;
+    }
+    const { provider } = this._binding(this.db);
+    try {
+      for (const sql of statements) await provider.execute(this.db, sql, []);
+    } catch (error) {
+      throw errorFor('DATABASE', `creating the outbox table failed: ${error.message}`, null, error);
+    }
   }
 
   async status() {
@@ -506,6 +784,11 @@ class Ojs {
   async _commitWithoutWakeup(trx) {
     hostKnex.suppressWakeup(trx);
     return trx.commit();
+  }
+
+  /** Test seam: the outermost ojs.transaction of `tx` will commit without waking the relay. */
+  _suppressWakeup(tx) {
+    transactions.suppressWakeup(tx);
   }
 }
 

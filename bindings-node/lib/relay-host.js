@@ -169,6 +169,9 @@ class RelayHost {
     if (!this.child) return;
     const child = this.child;
     const exited = new Promise((resolve) => child.once('exit', resolve));
+    // Until it has exited, the closing host keeps the event loop alive: an application whose
+    // last handle it is (better-sqlite3 holds none) would otherwise end inside `await close()`.
+    child.ref();
     await this.call('close').catch(() => {});
     if (child.connected) child.disconnect();
     await exited;

@@ -1,0 +1,96 @@
+'use strict';
+// Drizzle ORM (drizzle-orm >= 0.36) on node-postgres or better-sqlite3: a database, or a
+// transaction ojs.transaction opened on it (`db.transaction(cb)`; a nested one is Drizzle's
+// savepoint, `tx.transaction(cb)`). On better-sqlite3 Drizzle's transactions are synchronous,
+// and so is ojs.transaction there (use enqueueAfterCommitSync / enqueueBulkSync inside).
+//
+// The trap: a JavaScript array interpolated into Drizzle's `sql` template is expanded into a
+// list of parameters. The core's SQL (placeholder "dollar": `$1`, `$2`, ... in order) is cut at
+// its placeholders and each parameter is bound as ONE parameter (`sql.param`), whatever its
+// value; Drizzle then numbers them in its driver's style.
+
+const KIND = Symbol.for('drizzle:entityKind');
+
+let drizzleSql = null;
+/** drizzle-orm's `sql` (the peer dependency, loaded when first needed). */
+function sqlTag() {
+  if (drizzleSql === null) ({ sql: drizzleSql } = require('drizzle-orm'));
+  return drizzleSql;
+}
+
+/** The entity kinds of `value`'s class and its ancestors ("NodePgDatabase", "PgDatabase", ...). */
+function kinds(value) {
+  const found = [];
+  let cls = value && Object.getPrototypeOf(value) && Object.getPrototypeOf(value).constructor;
+  while (cls) {
+    if (Object.prototype.hasOwnProperty.call(cls, KIND)) found.push(cls[KIND]);
+    cls = Object.getPrototypeOf(cls);
+  }
+  return found;
+}
+
+/** The Drizzle SQL object of the core's statement: text cut at `$n`, each value one parameter. */
+function statement(text, params) {
+  const sql = sqlTag();
+  const strings = [];
+  const values = [];
+  const placeholder = /\$(\d+)/g;
+  let last = 0;
+  for (let match = placeholder.exec(text); match !== null; match = placeholder.exec(text)) {
+    strings.push(text.slice(last, match.index));
+    values.push(sql.param(params[Number(match[1]) - 1]));
+    last = match.index + match[0].length;
+  }
+  strings.push(text.slice(last));
+  return sql(strings, ...values);
+}
+
+const isSync = (db) => kinds(db.dialect).includes('SQLiteSyncDialect');
+
+module.exports = {
+  name: 'drizzle',
+  placeholder: 'dollar',
+  kinds,
+  statement,
+
+  matches(db) {
+    if (typeof db !== 'object' || db === null || !db.dialect || !db.session) return false;
+    const own = kinds(db);
+    return own.includes('PgDatabase') || own.includes('BaseSQLiteDatabase');
+  },
+
+  dialect(db) {
+    const dialect = kinds(db.dialect);
+    if (dialect.includes('PgDialect')) return 'postgresql';
+    if (dialect.includes('SQLiteDialect')) return 'sqlite';
+    return null;
+  },
+
+  /** Whether this database's transactions are synchronous (better-sqlite3). */
+  syncFor: isSync,
+
+  foreignTransaction(db) {
+    const own = kinds(db);
+    return own.includes('PgTransaction') || own.includes('SQLiteTransaction');
+  },
+
+  execute(executor, text, params) {
+    const query = statement(text, params);
+    return isSync(executor) ? executor.run(query) : executor.execute(query);
+  },
+
+  begin(db, work, options) {
+    return db.transaction(work, options);
+  },
+
+  savepoint(tx, work) {
+    return tx.transaction(work);
+  },
+
+  /** The relay's database URL parts from the driver under Drizzle (`db.$client`). */
+  urlParts(db, providers) {
+    const client = db.$client;
+    const inner = client && providers.find((p) => p !== module.exports && p.matches(client));
+    return inner && inner.urlParts ? inner.urlParts(client) : null;
+  },
+};
