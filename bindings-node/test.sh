@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Builds the addon (release) and the npm package, installs THAT package into a fresh place
 # under target/node-pkg/, and runs the tests (node --test) against the installed package:
-# the conformance matrix on SQLite and PostgreSQL, bad input, values JSON cannot hold, the
+# the conformance matrix on SQLite and PostgreSQL through each transaction library (knex: column
+# `express`; pg, Kysely, Drizzle: `express-pg`, `express-kysely`, `express-drizzle`), the
+# providers against the real libraries (pinned in package.json's devDependencies), the
+# docs/express.md examples, bad input, values JSON cannot hold, the
 # type-first call without a transaction, bounded wake-ups, the knex migration, staged rows, the
 # Express middleware, events (ojs.router over HTTP, /metrics, subscribeEvents), the event loop, signals. Needs OJS_TEST_DATABASE_URL (postgres://...); scripts/test.sh sets it.
 set -euo pipefail

@@ -1,11 +1,15 @@
 'use strict';
 // The language conformance runner: every case of conformance-tests/cases/*.json through the
-// real adapter (createOjs + knex transactions), on SQLite (better-sqlite3) and PostgreSQL (pg),
-// against ojs-devserver. Prints the matrix case x database at the end.
+// real adapter (createOjs + the transactions of one database library: knex, pg, Kysely,
+// Drizzle; test/conformance*.test.js, one per library and matrix column), on SQLite
+// (better-sqlite3) and PostgreSQL (pg) where the library runs on them, against ojs-devserver.
+// Prints the matrix case x database at the end and writes target/matrix/<column>.tsv.
 //
-// Reads go through the application's view: inside an open transaction through that knex
-// transactor (its own uncommitted rows included), otherwise the committed rows through the
-// core (`ojs.outboxRows`) and a count through knex.
+// A library (`library` below) says how to open its database, how a case's begin / savepoint /
+// release / commit / rollback map onto its transactions, and how to read outbox rows through a
+// transaction. Reads go through the application's view: inside an open transaction through
+// that transaction (its own uncommitted rows included), otherwise the committed rows through
+// the core (`ojs.outboxRows`) and a count through the library.
 //
 // Cases with `relay_kill` run the relay as a separate process (`ojs-relay run`, the package's
 // bin, relay mode "external"), because an in-process relay cannot be killed without killing
@@ -18,9 +22,7 @@ const fs = require('node:fs');
 const path = require('node:path');
 const crypto = require('node:crypto');
 const { isDeepStrictEqual } = require('node:util');
-const {
-  ojsPackage, PACKAGE_DIR, REPO, sleep, WAIT_MS, scratchDir, startDevserver, sqliteKnex, postgresKnex,
-} = require('./support');
+const { ojsPackage, PACKAGE_DIR, REPO, sleep, WAIT_MS, scratchDir, startDevserver } = require('./support');
 
 const { createOjs, OJSError } = ojsPackage;
 
@@ -67,14 +69,12 @@ function tableFor(testCase) {
 }
 
 let backend;
-const sqliteDir = scratchDir('conformance');
-const pgKnex = postgresKnex();
+let library;
+let sqliteDir;
 const matrix = new Map();
 
-after(async () => {
-  await pgKnex.destroy();
-  if (backend) await backend.stop();
-  const databases = ['sqlite', 'postgres'];
+function summary() {
+  const databases = library.databases;
   const width = Math.max(...cases.map((c) => c.id.length));
   const lines = [`${'case'.padEnd(width)}  ${databases.map((d) => d.padEnd(8)).join('  ')}`];
   const counts = { PASS: 0, FAIL: 0, SKIP: 0 };
@@ -92,13 +92,13 @@ after(async () => {
     const tsv = cases.flatMap((c) =>
       databases.map((d) => `${c.id}\t${d === 'postgres' ? 'postgresql' : d}\t${(matrix.get(c.id) || {})[d] || 'MISSING'}\n`),
     );
-    fs.writeFileSync(path.join(dir, 'express.tsv'), tsv.join(''));
+    fs.writeFileSync(path.join(dir, `${library.column}.tsv`), tsv.join(''));
   }
   console.log(
-    `\nconformance matrix (node, ${cases.length} cases)\n${lines.join('\n')}\n` +
+    `\nconformance matrix (node, ${library.column}, ${cases.length} cases)\n${lines.join('\n')}\n` +
       `PASS ${counts.PASS}, FAIL ${counts.FAIL}, SKIP ${counts.SKIP}\n${reasons.join('\n')}`,
   );
-});
+}
 
 /** The separate relay process of the relay_kill cases. */
 class RelayProcess {
@@ -139,10 +139,11 @@ class RelayProcess {
 }
 
 class Run {
-  constructor(testCase, database, knex, ojs, relayProcess, table) {
+  constructor(testCase, database, db, ojs, relayProcess, table) {
     this.testCase = testCase;
     this.database = database;
-    this.knex = knex;
+    /** The library's database (a knex instance, a pg Pool, a Kysely or Drizzle database). */
+    this.db = db;
     this.ojs = ojs;
     this.relayProcess = relayProcess;
     this.table = table;
@@ -159,8 +160,14 @@ class Run {
     return this.refs.get(ref);
   }
 
+  /** The innermost open transaction (as `library.begin` / `savepoint` returned it). */
   get top() {
     return this.stack[this.stack.length - 1];
+  }
+
+  /** Where the adapter stages and reads: the innermost transaction, or the database. */
+  get executor() {
+    return this.top ? library.txOf(this.top) : this.db;
   }
 
   /** Runs an adapter call with the case's request context, as a request would. */
@@ -185,7 +192,7 @@ class Run {
   }
 
   async stage(step, bulk) {
-    const executor = this.top || this.knex;
+    const executor = this.executor;
     if (bulk) {
       let entries;
       if (step.generate) {
@@ -210,7 +217,7 @@ class Run {
   /** Outbox rows (job id -> status) as the application sees them. */
   async rows(ids) {
     if (this.top) {
-      const rows = await this.top(this.table).select('job_id', 'status').whereIn('job_id', ids);
+      const rows = await library.rows(library.txOf(this.top), this.database, this.table, ids);
       return new Map(rows.map((row) => [String(row.job_id), row.status]));
     }
     const rows = await this.ojs.outboxRows(ids);
@@ -218,8 +225,7 @@ class Run {
   }
 
   async count() {
-    const [{ n }] = await (this.top || this.knex)(this.table).count({ n: '*' });
-    return Number(n);
+    return Number(await library.count(this.executor, this.database, this.table));
   }
 
   async checkRows(expected) {
@@ -238,29 +244,27 @@ class Run {
     switch (step.op) {
       case 'begin':
         if (this.stack.length) throw new Error('begin: a transaction is already open');
-        this.stack.push(await this.knex.transaction());
+        this.stack.push(await library.begin(this.ojs, this.db));
         break;
       case 'savepoint':
-        this.stack.push(await this.top.transaction());
+        this.stack.push(await library.savepoint(this.ojs, this.top));
         break;
       case 'release_savepoint':
-        await this.stack.pop().commit();
+        await library.commit(this.ojs, this.stack.pop(), false);
         break;
       case 'rollback_savepoint':
-        await this.stack.pop().rollback();
+        await library.rollback(this.stack.pop());
         break;
       case 'commit': {
         const root = this.stack.pop();
         if (this.stack.length) throw new Error('commit with a savepoint open');
-        if (step.crash_before_hook) await this.ojs._commitWithoutWakeup(root);
-        else await root.commit();
-        await root.executionPromise;
+        await library.commit(this.ojs, root, Boolean(step.crash_before_hook));
         this.lastCommitUs = Date.now() * 1000;
         break;
       }
       case 'rollback': {
         const root = this.stack.pop();
-        await root.rollback();
+        await library.rollback(root);
         break;
       }
       case 'enqueue_after_commit':
@@ -560,15 +564,14 @@ function isSubset(expected, actual) {
 async function runCase(testCase, database) {
   await backend.reset();
   const table = tableFor(testCase);
-  const knex = database === 'sqlite' ? sqliteKnex(path.join(sqliteDir, `${table}.db`)) : pgKnex;
-  if (database === 'postgres') await knex.raw(`DROP TABLE IF EXISTS ${table}`);
+  const { db, options, close } = await library.open(database, path.join(sqliteDir, `${table}.db`), table);
   const external = testCase.steps.some((step) => step.op === 'relay_kill');
   const config = merge(suiteDefaults(), testCase.config || {});
   config.outbox = { ...config.outbox, table_name: table };
   if (external) config.relay = { ...config.relay, mode: 'external' };
-  const ojs = createOjs({ url: backend.url, knex, outbox: config.outbox, relay: config.relay, autoStart: false, handleSignals: false });
+  const ojs = createOjs({ url: backend.url, ...options, outbox: config.outbox, relay: config.relay, autoStart: false, handleSignals: false });
   let relayProcess = null;
-  const run = new Run(testCase, database, knex, ojs, null, table);
+  const run = new Run(testCase, database, db, ojs, null, table);
   try {
     await ojs.migrate();
     if (external) {
@@ -589,33 +592,95 @@ async function runCase(testCase, database) {
       }
     }
   } finally {
-    while (run.stack.length > 1) run.stack.pop();
-    if (run.stack.length) await run.stack.pop().rollback().catch(() => {});
+    while (run.stack.length > 1) await library.rollback(run.stack.pop()).catch(() => {});
+    if (run.stack.length) await library.rollback(run.stack.pop()).catch(() => {});
     run.closeSubscriptions();
     if (relayProcess) await relayProcess.stop('SIGKILL');
     await Promise.race([ojs.close(), sleep(8000)]);
-    if (database === 'sqlite') await knex.destroy();
+    await close();
   }
 }
 
-test('conformance cases', async (t) => {
-  backend = await startDevserver();
-  for (const database of ['sqlite', 'postgres']) {
-    for (const testCase of cases) {
-      const row = matrix.get(testCase.id) || {};
-      matrix.set(testCase.id, row);
-      const reason = skipReason(testCase);
-      await t.test(`${database} ${testCase.id}`, { skip: reason || false }, async () => {
-        if (reason) return;
-        try {
-          await runCase(testCase, database);
-          row[database] = 'PASS';
-        } catch (error) {
-          row[database] = 'FAIL';
-          assert.fail(`${testCase.title}\n${error.message}`);
-        }
-      });
-      if (reason) row[database] = 'SKIP';
+/**
+ * Runs every case through `lib`: `{ column, databases, setup(), teardown(), open(database,
+ * sqliteFile, table) -> {db, options, close}, begin(ojs, db), savepoint(ojs, tx), commit(ojs,
+ * tx, crashBeforeHook), rollback(tx), txOf(tx), rows(executor, database, table, ids),
+ * count(executor, database, table) }`.
+ */
+function conformance(lib) {
+  library = lib;
+  sqliteDir = scratchDir(`conformance-${lib.column}`);
+  after(async () => {
+    await library.teardown();
+    if (backend) await backend.stop();
+    summary();
+  });
+  test(`conformance cases (${lib.column})`, async (t) => {
+    await library.setup();
+    backend = await startDevserver();
+    for (const database of library.databases) {
+      for (const testCase of cases) {
+        const row = matrix.get(testCase.id) || {};
+        matrix.set(testCase.id, row);
+        const reason = skipReason(testCase);
+        await t.test(`${database} ${testCase.id}`, { skip: reason || false }, async () => {
+          if (reason) return;
+          try {
+            await runCase(testCase, database);
+            row[database] = 'PASS';
+          } catch (error) {
+            row[database] = 'FAIL';
+            assert.fail(`${testCase.title}\n${error.message}`);
+          }
+        });
+        if (reason) row[database] = 'SKIP';
+      }
     }
-  }
-});
+  });
+}
+
+/**
+ * A library whose transactions are callbacks (`ojs.transaction(db, async (tx) => ...)`), driven
+ * step by step: the callback hands its transaction out and waits until the case commits
+ * (returns) or rolls back (throws).
+ */
+const ROLLBACK = Symbol('rollback');
+
+function callbackTransactions() {
+  const open = async (ojs, db) => {
+    let handOut;
+    let end;
+    const given = new Promise((resolve) => {
+      handOut = resolve;
+    });
+    const gate = new Promise((resolve, reject) => {
+      end = { commit: resolve, rollback: () => reject(ROLLBACK) };
+    });
+    const done = ojs.transaction(db, (tx) => {
+      handOut(tx);
+      return gate;
+    });
+    const tx = await Promise.race([given, done.then(() => {
+      throw new Error('the transaction ended before its work started');
+    })]);
+    return { tx, end, done };
+  };
+  return {
+    begin: (ojs, db) => open(ojs, db),
+    savepoint: (ojs, top) => open(ojs, top.tx),
+    txOf: (top) => top.tx,
+    async commit(ojs, top, crashBeforeHook) {
+      if (crashBeforeHook) ojs._suppressWakeup(top.tx);
+      top.end.commit();
+      await top.done;
+    },
+    async rollback(top) {
+      top.end.rollback();
+      await top.done.catch((error) => {
+        if (error !== ROLLBACK) throw error;
+      });
+    },
+  };
+}
+
+module.exports = { conformance, callbackTransactions };

@@ -1,0 +1,44 @@
+'use strict';
+// The conformance cases through Kysely: ojs.transaction(db, async (trx) => ...) (a Kysely
+// ControlledTransaction; savepoints nest on it) on SQLite (better-sqlite3) and PostgreSQL (pg),
+// the `express-kysely` column of the matrix. The runner is conformance-runner.js.
+
+const fs = require('node:fs');
+const pg = require('pg');
+const Database = require('better-sqlite3');
+const { Kysely, PostgresDialect, SqliteDialect, CompiledQuery } = require('kysely');
+const { conformance, callbackTransactions } = require('./conformance-runner');
+const { PG_URL } = require('./support');
+
+let pgDb = null;
+
+const query = async (db, sql, params = []) => (await db.executeQuery(CompiledQuery.raw(sql, params))).rows;
+
+conformance({
+  column: 'express-kysely',
+  databases: ['sqlite', 'postgres'],
+  ...callbackTransactions(),
+  async setup() {
+    pgDb = new Kysely({ dialect: new PostgresDialect({ pool: new pg.Pool({ connectionString: PG_URL, max: 4 }) }) });
+  },
+  async teardown() {
+    if (pgDb) await pgDb.destroy();
+  },
+  async open(database, sqliteFile, table) {
+    if (database === 'sqlite') {
+      for (const suffix of ['', '-wal', '-shm']) fs.rmSync(`${sqliteFile}${suffix}`, { force: true });
+      const db = new Kysely({ dialect: new SqliteDialect({ database: new Database(sqliteFile) }) });
+      // Kysely's database settings cannot be read back: the relay's URL is given.
+      return { db, options: { db, databaseUrl: `sqlite://${sqliteFile}` }, close: () => db.destroy() };
+    }
+    await query(pgDb, `DROP TABLE IF EXISTS ${table}`);
+    return { db: pgDb, options: { db: pgDb, databaseUrl: PG_URL }, close: async () => {} };
+  },
+  rows(trx, database, table, ids) {
+    if (database === 'postgres') return query(trx, `SELECT job_id::text AS job_id, status FROM ${table} WHERE job_id::text = ANY($1)`, [ids]);
+    return query(trx, `SELECT job_id, status FROM ${table} WHERE job_id IN (${ids.map(() => '?').join(', ')})`, ids);
+  },
+  async count(executor, database, table) {
+    return (await query(executor, `SELECT COUNT(*) AS n FROM ${table}`))[0].n;
+  },
+});
