@@ -181,6 +181,11 @@ class EventClientTest < Minitest::Test
     assert_match(/types/, error.message)
     error = assert_raises(OJS::InvalidConfig) { OJS.subscribe_events(url: "ftp://example.invalid/") }
     assert_equal "url", error.field
+    # A value of the wrong type: the core names the option.
+    { types: [1], tenant: 5, last_event_id: [] }.each do |key, value|
+      error = assert_raises(OJS::InvalidConfig) { OJS.subscribe_events(key => value) }
+      assert_equal key.to_s, error.field
+    end
   end
 
   def test_since_accepts_a_time
