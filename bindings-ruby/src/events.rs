@@ -142,8 +142,8 @@ pub unsafe extern "C" fn ojs_ruby_event_feed_next(
 /// `Bridge::subscribe_events`: starts an event client (`options_json`: `url` (optional: the
 /// configured backend's stream), `token`, `types`, `queues`, `job_types` (lists), `tenant`,
 /// `since`, `last_event_id`). Answers the uniffi handle of a new `EventFeed`. Bound with
-/// `blocking: true`: without a relay in this process the bridge opens its runtime and database
-/// pool first.
+/// `blocking: true`: without a relay in this process the bridge starts a runtime of its own
+/// first.
 ///
 /// # Safety
 /// `bridge` is a live `Bridge` handle; `options` null or `options_len` readable bytes;

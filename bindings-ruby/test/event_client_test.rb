@@ -188,6 +188,22 @@ class EventClientTest < Minitest::Test
     end
   end
 
+  # The client speaks only HTTP: the outbox database need not answer (here nothing listens
+  # at the configured database URL), and no relay runs.
+  def test_the_client_needs_no_database
+    closed = TCPServer.open("127.0.0.1", 0) { |server| server.addr[1] }
+    OJS.configure do |config|
+      config.url = TestSupport.devserver.url
+      config.database_url = "postgres://postgres@127.0.0.1:#{closed}/nothing"
+      config.auto_start = false
+    end
+    events = OJS.subscribe_events(job_types: [@type], since: @since)
+    # Pushed over HTTP by the test (OJS.enqueue would open the outbox's pool).
+    id = TestSupport.devserver.call(:post, "/ojs/v1/jobs", { "type" => @type, "args" => [1] }).dig("job", "id")
+    assert_equal id, background { events.first }.value.subject
+    assert_nil OJS.metrics, "no relay runs"
+  end
+
   def test_since_accepts_a_time
     pushed = push
     TestSupport.devserver.wait_for([pushed])
