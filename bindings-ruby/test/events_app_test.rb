@@ -223,6 +223,21 @@ class EventsAppTest < Minitest::Test
     refute_equal "ok", body["backend"]
   end
 
+  # The relay's database does not answer at all: not ready (503), with the core's reason.
+  def test_readyz_without_a_database_is_503
+    closed = TCPServer.open("127.0.0.1", 0) { |server| server.addr[1] }
+    OJS.configure do |config|
+      config.url = TestSupport.devserver.url
+      config.database_url = "postgres://postgres@127.0.0.1:#{closed}/nothing"
+      config.auto_start = false
+    end
+    response = get(app, "/readyz")
+    assert_equal 503, response.status
+    body = JSON.parse(response.body)
+    assert_equal false, body["ready"]
+    assert_equal "DATABASE", body.dig("error", "code")
+  end
+
   def test_bad_requests_are_refused_naming_the_parameter
     start
     response = get(app, "/v1/events/stream?since=yesterday")
