@@ -1,5 +1,5 @@
 // Type declarations of ojs-adapter-express: transactional job enqueue for Express on knex, pg,
-// Kysely, Drizzle or better-sqlite3 transactions (docs/express.md).
+// Kysely, Drizzle, Prisma or better-sqlite3 transactions (docs/express.md).
 import type { Knex } from 'knex';
 import type { Request, RequestHandler, Router } from 'express';
 
@@ -135,6 +135,7 @@ export declare const providers: {
   pg: TransactionProvider;
   kysely: TransactionProvider;
   drizzle: TransactionProvider;
+  prisma: TransactionProvider;
   betterSqlite3: TransactionProvider;
 };
 
@@ -163,7 +164,7 @@ export interface CreateOjsOptions {
   backendType?: 'external';
   /** The application's knex instance (pg or better-sqlite3); this or `db`. */
   knex?: Knex;
-  /** In place of `knex`: a pg Pool or Client, a Kysely, Drizzle or better-sqlite3 database. */
+  /** In place of `knex`: a pg Pool or Client, a Kysely, Drizzle or better-sqlite3 database, a PrismaClient. */
   db?: ProviderDatabase;
   /** Transaction providers of the application's own, tried before the built-in ones. */
   providers?: TransactionProvider[];

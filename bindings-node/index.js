@@ -1,6 +1,6 @@
 'use strict';
 // ojs-adapter-express: transactional job enqueue for Express over the OJS outbox core, on knex,
-// pg, Kysely, Drizzle or better-sqlite3 transactions (lib/providers/).
+// pg, Kysely, Drizzle, Prisma or better-sqlite3 transactions (lib/providers/).
 
 const { Ojs, createOjs, createOutboxTable, dropOutboxTable } = require('./lib/ojs');
 const { ojsMiddleware, RequestOjs } = require('./lib/express');
@@ -15,7 +15,13 @@ module.exports = {
   Ojs,
   RequestOjs,
   /** The built-in transaction providers (docs/express.md, "Transaction providers"). */
-  providers: { pg: providers.pg, kysely: providers.kysely, drizzle: providers.drizzle, betterSqlite3: providers.betterSqlite3 },
+  providers: {
+    pg: providers.pg,
+    kysely: providers.kysely,
+    drizzle: providers.drizzle,
+    prisma: providers.prisma,
+    betterSqlite3: providers.betterSqlite3,
+  },
   OJSError: errors.OJSError,
   ValidationError: errors.ValidationError,
   InvalidJobTypeError: errors.InvalidJobTypeError,

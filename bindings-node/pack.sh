@@ -50,12 +50,13 @@ if [ ! -f package.json ] || ! grep -q better-sqlite3 package.json; then
   step "npm install knex pg better-sqlite3 express (third-party, once)" \
     npm install knex@3 pg@8 better-sqlite3@12 express@5
 fi
-# The tests' own dependencies (devDependencies, e.g. the Prometheus text parser of the metrics
-# test): exactly the versions of package-lock.json, transitive ones included.
+# The tests' own dependencies (devDependencies: the Prometheus text parser of the metrics test,
+# the transaction libraries of the provider tests): exactly the versions of package-lock.json,
+# transitive ones included (those hoisted to the top; a nested one comes with its parent).
 dev_pins=$(node -e '
 const lock = require(process.argv[1]);
 const pins = Object.entries(lock.packages)
-  .filter(([key, entry]) => key.startsWith("node_modules/") && entry.dev)
+  .filter(([key, entry]) => key.startsWith("node_modules/") && !key.slice(13).includes("/node_modules/") && entry.dev)
   .map(([key, entry]) => `${key.slice("node_modules/".length)}@${entry.version}`);
 console.log(pins.join(" "));' "$here/package-lock.json")
 missing=$(node -e '

@@ -642,12 +642,12 @@ function conformance(lib) {
 /**
  * A library whose transactions are callbacks (`ojs.transaction(db, async (tx) => ...)`), driven
  * step by step: the callback hands its transaction out and waits until the case commits
- * (returns) or rolls back (throws).
+ * (returns) or rolls back (throws). `options` go to the outermost ojs.transaction.
  */
 const ROLLBACK = Symbol('rollback');
 
-function callbackTransactions() {
-  const open = async (ojs, db) => {
+function callbackTransactions(options) {
+  const open = async (ojs, db, transactionOptions) => {
     let handOut;
     let end;
     const given = new Promise((resolve) => {
@@ -656,17 +656,21 @@ function callbackTransactions() {
     const gate = new Promise((resolve, reject) => {
       end = { commit: resolve, rollback: () => reject(ROLLBACK) };
     });
-    const done = ojs.transaction(db, (tx) => {
-      handOut(tx);
-      return gate;
-    });
+    const done = ojs.transaction(
+      db,
+      (tx) => {
+        handOut(tx);
+        return gate;
+      },
+      transactionOptions,
+    );
     const tx = await Promise.race([given, done.then(() => {
       throw new Error('the transaction ended before its work started');
     })]);
     return { tx, end, done };
   };
   return {
-    begin: (ojs, db) => open(ojs, db),
+    begin: (ojs, db) => open(ojs, db, options),
     savepoint: (ojs, top) => open(ojs, top.tx),
     txOf: (top) => top.tx,
     async commit(ojs, top, crashBeforeHook) {

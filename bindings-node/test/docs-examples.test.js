@@ -13,6 +13,10 @@ const path = require('node:path');
 const pg = require('pg');
 const Database = require('better-sqlite3');
 const { PACKAGE_DIR, REPO, PG_URL, WAIT_MS, startDevserver } = require('./support');
+const { prismaClient } = require('./prisma-support');
+
+/** The Prisma example's model (the `users` table made below). */
+const USER_MODEL = 'model User {\n  id    Int    @id @default(autoincrement())\n  email String\n\n  @@map("users")\n}\n';
 
 /** The folder whose node_modules holds the libraries (target/node-pkg/app under test.sh). */
 const APP_DIR = path.resolve(path.dirname(require.resolve('pg/package.json')), '..', '..');
@@ -52,7 +56,7 @@ function runNode(file, env) {
 }
 
 test('docs/express.md has an example per transaction library', () => {
-  assert.deepEqual(EXAMPLES.map((e) => e.name).sort(), ['better-sqlite3', 'drizzle-pg', 'drizzle-sqlite', 'kysely', 'pg']);
+  assert.deepEqual(EXAMPLES.map((e) => e.name).sort(), ['better-sqlite3', 'drizzle-pg', 'drizzle-sqlite', 'kysely', 'pg', 'prisma']);
 });
 
 for (const { name, code } of EXAMPLES) {
@@ -70,6 +74,8 @@ for (const { name, code } of EXAMPLES) {
       await pool.query('DROP TABLE IF EXISTS users, ojs_outbox');
       await pool.query('CREATE TABLE users (id serial PRIMARY KEY, email text)');
     }
+    // The application's Prisma Client, generated from its schema (offline: prisma-support.js).
+    if (name === 'prisma') prismaClient('default', 'postgresql', USER_MODEL, true);
     // The package under test, wherever it is installed (the example names it as an app would).
     const file = path.join(dir, 'example.mjs');
     fs.writeFileSync(file, code.replaceAll("from 'ojs-adapter-express'", `from ${JSON.stringify(path.join(PACKAGE_DIR, 'index.js'))}`));

@@ -257,6 +257,38 @@ test('Drizzle (better-sqlite3): synchronous transactions with enqueueAfterCommit
   }
 });
 
+// ---- Prisma --------------------------------------------------------------------------------
+
+test("Prisma: a $transaction of the application's own is refused and goes on; ojs.transaction's options reach Prisma; nested is its savepoint", async () => {
+  const { postgresPrisma } = require('./prisma-support');
+  const prisma = postgresPrisma(PG_URL);
+  assert.throws(() => createOjs({ url: backend.url, db: prisma, autoStart: false, handleSignals: false }), (e) => e instanceof InvalidDatabaseUrlError && e.field === 'database_url');
+  const ojs = await pgAdapter('node_prov_prisma', prisma, { databaseUrl: PG_URL });
+  try {
+    await prisma.$transaction(async (tx) => {
+      await assert.rejects(ojs.enqueueAfterCommit(tx, 'a.b', []), NoTransactionError);
+      assert.equal(await tx.$executeRawUnsafe('SELECT 1'), 1);
+    });
+    // Prisma's own refusal of an option shows that the options were handed over.
+    await assert.rejects(ojs.transaction(prisma, async () => {}, { isolationLevel: 'NoSuchLevel' }), /isolation level/i);
+    const ids = await ojs.transaction(prisma, async (tx) => {
+      const outer = await ojs.enqueueAfterCommit(tx, 'p.outer', [{ n: 1 }]);
+      await ojs.transaction(tx, async (inner) => {
+        await ojs.enqueueAfterCommit(inner, 'p.dropped', []);
+        throw new Error('rolled back');
+      }).catch(() => {});
+      const kept = await ojs.transaction(tx, (inner) => ojs.enqueueBulk(inner, [{ type: 'p.kept', args: [] }]));
+      await assert.rejects(ojs.enqueueAfterCommit(tx, 'BAD', []), (e) => e instanceof InvalidJobTypeError && e.field === 'type');
+      return [outer, ...kept];
+    }, { timeout: 30000 });
+    await delivered(ids);
+    assert.deepEqual((await tableRows('node_prov_prisma')).map((r) => r.type), ['p.outer', 'p.kept']);
+  } finally {
+    await ojs.close();
+    await prisma.$disconnect();
+  }
+});
+
 // ---- better-sqlite3 ------------------------------------------------------------------------
 
 test("better-sqlite3: ojs.transaction(db, fn) wakes after COMMIT; a savepoint's failure is its own; db.transaction() of its own is refused", async () => {

@@ -1,0 +1,47 @@
+'use strict';
+// The conformance cases through Prisma ORM (7, driver adapters, no engine binary):
+// ojs.transaction(prisma, async (tx) => ...) (an interactive transaction; a nested one is
+// Prisma's savepoint), on SQLite (@prisma/adapter-better-sqlite3) and PostgreSQL
+// (@prisma/adapter-pg), the `express-prisma` column of the matrix. The runner is
+// conformance-runner.js; the clients are generated offline (prisma-support.js).
+
+const fs = require('node:fs');
+const { conformance, callbackTransactions } = require('./conformance-runner');
+const { PG_URL } = require('./support');
+const { postgresPrisma, sqlitePrisma } = require('./prisma-support');
+
+let pgPrisma = null;
+
+/** Interactive transactions time out after 5 s by default: a case may hold one longer. */
+const TRANSACTION = { timeout: 120000, maxWait: 30000 };
+
+const list = (database, ids) => ids.map((_, i) => (database === 'postgres' ? `$${i + 1}` : '?')).join(', ');
+
+conformance({
+  column: 'express-prisma',
+  databases: ['sqlite', 'postgres'],
+  ...callbackTransactions(TRANSACTION),
+  async setup() {
+    pgPrisma = postgresPrisma(PG_URL);
+  },
+  async teardown() {
+    if (pgPrisma) await pgPrisma.$disconnect();
+  },
+  async open(database, sqliteFile, table) {
+    if (database === 'sqlite') {
+      for (const suffix of ['', '-wal', '-shm']) fs.rmSync(`${sqliteFile}${suffix}`, { force: true });
+      const db = sqlitePrisma(sqliteFile);
+      // Prisma's connection settings live in its driver adapter: the relay's URL is given.
+      return { db, options: { db, databaseUrl: `sqlite://${sqliteFile}` }, close: () => db.$disconnect() };
+    }
+    await pgPrisma.$executeRawUnsafe(`DROP TABLE IF EXISTS ${table}`);
+    return { db: pgPrisma, options: { db: pgPrisma, databaseUrl: PG_URL }, close: async () => {} };
+  },
+  rows(tx, database, table, ids) {
+    const id = database === 'postgres' ? 'job_id::text' : 'job_id';
+    return tx.$queryRawUnsafe(`SELECT ${id} AS job_id, status FROM ${table} WHERE ${id} IN (${list(database, ids)})`, ...ids);
+  },
+  async count(executor, database, table) {
+    return (await executor.$queryRawUnsafe(`SELECT COUNT(*) AS n FROM ${table}`))[0].n;
+  },
+});
