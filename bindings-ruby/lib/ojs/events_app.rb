@@ -214,10 +214,6 @@ module OJS
     def readyz
       body = OJS.client.readiness_json
       [JSON.parse(body)["ready"] == true ? 200 : 503, { "content-type" => "application/json" }, [body]]
-    rescue OJS::Error => e
-      # The bridge could not even open the relay's database pool: not ready, with its reason.
-      body = JSON.generate({ "ready" => false, "error" => { "code" => e.code, "message" => e.message } })
-      [503, { "content-type" => "application/json" }, [body]]
     end
 
     def forbidden(why)

@@ -550,8 +550,32 @@ impl Bridge {
 
     /// What a mount's `GET /readyz` answers: `{"ready", "database", "backend"}` as JSON text
     /// (`ready` false: answer 503), checked through the relay's own connection.
+    /// When the database cannot even be connected to, the same shape says why.
     pub fn readiness_json(&self) -> Result<String> {
-        self.with_running(|running| Ok(running.runtime.block_on(running.outbox.readiness()).1))
+        let running = match self.running() {
+            Ok(running) => running,
+            Err(unreachable) => {
+                return self.with_http(|runtime, backend| {
+                    let backend = match runtime.block_on(backend.health()) {
+                        Ok(()) => "ok".to_owned(),
+                        Err(why) => why.message,
+                    };
+                    let url = self.config.database_url.as_deref().unwrap_or("");
+                    let database = format!(
+                        "{}: {}",
+                        ojs_outbox::admin::redact(url),
+                        unreachable.message
+                    );
+                    let verdict = serde_json::json!({
+                        "ready": false,
+                        "database": database,
+                        "backend": backend,
+                    });
+                    Ok(verdict.to_string())
+                });
+            }
+        };
+        Ok(running.runtime.block_on(running.outbox.readiness()).1)
     }
 
     /// A subscriber of this process's relay events, as SSE frames (what a framework's
