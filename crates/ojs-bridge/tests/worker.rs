@@ -66,6 +66,18 @@ fn fetch_ack_nack_heartbeat_and_the_errors_a_worker_tells_apart() {
         "one attempt allowed: {nacked}"
     );
 
+    let done = call(&bridge, json!({"op": "get", "job_id": first}));
+    assert_eq!(done["job"]["state"], "completed", "{done}");
+    assert_eq!(done["job"]["result"], json!({"sent": true}), "{done}");
+    assert_eq!(
+        call(
+            &bridge,
+            json!({"op": "get", "job_id": "019a0000-0000-7000-8000-000000000000"})
+        ),
+        Value::Null,
+        "no such job"
+    );
+
     let empty = call(
         &bridge,
         json!({"op": "fetch", "queues": ["mail"], "worker_id": "w1"}),

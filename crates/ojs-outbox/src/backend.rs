@@ -114,6 +114,31 @@ impl Backend {
         Ok((status, text))
     }
 
+    /// A GET whose answer the caller reads itself: the status and the body's text.
+    pub(crate) async fn get_json(&self, path: &str) -> Result<(u16, String)> {
+        if let Some(reason) = self.no_url() {
+            return Err(Error::field(
+                ErrorCode::InvalidConfig,
+                crate::config::URL_FIELD,
+                reason,
+            ));
+        }
+        let unavailable = |e: reqwest::Error| {
+            Error::new(
+                ErrorCode::BackendUnavailable,
+                format!("GET {}{path}: {}", self.base_url, error_chain(&e)),
+            )
+        };
+        let response = self
+            .request(reqwest::Method::GET, path)
+            .send()
+            .await
+            .map_err(unavailable)?;
+        let status = response.status().as_u16();
+        let text = response.text().await.map_err(unavailable)?;
+        Ok((status, text))
+    }
+
     /// One job (its wire JSON).
     pub async fn send_one(&self, wire_json: String) -> Outcome {
         self.post("/ojs/v1/jobs", wire_json).await.0

@@ -1,6 +1,7 @@
 //! The worker side of the OJS HTTP binding, for hosts that run jobs (a framework's worker
-//! command): `POST /ojs/v1/workers/fetch|ack|nack|heartbeat`. One command in, the server's
-//! answer out, both JSON; the rules of each request live here once.
+//! command): `POST /ojs/v1/workers/fetch|ack|nack|heartbeat`, and `GET /ojs/v1/jobs/{id}` to
+//! read a job's state and result back. One command in, the server's answer out, both JSON;
+//! the rules of each request live here once.
 
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -35,6 +36,9 @@ pub enum WorkerCommand {
         #[serde(default)]
         requeue: bool,
     },
+    /// The job as the backend holds it (`{"job": {...}}`: state, attempt, result, error); `null` when the
+    /// backend has no such job.
+    Get { job_id: String },
     /// Still working on these jobs: their reservations are extended.
     Heartbeat {
         worker_id: String,
@@ -102,7 +106,9 @@ impl WorkerCommand {
                 }
                 id("worker_id", worker_id)
             }
-            WorkerCommand::Ack { job_id, .. } => id("job_id", job_id),
+            WorkerCommand::Ack { job_id, .. } | WorkerCommand::Get { job_id } => {
+                id("job_id", job_id)
+            }
             WorkerCommand::Nack { job_id, error, .. } => {
                 id("job_id", job_id)?;
                 id("error.code", &error.code)
@@ -113,6 +119,7 @@ impl WorkerCommand {
 
     fn request(&self) -> (&'static str, Value) {
         match self {
+            WorkerCommand::Get { .. } => unreachable!("a GET has no body"),
             WorkerCommand::Fetch {
                 queues,
                 count,
@@ -160,9 +167,22 @@ impl Backend {
     /// `BACKEND_UNAVAILABLE` (try again later); another refusal is `BACKEND_REJECTED` with the
     /// server's message (e.g. an ack for a job that is not active).
     pub async fn worker(&self, command: &WorkerCommand) -> Result<Value> {
-        let (endpoint, body) = command.request();
-        let path = format!("/ojs/v1/workers/{endpoint}");
-        let (status, text) = self.post_json(&path, body.to_string()).await?;
+        let (path, status, text) = match command {
+            WorkerCommand::Get { job_id } => {
+                let path = format!("/ojs/v1/jobs/{}", urlencoding_path(job_id));
+                let (status, text) = self.get_json(&path).await?;
+                if status == 404 {
+                    return Ok(Value::Null);
+                }
+                (path, status, text)
+            }
+            _ => {
+                let (endpoint, body) = command.request();
+                let path = format!("/ojs/v1/workers/{endpoint}");
+                let (status, text) = self.post_json(&path, body.to_string()).await?;
+                (path, status, text)
+            }
+        };
         let answer: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
         if (200..300).contains(&status) {
             return Ok(answer);
@@ -176,11 +196,28 @@ impl Backend {
         } else {
             ErrorCode::BackendRejected
         };
+        let method = if matches!(command, WorkerCommand::Get { .. }) {
+            "GET"
+        } else {
+            "POST"
+        };
         Err(Error::new(
             code,
-            format!("POST {path} answered {status}: {message}"),
+            format!("{method} {path} answered {status}: {message}"),
         ))
     }
+}
+
+/// A job id as one path segment (ids are UUIDs, but a caller's text is not trusted).
+fn urlencoding_path(id: &str) -> String {
+    id.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
 }
 
 #[cfg(test)]
