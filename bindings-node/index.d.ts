@@ -136,6 +136,8 @@ export declare const providers: {
   kysely: TransactionProvider;
   drizzle: TransactionProvider;
   prisma: TransactionProvider;
+  sequelize: TransactionProvider;
+  typeorm: TransactionProvider;
   betterSqlite3: TransactionProvider;
 };
 
@@ -164,7 +166,7 @@ export interface CreateOjsOptions {
   backendType?: 'external';
   /** The application's knex instance (pg or better-sqlite3); this or `db`. */
   knex?: Knex;
-  /** In place of `knex`: a pg Pool or Client, a Kysely, Drizzle or better-sqlite3 database, a PrismaClient. */
+  /** In place of `knex`: a pg Pool or Client, a Kysely, Drizzle or better-sqlite3 database, a PrismaClient, a Sequelize instance, a TypeORM DataSource. */
   db?: ProviderDatabase;
   /** Transaction providers of the application's own, tried before the built-in ones. */
   providers?: TransactionProvider[];

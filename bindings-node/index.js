@@ -1,6 +1,6 @@
 'use strict';
 // ojs-adapter-express: transactional job enqueue for Express over the OJS outbox core, on knex,
-// pg, Kysely, Drizzle, Prisma or better-sqlite3 transactions (lib/providers/).
+// pg, Kysely, Drizzle, Prisma, Sequelize, TypeORM or better-sqlite3 transactions (lib/providers/).
 
 const { Ojs, createOjs, createOutboxTable, dropOutboxTable } = require('./lib/ojs');
 const { ojsMiddleware, RequestOjs } = require('./lib/express');
@@ -20,6 +20,8 @@ module.exports = {
     kysely: providers.kysely,
     drizzle: providers.drizzle,
     prisma: providers.prisma,
+    sequelize: providers.sequelize,
+    typeorm: providers.typeorm,
     betterSqlite3: providers.betterSqlite3,
   },
   OJSError: errors.OJSError,

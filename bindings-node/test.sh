@@ -2,8 +2,8 @@
 # Builds the addon (release) and the npm package, installs THAT package into a fresh place
 # under target/node-pkg/, and runs the tests (node --test) against the installed package:
 # the conformance matrix on SQLite and PostgreSQL through each transaction library (knex: column
-# `express`; pg, Kysely, Drizzle, Prisma: `express-pg`, `express-kysely`, `express-drizzle`,
-# `express-prisma`), the
+# `express`; pg, Kysely, Drizzle, Prisma, Sequelize, TypeORM: `express-pg`, `express-kysely`,
+# `express-drizzle`, `express-prisma`, `express-sequelize`, `express-typeorm`), the
 # providers against the real libraries (pinned in package.json's devDependencies), the
 # docs/express.md examples, bad input, values JSON cannot hold, the
 # type-first call without a transaction, bounded wake-ups, the knex migration, staged rows, the

@@ -56,7 +56,7 @@ function runNode(file, env) {
 }
 
 test('docs/express.md has an example per transaction library', () => {
-  assert.deepEqual(EXAMPLES.map((e) => e.name).sort(), ['better-sqlite3', 'drizzle-pg', 'drizzle-sqlite', 'kysely', 'pg', 'prisma']);
+  assert.deepEqual(EXAMPLES.map((e) => e.name).sort(), ['better-sqlite3', 'drizzle-pg', 'drizzle-sqlite', 'kysely', 'pg', 'prisma', 'sequelize', 'typeorm']);
 });
 
 for (const { name, code } of EXAMPLES) {

@@ -289,6 +289,83 @@ test("Prisma: a $transaction of the application's own is refused and goes on; oj
   }
 });
 
+// ---- Sequelize -----------------------------------------------------------------------------
+
+test("Sequelize: a savepoint's afterCommit runs before the outermost COMMIT, and after a failed COMMIT; the wake-up does neither", async () => {
+  const { Sequelize } = require('sequelize');
+  const db = new Sequelize(PG_URL, { logging: false });
+  const ojs = await pgAdapter('node_prov_sequelize', db);
+  await pool.query('DROP TABLE IF EXISTS node_prov_seq_deferred');
+  await pool.query('CREATE TABLE node_prov_seq_deferred (id int PRIMARY KEY, ref int REFERENCES node_prov_seq_deferred (id) DEFERRABLE INITIALLY DEFERRED)');
+  try {
+    const events = [];
+    const id = await ojs.transaction(db, async (t) => {
+      const inner = await ojs.transaction(t, async (savepoint) => {
+        savepoint.afterCommit(() => events.push('afterCommit'));
+        return ojs.enqueueAfterCommit(savepoint, 's.one', []);
+      });
+      // The savepoint's hook has run; the outermost transaction is open and nothing was sent.
+      assert.deepEqual(events, ['afterCommit']);
+      assert.deepEqual(await ojs.outboxRows([inner]), {});
+      return inner;
+    });
+    await delivered([id]);
+    let hook = false;
+    let failed;
+    await assert.rejects(
+      ojs.transaction(db, async (t) => {
+        t.afterCommit(() => {
+          hook = true;
+        });
+        failed = await ojs.enqueueAfterCommit(t, 's.failed', []);
+        await db.query('INSERT INTO node_prov_seq_deferred VALUES (1, 99)', { transaction: t });
+      }),
+      /foreign key/,
+    );
+    assert.equal(hook, true, "Sequelize ran afterCommit although COMMIT failed");
+    assert.deepEqual(await ojs.outboxRows([failed]), {});
+    await db.transaction(async (t) => {
+      await assert.rejects(ojs.enqueueAfterCommit(t, 'a.b', []), NoTransactionError);
+    });
+    assert.deepEqual((await tableRows('node_prov_sequelize')).map((r) => r.type), ['s.one']);
+  } finally {
+    await ojs.close();
+    await db.close();
+  }
+});
+
+// ---- TypeORM -------------------------------------------------------------------------------
+
+test("TypeORM: afterTransactionCommit runs at a savepoint's release; the wake-up waits for the outermost COMMIT", async () => {
+  const { DataSource, EventSubscriber } = require('typeorm');
+  const events = [];
+  class Watch {
+    afterTransactionCommit() {
+      events.push('afterTransactionCommit');
+    }
+  }
+  EventSubscriber()(Watch); // @EventSubscriber(), without a TypeScript compiler
+  const ds = await new DataSource({ type: 'postgres', url: PG_URL, subscribers: [Watch] }).initialize();
+  const ojs = await pgAdapter('node_prov_typeorm', ds);
+  try {
+    const id = await ojs.transaction(ds, async (manager) => {
+      const inner = await ojs.transaction(manager, (nested) => ojs.enqueueAfterCommit(nested, 't.one', []));
+      assert.deepEqual(events, ['afterTransactionCommit']);
+      assert.deepEqual(await ojs.outboxRows([inner]), {});
+      return inner;
+    });
+    await delivered([id]);
+    assert.deepEqual(events, ['afterTransactionCommit', 'afterTransactionCommit']);
+    await ds.transaction(async (manager) => {
+      await assert.rejects(ojs.enqueueAfterCommit(manager, 'a.b', []), NoTransactionError);
+    });
+    assert.deepEqual((await tableRows('node_prov_typeorm')).map((r) => r.type), ['t.one']);
+  } finally {
+    await ojs.close();
+    await ds.destroy();
+  }
+});
+
 // ---- better-sqlite3 ------------------------------------------------------------------------
 
 test("better-sqlite3: ojs.transaction(db, fn) wakes after COMMIT; a savepoint's failure is its own; db.transaction() of its own is refused", async () => {
@@ -323,6 +400,35 @@ test("better-sqlite3: ojs.transaction(db, fn) wakes after COMMIT; a savepoint's 
   } finally {
     await ojs.close();
     db.close();
+  }
+});
+
+// ---- a bulk of several INSERTs (the core's needs_savepoint) --------------------------------
+
+test('a bulk larger than one INSERT runs in a savepoint (in a transaction) or a transaction of its own, through pg, Kysely and better-sqlite3', async () => {
+  const jobs = Array.from({ length: 5001 }, (_, i) => ({ type: 'bulk.row', args: [i] }));
+  const ojs = await pgAdapter('node_prov_bulk', pool, { relay: 'external' });
+  const kysely = new Kysely({ dialect: new PostgresDialect({ pool: new pg.Pool({ connectionString: PG_URL, max: 2 }) }) });
+  const file = path.join(dir, 'bulk.db');
+  for (const suffix of ['', '-wal', '-shm']) fs.rmSync(`${file}${suffix}`, { force: true });
+  const sqlite = new Database(file);
+  const local = createOjs({ url: backend.url, db: sqlite, outbox: { tableName: 'node_prov_bulk' }, relay: 'external', autoStart: false, handleSignals: false });
+  try {
+    const inTransaction = await ojs.transaction(pool, (client) => ojs.enqueueBulk(client, jobs));
+    const alone = await ojs.enqueueBulk(pool, jobs);
+    const viaKysely = await ojs.transaction(kysely, (trx) => ojs.enqueueBulk(trx, jobs));
+    assert.deepEqual([inTransaction.length, alone.length, viaKysely.length], [5001, 5001, 5001]);
+    assert.equal((await pool.query('SELECT COUNT(*)::int AS n FROM node_prov_bulk')).rows[0].n, 3 * 5001);
+    await local.migrate();
+    const syncIds = local.transaction(sqlite, () => local.enqueueBulkSync(sqlite, jobs));
+    const syncAlone = local.enqueueBulkSync(sqlite, jobs);
+    assert.deepEqual([syncIds.length, syncAlone.length], [5001, 5001]);
+    assert.equal(sqlite.prepare('SELECT COUNT(*) AS n FROM node_prov_bulk').get().n, 2 * 5001);
+  } finally {
+    await ojs.close();
+    await local.close();
+    await kysely.destroy();
+    sqlite.close();
   }
 });
 

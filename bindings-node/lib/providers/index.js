@@ -1,5 +1,6 @@
 'use strict';
-// The transaction providers: one per database library (pg, Kysely, Drizzle, Prisma, better-sqlite3),
+// The transaction providers: one per database library (pg, Kysely, Drizzle, Prisma, Sequelize,
+// TypeORM, better-sqlite3),
 // each a small object (docs/express.md, "Transaction providers"):
 //   name, matches(db), dialect(db) -> 'postgresql' | 'sqlite',
 //   placeholder ('dollar' | 'question') or placeholderFor(dialect),
@@ -16,9 +17,11 @@ const kysely = require('./kysely');
 const drizzle = require('./drizzle');
 const betterSqlite3 = require('./better-sqlite3');
 const prisma = require('./prisma');
+const sequelize = require('./sequelize');
+const typeorm = require('./typeorm');
 
 /** In detection order: the ORMs and query builders before pg (they wrap a pg pool, never are one). */
-const BUILTIN = [kysely, drizzle, prisma, pg, betterSqlite3];
+const BUILTIN = [kysely, drizzle, prisma, sequelize, typeorm, pg, betterSqlite3];
 
 /** The provider of `db` among `providers`, or undefined. */
 function providerOf(db, providers = BUILTIN) {
@@ -27,4 +30,4 @@ function providerOf(db, providers = BUILTIN) {
   return undefined;
 }
 
-module.exports = { BUILTIN, providerOf, pg, kysely, drizzle, prisma, betterSqlite3 };
+module.exports = { BUILTIN, providerOf, pg, kysely, drizzle, prisma, sequelize, typeorm, betterSqlite3 };

@@ -1,0 +1,42 @@
+'use strict';
+// The conformance cases through TypeORM: ojs.transaction(dataSource, async (manager) => ...)
+// (its transactional EntityManager; a nested one is a savepoint on the same query runner), on
+// SQLite (the better-sqlite3 driver) and PostgreSQL, the `express-typeorm` column of the
+// matrix. The runner is conformance-runner.js.
+
+const fs = require('node:fs');
+const { DataSource } = require('typeorm');
+const { conformance, callbackTransactions } = require('./conformance-runner');
+const { PG_URL } = require('./support');
+
+let pgSource = null;
+
+const list = (database, ids) => ids.map((_, i) => (database === 'postgres' ? `$${i + 1}` : '?')).join(', ');
+
+conformance({
+  column: 'express-typeorm',
+  databases: ['sqlite', 'postgres'],
+  ...callbackTransactions(),
+  async setup() {
+    pgSource = await new DataSource({ type: 'postgres', url: PG_URL, poolSize: 4 }).initialize();
+  },
+  async teardown() {
+    if (pgSource) await pgSource.destroy();
+  },
+  async open(database, sqliteFile, table) {
+    if (database === 'sqlite') {
+      for (const suffix of ['', '-wal', '-shm']) fs.rmSync(`${sqliteFile}${suffix}`, { force: true });
+      const db = await new DataSource({ type: 'better-sqlite3', database: sqliteFile }).initialize();
+      return { db, options: { db }, close: () => db.destroy() };
+    }
+    await pgSource.query(`DROP TABLE IF EXISTS ${table}`);
+    return { db: pgSource, options: { db: pgSource }, close: async () => {} };
+  },
+  rows(manager, database, table, ids) {
+    const id = database === 'postgres' ? 'job_id::text' : 'job_id';
+    return manager.query(`SELECT ${id} AS job_id, status FROM ${table} WHERE ${id} IN (${list(database, ids)})`, ids);
+  },
+  async count(executor, database, table) {
+    return (await executor.query(`SELECT COUNT(*) AS n FROM ${table}`))[0].n;
+  },
+});
