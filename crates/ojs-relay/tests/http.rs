@@ -1,7 +1,8 @@
 //! `ojs-relay run --listen`: the operator's HTTP surface of a real relay process over a real
 //! SQLite file and devserver. /metrics parses with a Prometheus text parser from crates.io
 //! and its counters match the outbox; the event stream replays from `since` and from
-//! `Last-Event-ID`, and a tenant token sees only its tenant's events and nothing else.
+//! `Last-Event-ID`, and a tenant token sees only its tenant's events and nothing else. A
+//! subscriber that reads nothing is cut off with `ojs.stream.overflow` while the drain goes on.
 
 mod common;
 
@@ -221,5 +222,92 @@ async fn metrics_health_and_a_tenant_scoped_replayable_event_stream() {
     assert!(error.message.contains("401"), "{}", error.message);
 
     assert!(relay.terminate(Duration::from_secs(30)).await.success());
+    backend.shutdown().await;
+}
+
+/// A subscriber that never reads (a small receive window, nothing read) holds up neither the
+/// relay nor its memory: the drain completes, and the stream, read afterwards, ends with an
+/// `ojs.stream.overflow` event.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subscriber_that_never_reads_is_cut_off_and_the_drain_goes_on() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    const JOBS: usize = 10_000;
+    let backend = DevServer::start(0).await.unwrap();
+    let db = Db::new(Kind::Sqlite, "http_slow").await.unwrap();
+    db.migrate().await;
+    let config = db.config_file(
+        r#"{"adapter": {"relay": {"event_buffer": 16}, "outbox": {"poll_interval": "PT0.05S", "batch_size": 500}}}"#,
+    );
+    let mut relay = db.spawn_run(
+        &backend.url(),
+        &["--config", &config, "--listen", "127.0.0.1:0"],
+    );
+    let base = served_at(&relay).await;
+    let address = base.trim_start_matches("http://").to_owned();
+
+    // A raw client with a 4 KiB receive buffer that sends its request and then reads nothing.
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.set_recv_buffer_size(4096).unwrap();
+    let mut stream = socket.connect(address.parse().unwrap()).await.unwrap();
+    stream
+        .write_all(
+            format!("GET /v1/events/stream HTTP/1.1\r\nHost: {address}\r\nAccept: text/event-stream\r\n\r\n")
+                .as_bytes(),
+        )
+        .await
+        .unwrap();
+    // The answer's head arrives before the first event: the subscription is open.
+    let mut head = vec![0u8; 512];
+    let n = stream.read(&mut head).await.unwrap();
+    assert!(
+        String::from_utf8_lossy(&head[..n]).starts_with("HTTP/1.1 200"),
+        "{}",
+        String::from_utf8_lossy(&head[..n])
+    );
+
+    let jobs: Vec<NewJob> = (0..JOBS)
+        .map(|i| NewJob::new("bulk.job", json!([i])))
+        .collect();
+    db.stage(jobs).await;
+    db.wait_status(
+        Duration::from_secs(120),
+        "every row sent while the subscriber reads nothing",
+        Some(&relay),
+        |s| count(s, "sent") == JOBS as i64,
+    )
+    .await;
+
+    // Now read what the server wrote: it ends with the overflow event, then the stream closes.
+    // The response ends (its last chunk, `0`): the connection itself may stay open.
+    let mut rest = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !rest.ends_with(b"\r\n0\r\n\r\n") {
+        let mut chunk = vec![0u8; 65536];
+        let left = deadline.saturating_duration_since(Instant::now());
+        let n = tokio::time::timeout(left, stream.read(&mut chunk))
+            .await
+            .expect("the server ends the cut-off stream")
+            .unwrap();
+        assert!(n > 0, "closed before the stream's end");
+        rest.extend_from_slice(&chunk[..n]);
+    }
+    let text = String::from_utf8_lossy(&rest);
+    let events: Vec<&str> = text
+        .lines()
+        .filter_map(|line| line.strip_prefix("event: "))
+        .collect();
+    assert_eq!(
+        events.last().copied(),
+        Some("ojs.stream.overflow"),
+        "{} events read, the last: {:?}",
+        events.len(),
+        events.last()
+    );
+    assert!(
+        events.len() < JOBS,
+        "cut off, not every event buffered: {} events",
+        events.len()
+    );
+    relay.terminate(Duration::from_secs(10)).await;
     backend.shutdown().await;
 }
