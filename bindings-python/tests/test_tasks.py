@@ -387,9 +387,8 @@ def test_the_backend_defaults_and_what_it_supports():
         assert backend.adapter is ojs
         assert backend.queues == {"default"}
         assert (backend.supports_defer, backend.supports_priority, backend.supports_async_task,
-                backend.supports_get_result) == (True, True, True, False)
-        with pytest.raises(NotImplementedError):
-            backend.get_result("0190b6b8-0000-7000-8000-000000000000")
+                backend.supports_get_result) == (True, True, True, True)
+        # get_result itself: test_task_results.py.
 
 
 def test_the_system_check_reports_the_adapters_configuration_for_the_database(backend):
