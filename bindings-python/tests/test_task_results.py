@@ -44,10 +44,10 @@ from testproject.worker_tasks import (
 
 try:  # one code path, as the backend has: Django 6's framework, else the backport
     from django.tasks import TaskResultStatus, task_backends
-    from django.tasks.exceptions import TaskResultDoesNotExist
+    from django.tasks.exceptions import TaskResultDoesNotExist, TaskResultMismatch
 except ImportError:
     from django_tasks import TaskResultStatus, task_backends
-    from django_tasks.exceptions import TaskResultDoesNotExist
+    from django_tasks.exceptions import TaskResultDoesNotExist, TaskResultMismatch
 
 DB = pytest.mark.django_db(transaction=True, databases=["default", "pg"])
 TABLE = "py_results"
@@ -224,6 +224,8 @@ def test_successful_after_the_worker_ran_it(alias, backend, adapter):
     assert (again.status, again.return_value) == (SUCCESSFUL, seen.return_value)
     fresh = record_run.using()  # a copy of the task: the same function
     assert fresh.get_result(result.id).return_value == seen.return_value
+    with pytest.raises(TaskResultMismatch):
+        plain_run.get_result(result.id)
     # Any process reads it once the backend holds it.
     out = in_another_process(backend.url, alias, result.id)
     assert out == ('SUCCESSFUL {"attempt": 1, "label": "ok", "value": [1, 2]} '
@@ -286,8 +288,8 @@ def test_running_while_a_worker_subprocess_runs_it(alias, backend, adapter, tmp_
     finally:
         stop(worker)
     assert (result.status, result.return_value) == (SUCCESSFUL, "slow")
-    # The backend keeps no worker id after the ack: the attempt is counted, its worker is "".
-    assert result.attempts == 1
+    # The devserver keeps no worker id after the ack: the attempt is counted, its worker is "".
+    assert (result.attempts, result.worker_ids) == (1, [""])
 
 
 @DB
