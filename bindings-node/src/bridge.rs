@@ -138,6 +138,12 @@ pub fn database_url_from_parts(parts_json: String) -> napi::Result<String> {
     ojs_bridge::database_url_from_parts(&parts_json).map_err(to_js)
 }
 
+/// Transaction control for a driver without a transaction API (pg): `Bridge::transaction_sql`.
+#[napi]
+pub fn transaction_sql(step: String, depth: u32) -> napi::Result<String> {
+    ojs_bridge::Bridge::transaction_sql(&step, depth as usize).map_err(to_js)
+}
+
 /// The HTTP request headers the middleware passes in the context's `headers`, lowercase.
 #[napi]
 pub fn context_header_names() -> Vec<String> {

@@ -18,7 +18,7 @@ mod log;
 pub use bridge::{
     AdminReport, LedgerHandle, NativeBridge, NativeHost, NativeLedger, Stager,
     context_header_names, database_url_from_parts, option_keys, reject_option,
-    request_context_json, stage_job,
+    request_context_json, stage_job, transaction_sql,
 };
 pub use error::{codes_json, database_error_code, unencodable};
 pub use events::{NativeEventFeed, NativeRelayFrames};

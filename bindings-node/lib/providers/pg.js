@@ -3,18 +3,20 @@
 // commit hook, so `ojs.transaction(pool, async (client) => ...)` runs the transaction itself
 // on one client (checked out of a Pool and released after) and the wake-up follows its COMMIT.
 //
-// The statements below are transaction control only (what an application writes around its
-// own pg work); every outbox statement is the core's. pg sends `$n` placeholders to the
-// server as they are: the core emits them (placeholder "dollar").
+// Every statement is the core's: the outbox's, and the transaction control below
+// (`transactionSql`; savepoints named by depth, as the core's own transactions name them).
+// pg sends `$n` placeholders to the server as they are: the core emits them ("dollar").
 
-/** Transaction control for pg, on one client. Savepoints are named by depth, as the core's. */
+const native = require('../native');
+
+/** Transaction control for pg, on one client. */
 const CONTROL = {
-  begin: 'BEGIN',
-  commit: 'COMMIT',
-  rollback: 'ROLLBACK',
-  savepoint: (depth) => `SAVEPOINT ojs_savepoint_${depth}`,
-  release: (depth) => `RELEASE SAVEPOINT ojs_savepoint_${depth}`,
-  rollbackTo: (depth) => `ROLLBACK TO SAVEPOINT ojs_savepoint_${depth}`,
+  begin: native.transactionSql('begin', 0),
+  commit: native.transactionSql('commit', 0),
+  rollback: native.transactionSql('rollback', 0),
+  savepoint: (depth) => native.transactionSql('savepoint', depth),
+  release: (depth) => native.transactionSql('release', depth),
+  rollbackTo: (depth) => native.transactionSql('rollback_to', depth),
 };
 
 /** A pg Pool (pg.Pool or pg-pool): hands out clients. */

@@ -626,6 +626,19 @@ impl Bridge {
         })
     }
 
+    /// Transaction control for a host whose driver has none (`sql::transaction_sql`).
+    pub fn transaction_sql(step: &str, depth: usize) -> Result<String> {
+        ojs_outbox::sql::transaction_sql(step, depth).ok_or_else(|| {
+            Error::field(
+                ErrorCode::InvalidConfig,
+                "step",
+                format!(
+                    "{step:?}: expected begin, commit, rollback, savepoint, release or rollback_to"
+                ),
+            )
+        })
+    }
+
     /// The relay's metrics as JSON (`null` when no relay runs in this process).
     pub fn metrics_json(&self) -> String {
         let metrics = self

@@ -341,14 +341,15 @@ impl OutboxTransaction<'_> {
         }
     }
 
-    fn savepoint_name(&self) -> String {
-        format!("ojs_savepoint_{}", self.ledger.depth() - 1)
+    /// The statement of `step` for the innermost savepoint (`sql::transaction_sql`).
+    fn savepoint_sql(&self, step: &str) -> String {
+        crate::sql::transaction_sql(step, self.ledger.depth() - 1).expect("a known step")
     }
 
     /// Opens a nested transaction (SAVEPOINT).
     pub async fn savepoint(&mut self) -> Result<()> {
         self.ledger.savepoint()?;
-        let sql = format!("SAVEPOINT {}", self.savepoint_name());
+        let sql = self.savepoint_sql("savepoint");
         if let Err(e) = self.execute(&sql).await {
             self.ledger.rollback_savepoint()?;
             return Err(e);
@@ -360,18 +361,15 @@ impl OutboxTransaction<'_> {
     /// Nothing is relayed.
     pub async fn release_savepoint(&mut self) -> Result<()> {
         self.require_savepoint()?;
-        self.execute(&format!("RELEASE SAVEPOINT {}", self.savepoint_name()))
-            .await?;
+        self.execute(&self.savepoint_sql("release")).await?;
         self.ledger.release()
     }
 
     /// Rolls back the innermost nested transaction: its rows and their wake-ups are discarded.
     pub async fn rollback_savepoint(&mut self) -> Result<()> {
         self.require_savepoint()?;
-        let name = self.savepoint_name();
-        self.execute(&format!("ROLLBACK TO SAVEPOINT {name}"))
-            .await?;
-        self.execute(&format!("RELEASE SAVEPOINT {name}")).await?;
+        self.execute(&self.savepoint_sql("rollback_to")).await?;
+        self.execute(&self.savepoint_sql("release")).await?;
         self.ledger.rollback_savepoint()
     }
 

@@ -491,3 +491,20 @@ impl OutboxSql {
         format!("SELECT COUNT(*) FROM {}", self.table)
     }
 }
+
+/// Transaction control, for hosts whose driver has none (node-postgres): the statements the
+/// Rust-native `OutboxTransaction` runs too, the same in both dialects. `step`: `begin`,
+/// `commit`, `rollback`, `savepoint`, `release`, `rollback_to`; `depth` names a savepoint
+/// (`ojs_savepoint_<depth>`, 0 for the first). `None` for an unknown step.
+pub fn transaction_sql(step: &str, depth: usize) -> Option<String> {
+    let savepoint = format!("ojs_savepoint_{depth}");
+    Some(match step {
+        "begin" => "BEGIN".to_owned(),
+        "commit" => "COMMIT".to_owned(),
+        "rollback" => "ROLLBACK".to_owned(),
+        "savepoint" => format!("SAVEPOINT {savepoint}"),
+        "release" => format!("RELEASE SAVEPOINT {savepoint}"),
+        "rollback_to" => format!("ROLLBACK TO SAVEPOINT {savepoint}"),
+        _ => return None,
+    })
+}
