@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
-# Enqueue cost on the application's side, with the release build of the gem: per job
-# OJS.enqueue_after_commit vs a raw INSERT of the same row on the same connection, and a bulk of
-# 1,000 vs 1,000 single calls, on SQLite and PostgreSQL (OJS_BENCH_DATABASE_URL, else
-# OJS_TEST_DATABASE_URL; keep fsync on for numbers that mean something). Results also in
+# Enqueue cost on the application's side (bench/enqueue_bench.rb), issue 16's two staging
+# ratios, with the release build of the gem, on SQLite and PostgreSQL (OJS_BENCH_DATABASE_URL,
+# else OJS_TEST_DATABASE_URL): per job, OJS.enqueue_after_commit vs a raw parameterized INSERT of
+# the same row on the same connection (target <= 1.10x), and OJS.enqueue_bulk of 1,000 vs ONE
+# raw multi-row INSERT of the same 1,000 rows (the core's bulk statement, same columns and
+# literals, exec_query with binds) on the same connection (target <= 1.25x per job). Variants
+# interleaved, rotating order, medians of OJS_BENCH_ROUNDS (15). Results also in
 # target/ruby-bench.json.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
