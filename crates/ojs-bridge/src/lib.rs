@@ -626,6 +626,14 @@ impl Bridge {
         })
     }
 
+    /// The statement that reads one outbox row by job id on the host's own connection
+    /// (`OutboxSql::select_job`: `job_type, job_args, status, attempts, error,
+    /// created_at_ms`), e.g. for a task result read inside the transaction that staged it.
+    pub fn select_job_sql(&self, dialect: &str, placeholder: &str) -> Result<String> {
+        let (dialect, placeholder) = (parse_dialect(dialect)?, parse_placeholder(placeholder)?);
+        Ok(OutboxSql::new(dialect, self.table_name()).select_job(placeholder))
+    }
+
     /// Transaction control for a host whose driver has none (`sql::transaction_sql`).
     pub fn transaction_sql(step: &str, depth: usize) -> Result<String> {
         ojs_outbox::sql::transaction_sql(step, depth).ok_or_else(|| {

@@ -246,6 +246,28 @@ impl OutboxSql {
         Statement { sql, params }
     }
 
+    /// One row by its job id, for a host reading through its own connection (so it sees the
+    /// rows its open transaction staged): `job_type, job_args, status, attempts, error,
+    /// created_at_ms`, the same types in both dialects (texts, integers; `created_at_ms`
+    /// milliseconds since the epoch). One parameter: the job id.
+    pub fn select_job(&self, placeholder: Placeholder) -> String {
+        let (id, args, created) = match self.dialect {
+            Dialect::Postgres => (
+                ("CAST(", " AS uuid)"),
+                "job_args::text",
+                "CAST(EXTRACT(EPOCH FROM created_at) * 1000 AS bigint)",
+            ),
+            Dialect::Sqlite => (("", ""), "job_args", "created_at"),
+        };
+        let mut sql = format!(
+            "SELECT job_type, {args}, status, attempts, error, {created} FROM {} WHERE job_id = {}",
+            self.table, id.0
+        );
+        placeholder.write(&mut sql, 1);
+        sql.push_str(id.1);
+        sql
+    }
+
     fn now(&self) -> &'static str {
         match self.dialect {
             Dialect::Postgres => "now()",

@@ -1,0 +1,138 @@
+//! `Bridge::select_job_sql`: a host reads one outbox row by job id on its own connection, and
+//! sees the row its open transaction staged, with the same column types on both databases.
+
+use ojs_bridge::Bridge;
+use sqlx::{AssertSqlSafe, Connection, Row};
+
+fn bridge(database_url: &str) -> Bridge {
+    let config = serde_json::json!({"adapter": {"ojs_url": "http://127.0.0.1:9", "database_url": database_url,
+                                                "outbox": {"table_name": "ojs_select_job"}}});
+    Bridge::new(&config.to_string()).unwrap()
+}
+
+#[test]
+fn a_host_reads_its_own_staged_row_on_sqlite() {
+    let dir = std::env::temp_dir().join(format!("ojs-select-job-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let url = format!("sqlite://{}?mode=rwc", dir.join("host.db").display());
+    let bridge = bridge(&url);
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let mut host = sqlx::SqliteConnection::connect(&url).await.unwrap();
+        for ddl in bridge.create_table_sql("sqlite").unwrap() {
+            sqlx::raw_sql(AssertSqlSafe(ddl))
+                .execute(&mut host)
+                .await
+                .unwrap();
+        }
+        let mut tx = host.begin().await.unwrap();
+        let staged = bridge
+            .stage_job(
+                "sqlite",
+                "question",
+                "email.welcome",
+                "[7]",
+                None,
+                None,
+                None,
+            )
+            .unwrap();
+        let mut insert = sqlx::query(AssertSqlSafe(staged.sql.to_string()));
+        for param in &staged.params {
+            insert = insert.bind(param.clone());
+        }
+        insert.execute(&mut *tx).await.unwrap();
+        let select = bridge.select_job_sql("sqlite", "question").unwrap();
+        let row = sqlx::query(AssertSqlSafe(select))
+            .bind(&staged.job_id)
+            .fetch_one(&mut *tx)
+            .await
+            .expect("its own uncommitted row");
+        assert_eq!(row.get::<String, _>(0), "email.welcome");
+        assert_eq!(row.get::<String, _>(1), "[7]");
+        assert_eq!(row.get::<String, _>(2), "pending");
+        assert_eq!(row.get::<i64, _>(3), 0);
+        assert_eq!(row.get::<Option<String>, _>(4), None);
+        let now_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as i64;
+        let created = row.get::<i64, _>(5);
+        assert!((now_ms - created).abs() < 60_000, "{created} vs {now_ms}");
+        tx.rollback().await.unwrap();
+    });
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_host_reads_its_own_staged_row_on_postgres() {
+    let Ok(url) = std::env::var("OJS_TEST_DATABASE_URL") else {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "OJS_TEST_DATABASE_URL is unset under CI"
+        );
+        eprintln!("SKIP postgres: OJS_TEST_DATABASE_URL is unset (scripts/test.sh sets it)");
+        return;
+    };
+    let bridge = bridge(&url);
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let mut host = sqlx::PgConnection::connect(&url).await.unwrap();
+        sqlx::raw_sql(AssertSqlSafe(bridge.drop_table_sql("postgresql").unwrap()))
+            .execute(&mut host)
+            .await
+            .unwrap();
+        for ddl in bridge.create_table_sql("postgresql").unwrap() {
+            sqlx::raw_sql(AssertSqlSafe(ddl))
+                .execute(&mut host)
+                .await
+                .unwrap();
+        }
+        let mut tx = host.begin().await.unwrap();
+        let staged = bridge
+            .stage_job(
+                "postgresql",
+                "dollar",
+                "email.welcome",
+                "[7]",
+                None,
+                None,
+                None,
+            )
+            .unwrap();
+        let mut insert = sqlx::query(AssertSqlSafe(staged.sql.to_string()));
+        for param in &staged.params {
+            insert = insert.bind(param.clone());
+        }
+        insert.execute(&mut *tx).await.unwrap();
+        let select = bridge.select_job_sql("postgresql", "dollar").unwrap();
+        let row = sqlx::query(AssertSqlSafe(select))
+            .bind(&staged.job_id)
+            .fetch_one(&mut *tx)
+            .await
+            .expect("its own uncommitted row");
+        assert_eq!(row.get::<String, _>(0), "email.welcome");
+        assert_eq!(row.get::<String, _>(1), "[7]");
+        assert_eq!(row.get::<String, _>(2), "pending");
+        assert_eq!(row.get::<i32, _>(3), 0);
+        assert_eq!(row.get::<Option<String>, _>(4), None);
+        let now_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as i64;
+        let created = row.get::<i64, _>(5);
+        assert!((now_ms - created).abs() < 60_000, "{created} vs {now_ms}");
+        tx.rollback().await.unwrap();
+        sqlx::raw_sql(AssertSqlSafe(bridge.drop_table_sql("postgresql").unwrap()))
+            .execute(&mut host)
+            .await
+            .unwrap();
+    });
+}
