@@ -7,7 +7,7 @@
 #   bulk: enqueueBulk of 1,000 jobs vs ONE raw multi-row INSERT of the same 1,000 rows, per job
 #   (target <= 1.25x; bench.js says exactly what that INSERT is).
 # OJS_BENCH_LIBS="knex pg kysely" picks libraries; OJS_BENCH_ROUNDS (7), OJS_BENCH_JOBS (2000
-# single jobs a side per round), OJS_BENCH_BULK_PAIRS (5 bulk pairs per round) size the run.
+# single jobs a side per round), OJS_BENCH_BULK_PAIRS (15 bulk pairs per round) size the run.
 # Needs OJS_TEST_DATABASE_URL. For meaningful PostgreSQL numbers keep fsync on.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)

@@ -111,7 +111,7 @@ const LIBRARIES = {
 };
 
 const BULK = 1000;
-const BULK_PAIRS = Number(process.env.OJS_BENCH_BULK_PAIRS || 5);
+const BULK_PAIRS = Number(process.env.OJS_BENCH_BULK_PAIRS || 15);
 const SINGLE_TARGET = 1.1;
 const BULK_TARGET = 1.25;
 
