@@ -9,9 +9,10 @@
 //  2. bulk: enqueueBulk of 1,000 jobs vs ONE raw multi-row INSERT of the same 1,000 rows,
 //     per job. Target <= 1.25x. What the baseline does, exactly: from the same array of 1,000
 //     {type, args} objects it builds the parameter list itself (per row a fresh
-//     time-ordered id, the type, JSON.stringify(args): 3,000 values) and runs ONE statement,
-//     the text the core's bulk staging (`native.stage`) writes for 1,000 rows (checked to be the
-//     one the adapter ran): `INSERT INTO <table> (job_id, job_type, job_args, job_options,
+//     time-ordered id, the type, JSON.stringify(args): 3,000 values, built inside the timing)
+//     and runs ONE statement, the text the core's bulk staging (`native.stage`) writes for
+//     1,000 rows (taken once before the timing and reused, as the single-row baseline reuses
+//     its text; checked to be the one the adapter ran): `INSERT INTO <table> (job_id, job_type, job_args, job_options,
 //     job_meta, tenant_id) VALUES (?, ?, ?, '{}', '{}', NULL), ...` (PostgreSQL: `$n`
 //     placeholders for pg, Kysely and Drizzle, `?` for knex, with `CAST(.. AS uuid)` and
 //     `CAST(.. AS jsonb)` on the id and args), through the library's own raw-SQL call (knex
