@@ -108,6 +108,16 @@ impl Bridge {
             .map_err(to_py)
     }
 
+    /// The SELECT of one outbox row by job id (`Bridge::select_job_sql`), for the host to run
+    /// on its own connection, so it sees what its open transaction staged: `job_type, job_args`
+    /// (JSON text), `status, attempts, error, created_at_ms`; one parameter, the job id. Pure
+    /// computation: keeps the GIL.
+    fn select_job_sql(&self, dialect: &str, placeholder: &str) -> PyResult<String> {
+        self.inner
+            .select_job_sql(dialect, placeholder)
+            .map_err(to_py)
+    }
+
     fn start_relay(&self, py: Python<'_>) -> PyResult<()> {
         py.detach(|| self.inner.start_relay()).map_err(to_py)
     }

@@ -83,6 +83,10 @@ class Bridge:
     ) -> str:
         """``StagedJob::encode(with_sql)``: ``[sql]``, job_id, type, args, options, meta,
         ``[tenant]``, NUL-separated."""
+    def select_job_sql(self, dialect: str, placeholder: str) -> str:
+        """The core's SELECT of one outbox row by job id, for the host's own connection (it sees
+        the rows of its open transaction): columns ``job_type, job_args`` (JSON text), ``status,
+        attempts, error, created_at_ms`` (ms since the epoch); one parameter, the job id."""
     def start_relay(self) -> None: ...
     def ensure_relay(self) -> None: ...
     def stop_relay(self) -> None: ...
