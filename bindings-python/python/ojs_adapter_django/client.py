@@ -22,6 +22,8 @@ import json
 import logging
 import os
 import threading
+import uuid
+from datetime import datetime, timedelta, timezone
 from json.encoder import c_make_encoder, encode_basestring_ascii  # type: ignore[attr-defined]
 from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
 
@@ -215,12 +217,16 @@ def _wake_at_commit(ojs: "OJS", connection: Any, bridge: _native.Bridge,
     connection.on_commit(_Wake(ojs, bridge, list(job_ids)))
 
 
-def _staging_error(exc: DjangoDatabaseError) -> OJSError:
-    """A failure of Django's cursor, with the core's code (OUTBOX_TABLE_MISSING or DATABASE)."""
+def _database_error(exc: DjangoDatabaseError, doing: str) -> OJSError:
+    """A failure of Django's cursor while ``doing`` something, with the core's code
+    (OUTBOX_TABLE_MISSING or DATABASE)."""
     cause = exc.__cause__
     sqlstate = getattr(cause, "sqlstate", None) or getattr(cause, "pgcode", None)
-    return decode(_native.database_error(sqlstate, str(exc),
-                                         f"staging the outbox rows failed: {exc}"))
+    return decode(_native.database_error(sqlstate, str(exc), f"{doing} failed: {exc}"))
+
+
+#: ``created_at_ms`` (milliseconds since the epoch) as an aware UTC datetime, exactly.
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
 
 def _not_started(alias: str, native: _native.NativeError) -> None:
@@ -268,6 +274,8 @@ class OJS:
         self._auto_aliases: set[str] = set()
         #: The single-row INSERT of each alias, asked of the core once (``StagedJob::encode``).
         self._insert_sql: dict[str, str] = {}
+        #: The SELECT of one row by job id of each alias, asked of the core once.
+        self._select_job_sql: dict[str, str] = {}
         self._atexit_registered = False
         self._fork_hook_registered = False
 
@@ -330,6 +338,7 @@ class OJS:
             self._bridges.clear()
             self._auto_aliases.clear()
             self._insert_sql.clear()
+            self._select_job_sql.clear()
 
     # -- relay lifecycle (FA-R003) -------------------------------------------------------
 
@@ -497,7 +506,7 @@ class OJS:
                     for sql, params in statements:
                         cursor.execute(sql, params)
         except DjangoDatabaseError as exc:
-            raise _staging_error(exc) from exc
+            raise _database_error(exc, "staging the outbox rows") from exc
         if in_atomic:
             _wake_at_commit(self, connection, bridge, job_ids)
         else:
@@ -564,6 +573,37 @@ class OJS:
     def outbox_rows(self, job_ids: Sequence[str], *, using: Optional[str] = None) -> dict:
         """Committed state of these jobs' rows: ``{job_id: {status, attempts, error}}``."""
         return json.loads(self._call(using, "rows_json", "\n".join(job_ids)))
+
+    def outbox_job(self, job_id: str, *, using: Optional[str] = None) -> Optional[dict]:
+        """The outbox row of ``job_id`` as Django's connection of ``using`` sees it, so inside
+        ``atomic()`` also a row the open transaction staged (a rolled-back one is gone): ``{"type",
+        "args" (decoded), "status" ("pending", "failed", "sent", "dead"), "attempts", "error"
+        (text or None), "created_at" (aware UTC datetime)}``, or None when there is no such row
+        (or ``job_id`` is no UUID). The statement is the core's (``Bridge::select_job_sql``),
+        run on Django's cursor. A failure of the cursor raises OutboxTableMissingError or
+        DatabaseError (inside ``atomic()`` it breaks the transaction, as any failed query does)."""
+        try:
+            job_id = str(uuid.UUID(str(job_id)))  # the core's form: lowercase, hyphenated
+        except ValueError:
+            return None
+        alias = using or DEFAULT_DB_ALIAS
+        connection = connections[alias]
+        sql = self._select_job_sql.get(alias)
+        if sql is None:
+            sql = self._call(alias, "select_job_sql", connection.vendor, PLACEHOLDER)
+            self._select_job_sql[alias] = sql
+        try:
+            with connection.cursor() as cursor:
+                cursor.execute(sql, [job_id])
+                row = cursor.fetchone()
+        except DjangoDatabaseError as exc:
+            raise _database_error(exc, f"reading the outbox row of job {job_id}") from exc
+        if row is None:
+            return None
+        job_type, args_json, status, attempts, error, created_at_ms = row
+        return {"type": job_type, "args": json.loads(args_json), "status": status,
+                "attempts": int(attempts), "error": error,
+                "created_at": _EPOCH + timedelta(milliseconds=int(created_at_ms))}
 
     def admin(self, command: Mapping[str, Any], *,
               using: Optional[str] = None) -> tuple[int, str, str]:
