@@ -1,9 +1,12 @@
 """Test helpers: the dev backend (ojs-devserver) driven over HTTP, polling, outbox reads
-through Django's connection, and the crash_before_hook seam."""
+through Django's connection, the crash_before_hook seam, and what the tests of the Django Tasks
+backend share (the framework's names, an adapter of their own as the "default" task backend,
+``ojs_worker --once``)."""
 
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import os
 import subprocess
@@ -12,7 +15,18 @@ import urllib.request
 from pathlib import Path
 from typing import Any, Callable, Iterator, Optional
 
+from django.core.management import call_command
 from django.db import connections
+from django.test import override_settings
+
+try:  # one code path, as the backend has: Django 6's framework, else the backport
+    from django.tasks import TaskResultStatus, task, task_backends
+    from django.tasks.exceptions import TaskResultDoesNotExist, TaskResultMismatch
+    from django.tasks.signals import task_enqueued
+except ImportError:
+    from django_tasks import TaskResultStatus, task, task_backends
+    from django_tasks.exceptions import TaskResultDoesNotExist, TaskResultMismatch
+    from django_tasks.signals import task_enqueued
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -114,3 +128,46 @@ def suppressed_wakeups(ojs: Any) -> Iterator[None]:
         yield
     finally:
         del ojs._wake
+
+
+# -- the Django Tasks backend ------------------------------------------------------------------
+
+def own_adapter(url: str, alias: str, table: str) -> Any:
+    """An adapter with a fresh outbox table of its own on ``alias``. Its poller leaves every row
+    younger than an hour alone (``skip_recent``), so a row is sent only by the after-commit
+    wake-up (which ``suppressed_wakeups`` holds back: the row then stays pending)."""
+    from ojs_adapter_django import OJS
+
+    adapter = OJS({"ojs_url": url, "outbox": {"table_name": table, "poll_interval": "PT30S"},
+                   "relay": {"skip_recent": "PT1H"}})
+    drop_table(alias, table)
+    adapter.create_outbox_table(alias)
+    return adapter
+
+
+def tasks_setting(alias: str, adapter: Any, queues: Any = ()) -> dict:
+    """``TASKS`` with one "default" ``OJSBackend`` staging on ``alias`` through ``adapter``."""
+    return {"default": {"BACKEND": "ojs_adapter_django.tasks.OJSBackend", "QUEUES": list(queues),
+                        "OPTIONS": {"DATABASE": alias, "ADAPTER": adapter}}}
+
+
+@contextlib.contextmanager
+def tasks_adapter(url: str, alias: str, table: str) -> Iterator[Any]:
+    """``own_adapter`` as the project's "default" task backend, with a fresh table of runs for
+    the tasks of ``testproject.worker_tasks``; reset (its relay stopped) afterwards."""
+    from testproject.worker_tasks import create_runs_table
+
+    adapter = own_adapter(url, alias, table)
+    create_runs_table(alias)
+    try:
+        with override_settings(TASKS=tasks_setting(alias, adapter)):
+            yield adapter
+    finally:
+        adapter.reset()
+
+
+def worker_once(*args: str) -> str:
+    """``manage.py ojs_worker --once`` in this process: what it printed."""
+    out = io.StringIO()
+    call_command("ojs_worker", "--once", *args, stdout=out, stderr=io.StringIO())
+    return out.getvalue()

@@ -28,14 +28,15 @@ from ojs_adapter_django import (
     request_context,
 )
 from ojs_adapter_django.tasks import OJSBackend
-from support import drop_table, outbox_count, outbox_rows
-
-try:  # one code path, as the backend has: Django 6's framework, else the backport
-    from django.tasks import TaskResultStatus, task, task_backends
-    from django.tasks.signals import task_enqueued
-except ImportError:
-    from django_tasks import TaskResultStatus, task, task_backends
-    from django_tasks.signals import task_enqueued
+from support import (
+    TaskResultStatus,
+    drop_table,
+    outbox_count,
+    outbox_rows,
+    task,
+    task_backends,
+    task_enqueued,
+)
 
 DB = pytest.mark.django_db(transaction=True, databases=["default", "pg"])
 TABLE = "py_tasks"

@@ -7,7 +7,6 @@ for a condition."""
 
 from __future__ import annotations
 
-import io
 import os
 import signal
 import socket
@@ -18,13 +17,20 @@ import time
 from pathlib import Path
 
 import pytest
-from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.db import connections, transaction
 from django.test import override_settings
 
 from ojs_adapter_django import OJS
-from support import WAIT, Devserver, drop_table, wait_until
+from support import (
+    WAIT,
+    Devserver,
+    own_adapter,
+    tasks_adapter,
+    tasks_setting,
+    wait_until,
+    worker_once,
+)
 from testproject.worker_tasks import (
     acks_itself,
     always_fails,
@@ -51,32 +57,10 @@ TABLE = "py_worker"
 MANAGE = str(Path(__file__).with_name("manage.py"))
 
 
-def own_adapter(url: str, alias: str) -> OJS:
-    adapter = OJS({"ojs_url": url, "outbox": {"table_name": TABLE, "poll_interval": "PT30S"},
-                   "relay": {"skip_recent": "PT1H"}})
-    drop_table(alias, TABLE)
-    adapter.create_outbox_table(alias)
-    return adapter
-
-
-def tasks_setting(alias: str, adapter: OJS, queues=()) -> dict:
-    return {"default": {"BACKEND": "ojs_adapter_django.tasks.OJSBackend", "QUEUES": list(queues),
-                        "OPTIONS": {"DATABASE": alias, "ADAPTER": adapter}}}
-
-
 @pytest.fixture
 def adapter(alias, backend):
-    adapter = own_adapter(backend.url, alias)
-    create_runs_table(alias)
-    with override_settings(TASKS=tasks_setting(alias, adapter)):
+    with tasks_adapter(backend.url, alias, TABLE) as adapter:
         yield adapter
-    adapter.reset()
-
-
-def worker_once(*args: str) -> str:
-    out = io.StringIO()
-    call_command("ojs_worker", "--once", *args, stdout=out, stderr=io.StringIO())
-    return out.getvalue()
 
 
 def state(backend, job_id: str) -> dict:
@@ -455,7 +439,7 @@ def test_a_backend_down_at_start_is_waited_for(tmp_path):
         worker.wait_said("the OJS backend is unavailable")
         assert worker.process.poll() is None
         server = Devserver(port)
-        adapter = own_adapter(url, "default")
+        adapter = own_adapter(url, "default", TABLE)
         with override_settings(TASKS=tasks_setting("default", adapter)):
             result = record_run.enqueue("default", "late")
         server.wait_for([result.id])
