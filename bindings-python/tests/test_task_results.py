@@ -1,12 +1,12 @@
 """``OJSBackend.get_result`` / ``aget_result`` / ``TaskResult.refresh()`` (docs/django-tasks.md,
-"Results"): a task's result read back where its job is, in the caller's open transaction, in
-the outbox, on the OJS backend. Real Django (6.x and the 5.2 backport), SQLite and PostgreSQL,
+"Results"): a task's result read back where its job is: on the OJS backend, else its outbox row
+through Django's connection (so also in the caller's open transaction), from this process or
+another. Real Django (6.x and the 5.2 backport), SQLite and PostgreSQL,
 a real devserver over HTTP, the real ``ojs_worker`` (in this process with ``--once``, or as a
 ``manage.py`` subprocess while a task runs). Every wait is for a condition."""
 
 from __future__ import annotations
 
-import io
 import os
 import signal
 import socket
@@ -14,40 +14,44 @@ import subprocess
 import sys
 import threading
 import uuid
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
 from asgiref.sync import async_to_sync
-from django.core.management import call_command
 from django.db import connections, transaction
 from django.test import override_settings
+from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
-from ojs_adapter_django import OJS, BackendUnavailableError
+from ojs_adapter_django import OJS, BackendUnavailableError, OutboxTableMissingError
 from ojs_adapter_django.tasks import (
     STATUS_OF_STATE,
     JobCancelled,
     JobNotDelivered,
     OJSBackend,
-    ResultNotReadable,
 )
-from support import WAIT, drop_table, suppressed_wakeups, wait_until
+from support import (
+    WAIT,
+    TaskResultDoesNotExist,
+    TaskResultMismatch,
+    TaskResultStatus,
+    drop_table,
+    suppressed_wakeups,
+    task_backends,
+    tasks_adapter,
+    tasks_setting,
+    wait_until,
+    worker_once,
+)
 from testproject.worker_tasks import (
     always_fails,
-    create_runs_table,
     not_a_task,
     plain_run,
     record_run,
     runs,
     waits_for_file,
 )
-
-try:  # one code path, as the backend has: Django 6's framework, else the backport
-    from django.tasks import TaskResultStatus, task_backends
-    from django.tasks.exceptions import TaskResultDoesNotExist, TaskResultMismatch
-except ImportError:
-    from django_tasks import TaskResultStatus, task_backends
-    from django_tasks.exceptions import TaskResultDoesNotExist, TaskResultMismatch
 
 DB = pytest.mark.django_db(transaction=True, databases=["default", "pg"])
 TABLE = "py_results"
@@ -56,38 +60,14 @@ READY, RUNNING = TaskResultStatus.READY, TaskResultStatus.RUNNING
 SUCCESSFUL, FAILED = TaskResultStatus.SUCCESSFUL, TaskResultStatus.FAILED
 
 
-def own_adapter(url: str, alias: str) -> OJS:
-    """A table of its own; its poller leaves rows younger than an hour alone, so a row is sent
-    only by the after-commit wake-up (which a test can suppress: the row then stays pending)."""
-    adapter = OJS({"ojs_url": url, "outbox": {"table_name": TABLE, "poll_interval": "PT30S"},
-                   "relay": {"skip_recent": "PT1H"}})
-    drop_table(alias, TABLE)
-    adapter.create_outbox_table(alias)
-    return adapter
-
-
-def tasks_setting(alias: str, adapter: OJS) -> dict:
-    return {"default": {"BACKEND": "ojs_adapter_django.tasks.OJSBackend", "QUEUES": [],
-                        "OPTIONS": {"DATABASE": alias, "ADAPTER": adapter}}}
-
-
 @pytest.fixture
 def adapter(alias, backend):
-    adapter = own_adapter(backend.url, alias)
-    create_runs_table(alias)
-    with override_settings(TASKS=tasks_setting(alias, adapter)):
+    with tasks_adapter(backend.url, alias, TABLE) as adapter:
         yield adapter
-    adapter.reset()
 
 
 def get(job_id):
     return task_backends["default"].get_result(job_id)
-
-
-def worker_once(*args: str) -> str:
-    out = io.StringIO()
-    call_command("ojs_worker", "--once", *args, stdout=out, stderr=io.StringIO())
-    return out.getvalue()
 
 
 def job_state(backend, job_id: str) -> str:
@@ -107,12 +87,20 @@ def test_ready_in_the_open_transaction_then_in_the_outbox_then_on_the_backend(al
                                                                             adapter):
     with suppressed_wakeups(adapter):
         with transaction.atomic(using=alias):
+            before = timezone.now()
             result = record_run.enqueue(alias, "r", value={"n": 1})
-            # Staged, not committed: the caller's own transaction holds it.
+            # Staged, not committed: its row is read through the caller's own connection.
             seen = get(result.id)
             assert seen.status == READY and seen.task == record_run
             assert (seen.args, seen.kwargs) == ([alias, "r"], {"value": {"n": 1}})
-            assert seen.enqueued_at == result.enqueued_at and seen.backend == "default"
+            # When the row was written (PostgreSQL: its transaction's start), to the millisecond.
+            created = adapter.outbox_job(result.id, using=alias)["created_at"]
+            assert seen.enqueued_at == created and seen.backend == "default"
+            assert before - timedelta(seconds=WAIT) <= created
+            assert created <= result.enqueued_at + timedelta(milliseconds=1)
+            # Not committed: another process does not see it (as with Django's own backend).
+            out = in_another_process(backend.url, alias, result.id)
+            assert out.startswith("TaskResultDoesNotExist no job "), out
             assert record_run.get_result(result.id).id == result.id
             result.refresh()
             assert result.status == READY
@@ -133,6 +121,9 @@ def test_ready_in_the_open_transaction_then_in_the_outbox_then_on_the_backend(al
         assert (seen.status, seen.args, seen.errors, seen.worker_ids) == (
             READY, [alias, "r"], [], [])
         assert seen.started_at is seen.finished_at is seen.last_attempted_at is None
+        # Another process reads the unsent job too: the row holds its type and arguments.
+        out = in_another_process(backend.url, alias, result.id)
+        assert out == f"READY null testproject.worker_tasks.record_run ['{alias}', 'r'] []", out
     # The relay sends it: now the backend answers, still READY (available).
     adapter.bridge(alias).notify_committed(result.id)
     backend.wait_for([result.id])
@@ -145,6 +136,40 @@ def test_ready_in_the_open_transaction_then_in_the_outbox_then_on_the_backend(al
     assert seen.attempts == 0 and not seen.is_finished
     with pytest.raises(ValueError, match="not finished"):
         seen.return_value
+
+
+@DB
+def test_outbox_job_reads_the_row_through_the_callers_connection(alias, backend, adapter):
+    """``OJS.outbox_job``: the core's SELECT (``select_job_sql``) on Django's cursor, so it sees
+    what the open transaction staged; the values converted (args decoded, an aware UTC time)."""
+    with suppressed_wakeups(adapter):
+        with transaction.atomic(using=alias):
+            job_id = adapter.enqueue_after_commit(
+                "reports.build", [{"args": [1, "two"], "kwargs": {"x": None}}], using=alias)
+            row = adapter.outbox_job(job_id, using=alias)
+            created = row.pop("created_at")
+            assert row == {"type": "reports.build", "status": "pending", "attempts": 0,
+                           "error": None, "args": [{"args": [1, "two"], "kwargs": {"x": None}}]}
+            assert created.utcoffset() == timedelta(0)
+            assert abs(timezone.now() - created) < timedelta(seconds=WAIT)
+            assert adapter.outbox_job(job_id.upper(), using=alias)["created_at"] == created
+            try:
+                with transaction.atomic(using=alias):
+                    undone = adapter.enqueue_after_commit("reports.build", [], using=alias)
+                    assert adapter.outbox_job(undone, using=alias)["status"] == "pending"
+                    raise RuntimeError("roll the savepoint back")
+            except RuntimeError:
+                pass
+            assert adapter.outbox_job(undone, using=alias) is None
+        # Committed: the same row, now also as the core's own connection reads it.
+        assert adapter.outbox_job(job_id, using=alias)["created_at"] == created
+        assert adapter.outbox_rows([job_id], using=alias)[job_id]["status"] == "pending"
+    for unknown in (str(uuid.uuid4()), "not-a-job-id"):
+        assert adapter.outbox_job(unknown, using=alias) is None
+    drop_table(alias, TABLE)
+    with pytest.raises(OutboxTableMissingError) as missing:
+        adapter.outbox_job(job_id, using=alias)
+    assert missing.value.code == "OUTBOX_TABLE_MISSING"
 
 
 @DB
@@ -182,6 +207,9 @@ def test_a_dead_outbox_row_is_failed(alias, backend, adapter, tmp_path):
                    == "dead", what="a dead row")
     finally:
         backend.call("DELETE", "/_dev/faults")
+    row = adapter.outbox_job(result.id, using=alias)
+    assert (row["status"], row["type"]) == ("dead", "testproject.worker_tasks.plain_run")
+    assert row["attempts"] >= 1 and "400" in row["error"]
     seen = get(result.id)
     assert (seen.status, seen.args, seen.attempts, seen.is_finished) == (
         FAILED, [alias, "refused"], 0, True)
@@ -192,9 +220,10 @@ def test_a_dead_outbox_row_is_failed(alias, backend, adapter, tmp_path):
     assert "400" in error.traceback  # the row's error: the backend's refusal
     with pytest.raises(ValueError, match="failed"):
         seen.return_value
-    # Another process cannot name the task of an unsent job (the outbox gives its status only).
+    # Another process reads the dead row as FAILED too.
     out = in_another_process(backend.url, alias, result.id)
-    assert out.startswith("ResultNotReadable dead "), out
+    assert out == (f"FAILED null testproject.worker_tasks.plain_run ['{alias}', 'refused'] "
+                   "['ojs_adapter_django.tasks.JobNotDelivered']"), out
     assert runs(alias) == []
 
 
@@ -229,7 +258,7 @@ def test_successful_after_the_worker_ran_it(alias, backend, adapter):
     # Any process reads it once the backend holds it.
     out = in_another_process(backend.url, alias, result.id)
     assert out == ('SUCCESSFUL {"attempt": 1, "label": "ok", "value": [1, 2]} '
-                   f"testproject.worker_tasks.record_run ['{alias}', 'ok']"), out
+                   f"testproject.worker_tasks.record_run ['{alias}', 'ok'] []"), out
 
 
 @DB
@@ -346,20 +375,23 @@ def subprocess_env(url: str, alias: str) -> dict:
 
 
 def in_another_process(url: str, alias: str, job_id: str) -> str:
-    """``get_result`` in a fresh ``manage.py shell`` on the same settings: what it prints."""
+    """``get_result`` in a fresh ``manage.py shell`` on the same settings: what it prints (the
+    status, the return value, the task, the args, the errors' class paths)."""
     code = (
         "try:\n"
         "    from django.tasks import task_backends\n"
+        "    from django.tasks.exceptions import TaskResultDoesNotExist\n"
         "except ImportError:\n"
         "    from django_tasks import task_backends\n"
+        "    from django_tasks.exceptions import TaskResultDoesNotExist\n"
         "import json\n"
-        "from ojs_adapter_django.tasks import ResultNotReadable\n"
         "try:\n"
         f"    r = task_backends['default'].get_result({job_id!r})\n"
         "    print(r.status, json.dumps(r.return_value if r.status == 'SUCCESSFUL' else None,\n"
-        "                               sort_keys=True), r.task.module_path, r.args)\n"
-        "except ResultNotReadable as e:\n"
-        "    print('ResultNotReadable', e.outbox_status, e)\n"
+        "                               sort_keys=True), r.task.module_path, r.args,\n"
+        "          [e.exception_class_path for e in r.errors])\n"
+        "except TaskResultDoesNotExist as e:\n"
+        "    print('TaskResultDoesNotExist', e)\n"
     )
     done = subprocess.run([sys.executable, MANAGE, "shell", "-c", code],
                           env=subprocess_env(url, alias), cwd=os.path.dirname(MANAGE),

@@ -13,8 +13,9 @@ the same core call, the same validation, the same savepoint and autocommit rules
 committed with the caller's transaction or not at all, and relayed after the outermost commit.
 
 ``get_result(id)`` (and ``aget_result``, ``TaskResult.refresh()``) reads the job back: from the
-OJS backend once the relay has sent it (its state mapped onto ``TaskResultStatus``), from the
-outbox before that (READY; a row the relay gave up on: FAILED).
+OJS backend once the relay has sent it (its state mapped onto ``TaskResultStatus``), else from
+its outbox row through Django's connection of ``DATABASE`` (so also inside the transaction that
+staged it): READY, or FAILED for a row the relay gave up on.
 
 One code path for Django 6 (``django.tasks``) and Django 5.2 with the ``django-tasks`` backport
 (``django_tasks``, the same API): whichever the running Django has. docs/django-tasks.md has
@@ -25,14 +26,12 @@ from __future__ import annotations
 
 import difflib
 import json
-import threading
 import uuid
-from collections import OrderedDict
 from typing import Any, Optional
 
 from django.core import checks
 from django.core.exceptions import ImproperlyConfigured
-from django.db import DEFAULT_DB_ALIAS, connections
+from django.db import DEFAULT_DB_ALIAS
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 from django.utils.module_loading import import_string
@@ -56,7 +55,7 @@ except ImportError:  # Django 5.2 with the django-tasks backport
             "(django.tasks), or on Django 5.2 the django-tasks package (pip install django-tasks)"
         ) from exc
 
-from .client import OJS, _UNENCODABLE, _Wake, _dumps, _unencodable
+from .client import OJS, _UNENCODABLE, _dumps, _unencodable
 from .errors import InvalidJobTypeError
 
 #: The keys of ``TASKS[alias]["OPTIONS"]``, with their defaults.
@@ -68,17 +67,16 @@ OPTION_DEFAULTS = {
 }
 
 
-def _json_value(value: Any, path: str) -> tuple[Any, int]:
+def _json_value(value: Any, path: str) -> Any:
     """``value`` as the job will carry it (the binding's encoder: ``DjangoJSONEncoder``, so a
     datetime, Decimal or UUID becomes its string), decoded again, so that the TaskResult holds
-    what a worker will get; and the length of its JSON text. A value JSON cannot hold is the
-    core's ``INVALID_ARGS`` (field ``args``), its message starting with where it is
-    (``args[1]``, ``kwargs.user``)."""
+    what a worker will get. A value JSON cannot hold is the core's ``INVALID_ARGS`` (field
+    ``args``), its message starting with where it is (``args[1]``, ``kwargs.user``)."""
     try:
         text = _dumps(value)
     except _UNENCODABLE as exc:
         raise _unencodable("args", value, path, exc) from None
-    return json.loads(text), len(text)
+    return json.loads(text)
 
 
 #: How the state of a job the OJS backend holds reads as a Django ``TaskResultStatus``
@@ -94,10 +92,10 @@ STATUS_OF_STATE = {
     "cancelled": TaskResultStatus.FAILED,   # never ran to its end: "unable to start"
 }
 
-#: How the status of an outbox row (a job the relay has not sent) reads: ``sent`` rows are
-#: read from the OJS backend.
+#: How the status of an outbox row (a job the relay has not sent, read through Django's
+#: connection) reads: ``sent`` rows are read from the OJS backend.
 STATUS_OF_ROW = {
-    "pending": TaskResultStatus.READY,      # committed, not yet sent
+    "pending": TaskResultStatus.READY,      # not yet sent (committed, or in your transaction)
     "failed": TaskResultStatus.READY,       # a send failed; the relay tries again
     "dead": TaskResultStatus.FAILED,        # the relay gave up: the task will never run
 }
@@ -113,51 +111,17 @@ class JobCancelled(Exception):
     (state ``cancelled``, e.g. a unique ``replace``) before it ran to its end."""
 
 
-class ResultNotReadable(TaskResultDoesNotExist):
-    """A ``TaskResultDoesNotExist`` for a job that is in the outbox but whose task cannot be
-    named here: the relay has not sent it yet, and it was enqueued by another process (the
-    core reads only an outbox row's status, not its type and arguments). ``outbox_status`` is
-    the row's status (``pending``, ``failed``, ``dead``). Once the relay has sent the job, its
-    result is readable from any process."""
-
-    def __init__(self, message: str, *, job_id: str, outbox_status: str) -> None:
-        super().__init__(message)
-        self.job_id = job_id
-        self.outbox_status = outbox_status
-
-
-#: The tasks this process staged, oldest first, ``{job_id: (task, args, kwargs, enqueued_at,
-#: size)}``: what a job looks like until the relay has sent it (the outbox says only whether it
-#: exists and its status: the core gives no row's type and arguments). Never the proof that a
-#: job exists: that is the open transaction's pending wake-up, the outbox row, or the OJS
-#: backend.
-_STAGED: "OrderedDict[str, tuple]" = OrderedDict()
-_STAGED_LOCK = threading.Lock()
-_staged_size = 0
-#: At most this many staged tasks are remembered, and their arguments' JSON at most this many
-#: bytes in all: the oldest are forgotten first (their results read as from another process
-#: until the relay has sent them).
-STAGED_REMEMBERED = 10_000
-STAGED_BYTES = 16 * 1024 * 1024
-
-
-def _remember(job_id: str, task: Any, args: list, kwargs: dict, enqueued_at: Any,
-              size: int) -> None:
-    global _staged_size
-    with _STAGED_LOCK:
-        _STAGED[job_id] = (task, args, kwargs, enqueued_at, size)
-        _staged_size += size
-        while _STAGED and (len(_STAGED) > STAGED_REMEMBERED or _staged_size > STAGED_BYTES):
-            _staged_size -= _STAGED.popitem(last=False)[1][4]
-
-
-def _staged(job_id: str) -> Optional[tuple]:
-    with _STAGED_LOCK:
-        return _STAGED.get(job_id)
-
-
 def _time(value: Any) -> Any:
     return parse_datetime(value) if isinstance(value, str) else None
+
+
+def _arguments(payload: Any) -> tuple[list, dict]:
+    """A task's ``(args, kwargs)`` from its job's args, ``[{"args": [...], "kwargs": {...}}]``
+    (docs/django-tasks.md, "Arguments"); empty ones for any other shape."""
+    arguments = payload[0] if (isinstance(payload, list) and len(payload) == 1
+                               and isinstance(payload[0], dict)) else {}
+    args, kwargs = arguments.get("args", []), arguments.get("kwargs", {})
+    return (args if isinstance(args, list) else [], kwargs if isinstance(kwargs, dict) else {})
 
 
 def _task_error(error: Any) -> TaskError:
@@ -187,8 +151,8 @@ class OJSBackend(BaseTaskBackend):
     supports_priority = True
     #: The job names the task; running it is ``Task.call``'s, which runs coroutine functions too.
     supports_async_task = True
-    #: ``get_result``: the job as the OJS backend holds it, or its outbox row before the relay
-    #: sent it (docs/django-tasks.md, "Results").
+    #: ``get_result``: the job as the OJS backend holds it, or its outbox row (read through
+    #: Django's connection) before the relay sent it (docs/django-tasks.md, "Results").
     supports_get_result = True
 
     def __init__(self, alias: str, params: dict) -> None:
@@ -243,8 +207,8 @@ class OJSBackend(BaseTaskBackend):
         and returns its ``TaskResult`` (``id``: the job id, status READY). ``task_enqueued``
         is sent when the job is staged: inside ``atomic()`` the job is not committed yet."""
         self.validate_task(task)
-        positional, args_size = _json_value(list(args), "args")
-        keywords, kwargs_size = _json_value(dict(kwargs), "kwargs")
+        positional = _json_value(list(args), "args")
+        keywords = _json_value(dict(kwargs), "kwargs")
         options: dict[str, Any] = {"queue": task.queue_name, "priority": task.priority}
         if task.run_after is not None:
             run_after = task.run_after
@@ -281,8 +245,6 @@ class OJSBackend(BaseTaskBackend):
         # TaskResult is frozen; Django's own backends set fields the same way.
         object.__setattr__(result, "id", job_id)
         object.__setattr__(result, "enqueued_at", timezone.now())
-        _remember(job_id, task, positional, keywords, result.enqueued_at,
-                  args_size + kwargs_size)
         task_enqueued.send(type(self), task_result=result)
         return result
 
@@ -291,83 +253,66 @@ class OJSBackend(BaseTaskBackend):
     def get_result(self, result_id: str) -> Any:
         """The ``TaskResult`` of the job ``result_id``, read where the job is now:
 
-        1. staged in the caller's open transaction on ``DATABASE`` (its after-commit wake-up
-           is pending on this connection, so the job commits with it): READY;
-        2. held by the OJS backend (``GET /ojs/v1/jobs/{id}``): its state per
+        1. held by the OJS backend (``GET /ojs/v1/jobs/{id}``): its state per
            ``STATUS_OF_STATE``, with the result, the recorded errors, the times, one worker id
-           per attempt; the task resolved from the job type;
-        3. an outbox row the relay has not sent: ``pending``/``failed`` READY, ``dead`` FAILED
-           with a ``JobNotDelivered`` error (the task and arguments as this process staged
-           them; staged by another process: ``ResultNotReadable``);
-        4. else ``TaskResultDoesNotExist``.
+           per attempt; the task resolved from the job type. Asked first: once the relay has
+           sent a job, only the backend knows how the task ran (a ``pending`` row may already
+           be in flight);
+        2. its outbox row, read through Django's connection of ``DATABASE``
+           (``OJS.outbox_job``), so also a row the caller's open transaction staged:
+           ``pending``/``failed`` READY, ``dead`` FAILED with a ``JobNotDelivered`` error, the
+           task resolved from the row's type and the arguments from its args; ``sent`` (and
+           the backend does not hold it): ``TaskResultDoesNotExist`` saying so;
+        3. else ``TaskResultDoesNotExist`` (an unknown id, a job rolled back with its
+           transaction or savepoint).
 
-        BackendUnavailableError when the OJS backend does not answer (the backend is asked
-        before the outbox: once sent, only it knows how the task ran)."""
+        BackendUnavailableError when the OJS backend does not answer."""
         try:
             job_id = str(uuid.UUID(str(result_id)))  # the core's form: lowercase, hyphenated
         except ValueError:
             raise TaskResultDoesNotExist(
                 f"{result_id!r} is no job id (a job id is a UUID)") from None
-        staged = _staged(job_id)
-        if staged is not None and self._in_open_transaction(job_id):
-            return self._outbox_result(job_id, staged, "pending", None)
         job = self._backend_job(job_id)
         if job is not None:
             return self._backend_result(job_id, job)
-        row = self.adapter.outbox_rows([job_id], using=self.database).get(job_id)
-        if row is not None and row.get("status") == "sent":
+        row = self.adapter.outbox_job(job_id, using=self.database)
+        if row is None:
+            raise TaskResultDoesNotExist(
+                f"no job {job_id}: neither the OJS backend nor the outbox of database "
+                f"{self.database!r} holds it")
+        if row["status"] == "sent":
             # Sent between the two reads; or sent, and the backend no longer holds it.
             job = self._backend_job(job_id)
             if job is not None:
                 return self._backend_result(job_id, job)
             raise TaskResultDoesNotExist(
                 f"job {job_id} was sent to the OJS backend, which no longer holds it")
-        if row is None or row.get("status") not in STATUS_OF_ROW:
-            raise TaskResultDoesNotExist(
-                f"no job {job_id}: neither the OJS backend nor the outbox of database "
-                f"{self.database!r} holds it")
-        status = row["status"]
-        if staged is None:
-            raise ResultNotReadable(
-                f"job {job_id} is in the outbox ({status}: not sent to the OJS backend"
-                + (", and the relay gave up" if status == "dead" else " yet")
-                + "); it was enqueued by another process, and the outbox does not give the task "
-                "of an unsent job: its result is readable once the relay has sent it",
-                job_id=job_id, outbox_status=status)
-        return self._outbox_result(job_id, staged, status, row)
-
-    def _in_open_transaction(self, job_id: str) -> bool:
-        """Staged in the open transaction of this thread's connection to ``DATABASE``: the
-        adapter's after-commit wake-up for it is pending there (Django drops it with a savepoint
-        or a transaction that rolls back, as the row goes)."""
-        connection = connections[self.database]
-        if not connection.in_atomic_block:
-            return False
-        for hook in connection.run_on_commit:
-            wake = hook[1]
-            if isinstance(wake, _Wake) and wake.ojs is self.adapter and job_id in wake.job_ids:
-                return True
-        return False
+        return self._outbox_result(job_id, row)
 
     def _backend_job(self, job_id: str) -> Optional[dict]:
         answer = self.adapter.worker({"op": "get", "job_id": job_id}, using=self.database)
         job = (answer or {}).get("job") if isinstance(answer, dict) else None
         return job if isinstance(job, dict) else None
 
-    def _outbox_result(self, job_id: str, staged: tuple, status: str,
-                       row: Optional[dict]) -> Any:
-        task, args, kwargs, enqueued_at, _ = staged
+    def _outbox_result(self, job_id: str, row: dict) -> Any:
+        """A job the relay has not sent (``pending``, ``failed``) or gave up on (``dead``), as
+        its outbox row holds it."""
+        status = row["status"]
+        if status not in STATUS_OF_ROW:
+            raise ValueError(f"job {job_id}: its outbox row has the status {status!r}, none of "
+                             f"{', '.join(STATUS_OF_ROW)} or sent")
+        task = self._resolve(job_id, row["type"])
+        args, kwargs = _arguments(row["args"])
         errors = []
         if status == "dead":
-            attempts = (row or {}).get("attempts")
             errors.append(TaskError(
                 exception_class_path=f"{JobNotDelivered.__module__}.{JobNotDelivered.__qualname__}",
                 traceback=f"the relay gave up sending job {job_id} to the OJS backend after "
-                          f"{attempts} attempt(s); the task never ran: "
-                          f"{(row or {}).get('error') or 'no error recorded'} "
+                          f"{row['attempts']} attempt(s); the task never ran: "
+                          f"{row['error'] or 'no error recorded'} "
                           "(manage.py ojs_outbox dead list / replay)"))
         return TaskResult(
-            task=task, id=job_id, status=STATUS_OF_ROW[status], enqueued_at=enqueued_at,
+            task=task, id=job_id, status=STATUS_OF_ROW[status], enqueued_at=row["created_at"],
             started_at=None, finished_at=None, last_attempted_at=None, args=args, kwargs=kwargs,
             backend=task.backend, errors=errors, worker_ids=[])
 
@@ -393,11 +338,7 @@ class OJSBackend(BaseTaskBackend):
             raise ValueError(f"job {job_id}: the OJS backend answered the state {state!r}, "
                              f"none of {', '.join(STATUS_OF_STATE)}")
         task = self._resolve(job_id, job.get("type"))
-        payload = job.get("args")
-        arguments = payload[0] if (isinstance(payload, list) and len(payload) == 1
-                                   and isinstance(payload[0], dict)) else {}
-        args = arguments.get("args", [])
-        kwargs = arguments.get("kwargs", {})
+        args, kwargs = _arguments(job.get("args"))
         recorded = job.get("errors")
         if not isinstance(recorded, list):
             # A backend that keeps only the last error.
@@ -422,8 +363,7 @@ class OJSBackend(BaseTaskBackend):
             task=task, id=job_id, status=STATUS_OF_STATE[state],
             enqueued_at=_time(job.get("enqueued_at") or job.get("created_at")),
             started_at=started_at, finished_at=finished_at, last_attempted_at=started_at,
-            args=args if isinstance(args, list) else [],
-            kwargs=kwargs if isinstance(kwargs, dict) else {},
+            args=args, kwargs=kwargs,
             backend=task.backend, errors=errors, worker_ids=worker_ids)
         if state == "completed":
             object.__setattr__(result, "_return_value", job.get("result"))
@@ -431,4 +371,4 @@ class OJSBackend(BaseTaskBackend):
 
 
 __all__ = ["OJSBackend", "OPTION_DEFAULTS", "STATUS_OF_STATE", "STATUS_OF_ROW", "JobNotDelivered",
-           "JobCancelled", "ResultNotReadable"]
+           "JobCancelled"]
