@@ -63,7 +63,9 @@ module OJS
                          type, args_json, options_json, meta_json, Context.json)
       sql = params.pop
       begin
-        connection.exec_query(sql, "OJS", params)
+        # The core's single-row INSERT is one text per connection kind: prepared once per
+        # connection, it skips ActiveRecord's compile on every call (about 19 µs on SQLite).
+        connection.exec_query(sql, "OJS", params, prepare: true)
       rescue ::ActiveRecord::StatementInvalid => e
         raise database_error(e)
       end
