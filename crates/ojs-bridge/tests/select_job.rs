@@ -10,30 +10,27 @@ fn bridge(database_url: &str) -> Bridge {
     Bridge::new(&config.to_string()).unwrap()
 }
 
-#[test]
-fn a_host_reads_its_own_staged_row_on_sqlite() {
-    let dir = std::env::temp_dir().join(format!("ojs-select-job-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    let url = format!("sqlite://{}?mode=rwc", dir.join("host.db").display());
-    let bridge = bridge(&url);
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    runtime.block_on(async {
-        let mut host = sqlx::SqliteConnection::connect(&url).await.unwrap();
-        for ddl in bridge.create_table_sql("sqlite").unwrap() {
+/// On a fresh table: stage one job in a transaction of the host connection `$host`, read it
+/// back through the same transaction with the core's SELECT, check every column, roll back.
+/// `$attempts`: the integer type the driver decodes `attempts` as.
+macro_rules! reads_its_own_row {
+    ($bridge:expr, $host:expr, $dialect:literal, $placeholder:literal, $attempts:ty) => {{
+        let (bridge, host) = ($bridge, $host);
+        sqlx::raw_sql(AssertSqlSafe(bridge.drop_table_sql($dialect).unwrap()))
+            .execute(&mut *host)
+            .await
+            .unwrap();
+        for ddl in bridge.create_table_sql($dialect).unwrap() {
             sqlx::raw_sql(AssertSqlSafe(ddl))
-                .execute(&mut host)
+                .execute(&mut *host)
                 .await
                 .unwrap();
         }
         let mut tx = host.begin().await.unwrap();
         let staged = bridge
             .stage_job(
-                "sqlite",
-                "question",
+                $dialect,
+                $placeholder,
                 "email.welcome",
                 "[7]",
                 None,
@@ -46,7 +43,7 @@ fn a_host_reads_its_own_staged_row_on_sqlite() {
             insert = insert.bind(param.clone());
         }
         insert.execute(&mut *tx).await.unwrap();
-        let select = bridge.select_job_sql("sqlite", "question").unwrap();
+        let select = bridge.select_job_sql($dialect, $placeholder).unwrap();
         let row = sqlx::query(AssertSqlSafe(select))
             .bind(&staged.job_id)
             .fetch_one(&mut *tx)
@@ -55,7 +52,7 @@ fn a_host_reads_its_own_staged_row_on_sqlite() {
         assert_eq!(row.get::<String, _>(0), "email.welcome");
         assert_eq!(row.get::<String, _>(1), "[7]");
         assert_eq!(row.get::<String, _>(2), "pending");
-        assert_eq!(row.get::<i64, _>(3), 0);
+        assert_eq!(row.get::<$attempts, _>(3), 0);
         assert_eq!(row.get::<Option<String>, _>(4), None);
         let now_ms = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -64,6 +61,31 @@ fn a_host_reads_its_own_staged_row_on_sqlite() {
         let created = row.get::<i64, _>(5);
         assert!((now_ms - created).abs() < 60_000, "{created} vs {now_ms}");
         tx.rollback().await.unwrap();
+        sqlx::raw_sql(AssertSqlSafe(bridge.drop_table_sql($dialect).unwrap()))
+            .execute(&mut *host)
+            .await
+            .unwrap();
+    }};
+}
+
+fn block_on<F: std::future::Future>(work: F) -> F::Output {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(work)
+}
+
+#[test]
+fn a_host_reads_its_own_staged_row_on_sqlite() {
+    let dir = std::env::temp_dir().join(format!("ojs-select-job-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let url = format!("sqlite://{}?mode=rwc", dir.join("host.db").display());
+    let bridge = bridge(&url);
+    block_on(async {
+        let mut host = sqlx::SqliteConnection::connect(&url).await.unwrap();
+        reads_its_own_row!(&bridge, &mut host, "sqlite", "question", i64);
     });
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -79,60 +101,8 @@ fn a_host_reads_its_own_staged_row_on_postgres() {
         return;
     };
     let bridge = bridge(&url);
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    runtime.block_on(async {
+    block_on(async {
         let mut host = sqlx::PgConnection::connect(&url).await.unwrap();
-        sqlx::raw_sql(AssertSqlSafe(bridge.drop_table_sql("postgresql").unwrap()))
-            .execute(&mut host)
-            .await
-            .unwrap();
-        for ddl in bridge.create_table_sql("postgresql").unwrap() {
-            sqlx::raw_sql(AssertSqlSafe(ddl))
-                .execute(&mut host)
-                .await
-                .unwrap();
-        }
-        let mut tx = host.begin().await.unwrap();
-        let staged = bridge
-            .stage_job(
-                "postgresql",
-                "dollar",
-                "email.welcome",
-                "[7]",
-                None,
-                None,
-                None,
-            )
-            .unwrap();
-        let mut insert = sqlx::query(AssertSqlSafe(staged.sql.to_string()));
-        for param in &staged.params {
-            insert = insert.bind(param.clone());
-        }
-        insert.execute(&mut *tx).await.unwrap();
-        let select = bridge.select_job_sql("postgresql", "dollar").unwrap();
-        let row = sqlx::query(AssertSqlSafe(select))
-            .bind(&staged.job_id)
-            .fetch_one(&mut *tx)
-            .await
-            .expect("its own uncommitted row");
-        assert_eq!(row.get::<String, _>(0), "email.welcome");
-        assert_eq!(row.get::<String, _>(1), "[7]");
-        assert_eq!(row.get::<String, _>(2), "pending");
-        assert_eq!(row.get::<i32, _>(3), 0);
-        assert_eq!(row.get::<Option<String>, _>(4), None);
-        let now_ms = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_millis() as i64;
-        let created = row.get::<i64, _>(5);
-        assert!((now_ms - created).abs() < 60_000, "{created} vs {now_ms}");
-        tx.rollback().await.unwrap();
-        sqlx::raw_sql(AssertSqlSafe(bridge.drop_table_sql("postgresql").unwrap()))
-            .execute(&mut host)
-            .await
-            .unwrap();
+        reads_its_own_row!(&bridge, &mut host, "postgresql", "dollar", i32);
     });
 }

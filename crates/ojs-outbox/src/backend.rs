@@ -86,9 +86,15 @@ impl Backend {
         }
     }
 
-    /// A POST whose answer the caller reads itself: the status and the body's text. No
-    /// answer at all is `BACKEND_UNAVAILABLE`.
-    pub(crate) async fn post_json(&self, path: &str, body: String) -> Result<(u16, String)> {
+    /// A request whose answer the caller reads itself: the status and the body's text (a
+    /// JSON `body` is sent as the OJS content type). No answer at all is
+    /// `BACKEND_UNAVAILABLE`.
+    pub(crate) async fn exchange(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<serde_json::Value>,
+    ) -> Result<(u16, String)> {
         if let Some(reason) = self.no_url() {
             return Err(Error::field(
                 ErrorCode::InvalidConfig,
@@ -99,41 +105,16 @@ impl Backend {
         let unavailable = |e: reqwest::Error| {
             Error::new(
                 ErrorCode::BackendUnavailable,
-                format!("POST {}{path}: {}", self.base_url, error_chain(&e)),
+                format!("{method} {}{path}: {}", self.base_url, error_chain(&e)),
             )
         };
-        let response = self
-            .request(reqwest::Method::POST, path)
-            .header(CONTENT_TYPE, OJS_JSON)
-            .body(body)
-            .send()
-            .await
-            .map_err(unavailable)?;
-        let status = response.status().as_u16();
-        let text = response.text().await.map_err(unavailable)?;
-        Ok((status, text))
-    }
-
-    /// A GET whose answer the caller reads itself: the status and the body's text.
-    pub(crate) async fn get_json(&self, path: &str) -> Result<(u16, String)> {
-        if let Some(reason) = self.no_url() {
-            return Err(Error::field(
-                ErrorCode::InvalidConfig,
-                crate::config::URL_FIELD,
-                reason,
-            ));
+        let mut request = self.request(method.clone(), path);
+        if let Some(body) = body {
+            request = request
+                .header(CONTENT_TYPE, OJS_JSON)
+                .body(body.to_string());
         }
-        let unavailable = |e: reqwest::Error| {
-            Error::new(
-                ErrorCode::BackendUnavailable,
-                format!("GET {}{path}: {}", self.base_url, error_chain(&e)),
-            )
-        };
-        let response = self
-            .request(reqwest::Method::GET, path)
-            .send()
-            .await
-            .map_err(unavailable)?;
+        let response = request.send().await.map_err(unavailable)?;
         let status = response.status().as_u16();
         let text = response.text().await.map_err(unavailable)?;
         Ok((status, text))

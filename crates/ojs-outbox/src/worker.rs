@@ -117,9 +117,17 @@ impl WorkerCommand {
         }
     }
 
-    fn request(&self) -> (&'static str, Value) {
+    /// The request: its method, path and JSON body (none for a GET).
+    fn request(&self) -> (reqwest::Method, String, Option<Value>) {
+        let post = |endpoint: &str, body: Value| {
+            let path = format!("/ojs/v1/workers/{endpoint}");
+            (reqwest::Method::POST, path, Some(body))
+        };
         match self {
-            WorkerCommand::Get { .. } => unreachable!("a GET has no body"),
+            WorkerCommand::Get { job_id } => {
+                let path = format!("/ojs/v1/jobs/{}", urlencoding_path(job_id));
+                (reqwest::Method::GET, path, None)
+            }
             WorkerCommand::Fetch {
                 queues,
                 count,
@@ -130,20 +138,20 @@ impl WorkerCommand {
                 if let Some(ms) = visibility_timeout_ms {
                     body["visibility_timeout_ms"] = json!(ms);
                 }
-                ("fetch", body)
+                post("fetch", body)
             }
             WorkerCommand::Ack { job_id, result } => {
                 let mut body = json!({ "job_id": job_id });
                 if let Some(result) = result {
                     body["result"] = result.clone();
                 }
-                ("ack", body)
+                post("ack", body)
             }
             WorkerCommand::Nack {
                 job_id,
                 error,
                 requeue,
-            } => (
+            } => post(
                 "nack",
                 json!({"job_id": job_id, "error": error, "requeue": requeue}),
             ),
@@ -156,7 +164,7 @@ impl WorkerCommand {
                 if let Some(ms) = visibility_timeout_ms {
                     body["visibility_timeout_ms"] = json!(ms);
                 }
-                ("heartbeat", body)
+                post("heartbeat", body)
             }
         }
     }
@@ -167,22 +175,11 @@ impl Backend {
     /// `BACKEND_UNAVAILABLE` (try again later); another refusal is `BACKEND_REJECTED` with the
     /// server's message (e.g. an ack for a job that is not active).
     pub async fn worker(&self, command: &WorkerCommand) -> Result<Value> {
-        let (path, status, text) = match command {
-            WorkerCommand::Get { job_id } => {
-                let path = format!("/ojs/v1/jobs/{}", urlencoding_path(job_id));
-                let (status, text) = self.get_json(&path).await?;
-                if status == 404 {
-                    return Ok(Value::Null);
-                }
-                (path, status, text)
-            }
-            _ => {
-                let (endpoint, body) = command.request();
-                let path = format!("/ojs/v1/workers/{endpoint}");
-                let (status, text) = self.post_json(&path, body.to_string()).await?;
-                (path, status, text)
-            }
-        };
+        let (method, path, body) = command.request();
+        let (status, text) = self.exchange(method.clone(), &path, body).await?;
+        if method == reqwest::Method::GET && status == 404 {
+            return Ok(Value::Null);
+        }
         let answer: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
         if (200..300).contains(&status) {
             return Ok(answer);
@@ -195,11 +192,6 @@ impl Backend {
             ErrorCode::BackendUnavailable
         } else {
             ErrorCode::BackendRejected
-        };
-        let method = if matches!(command, WorkerCommand::Get { .. }) {
-            "GET"
-        } else {
-            "POST"
         };
         Err(Error::new(
             code,

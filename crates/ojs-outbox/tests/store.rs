@@ -27,6 +27,19 @@ fn postgres_url() -> Option<String> {
     }
 }
 
+/// Settlements that decide nothing: the rows are let go (what a paused relay does).
+fn releases(rows: &[ojs_outbox::store::ClaimedRow]) -> Vec<Settlement> {
+    rows.iter()
+        .map(|r| Settlement {
+            id: r.id,
+            status: None,
+            consumed_attempt: false,
+            retry_in: None,
+            error: None,
+        })
+        .collect()
+}
+
 async fn stage_claim_settle(url: &str, table: &str) {
     let config = Config::from_value(
         &json!({"adapter": {"ojs_url": "http://127.0.0.1:9", "database_url": url, "outbox": {"table_name": table}}}),
@@ -108,17 +121,7 @@ async fn stage_claim_settle(url: &str, table: &str) {
         );
     }
     // The second claim lets its rows go: due again at once, nothing written on PostgreSQL.
-    let released: Vec<Settlement> = again
-        .rows
-        .iter()
-        .map(|r| Settlement {
-            id: r.id,
-            status: None,
-            consumed_attempt: false,
-            retry_in: None,
-            error: None,
-        })
-        .collect();
+    let released = releases(&again.rows);
     store.settle("token-2", again, &released).await.unwrap();
     if store.dialect() == ojs_outbox::sql::Dialect::Postgres {
         let back = store
@@ -130,17 +133,7 @@ async fn stage_claim_settle(url: &str, table: &str) {
             2,
             "a released lock makes the rows due at once"
         );
-        let released: Vec<Settlement> = back
-            .rows
-            .iter()
-            .map(|r| Settlement {
-                id: r.id,
-                status: None,
-                consumed_attempt: false,
-                retry_in: None,
-                error: None,
-            })
-            .collect();
+        let released = releases(&back.rows);
         store.settle("token-4", back, &released).await.unwrap();
     }
     let states = store.rows_by_job_id(&ids).await.unwrap();
