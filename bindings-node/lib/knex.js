@@ -12,6 +12,8 @@
 // which of the two was called.
 
 const native = require('./native');
+// A knex level has the providers' shape (`root.ledgers`, `root.depth`): one ledger lookup.
+const { ledgerOf } = require('./transaction');
 const { InvalidConfigError, NoTransactionError, errorFor, fromJson, callNative } = require('./errors');
 
 /** The core's dialect name for a knex instance or transactor. */
@@ -386,22 +388,6 @@ function levelOf(trx) {
     () => settled(false),
   );
   return level;
-}
-
-/**
- * The core's ledger of `adapter` in `level`'s outermost transaction, opened to its depth, as
- * `{ledger, handle}`: the `NativeLedger` and the handle `stageJob` records ids through.
- */
-function ledgerOf(level, adapter) {
-  const root = level.root;
-  let entry = root.ledgers.get(adapter);
-  if (entry === undefined) {
-    const ledger = new native.NativeLedger();
-    for (let depth = 1; depth < root.depth; depth += 1) ledger.savepoint();
-    entry = { ledger, handle: ledger.handle() };
-    root.ledgers.set(adapter, entry);
-  }
-  return entry;
 }
 
 /** Refuses a transactor that has already committed or rolled back. */

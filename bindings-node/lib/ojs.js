@@ -164,6 +164,26 @@ function stagedParams(text, start) {
   ];
 }
 
+/**
+ * One job through the core's per-job stager: the INSERT's six parameters. The stager's INSERT
+ * text comes with the first job only and is kept on the stager (`stager.sql`).
+ */
+function stageOne(stager, ledger, type, argsText, optionsText, metaText, scope) {
+  const withSql = stager.sql === undefined;
+  let staged;
+  try {
+    staged = stageJob(stager.handle, ledger, type, argsText, optionsText, metaText, contextText(scope), withSql);
+  } catch (error) {
+    throw fromNative(error);
+  }
+  let start = 0;
+  if (withSql) {
+    start = staged.indexOf('\0') + 1;
+    stager.sql = staged.slice(0, start - 1);
+  }
+  return stagedParams(staged, start);
+}
+
 /** Whether a call's first argument is a knex instance or transactor (not a job type). */
 function isExecutor(first) {
   if (!first) return false;
@@ -386,19 +406,8 @@ class Ojs {
       }
       const dialect = level !== null ? level.dialect : executor === this.knex ? this.dialect : hostKnex.dialectOf(executor);
       const stager = this._stagers[dialect] || this._stager(dialect);
-      let staged;
-      try {
-        // In a transaction the core records the id in its ledger (woken at the outermost commit).
-        staged = stageJob(stager.handle, ledger, type, argsText, optionsText, metaText, contextText(scope), stager.sql === undefined);
-      } catch (error) {
-        throw fromNative(error);
-      }
-      let start = 0;
-      if (stager.sql === undefined) {
-        start = staged.indexOf('\0') + 1;
-        stager.sql = staged.slice(0, start - 1);
-      }
-      const params = stagedParams(staged, start);
+      // In a transaction the core records the id in its ledger (woken at the outermost commit).
+      const params = stageOne(stager, ledger, type, argsText, optionsText, metaText, scope);
       const jobId = params[0];
       let query;
       try {
@@ -520,18 +529,7 @@ class Ojs {
     const metaText = meta == null ? null : hostKnex.jsonOf(meta, 'meta');
     const ledger = level === null ? null : transactions.ledgerOf(level, this).handle;
     const stager = this._providerStager(binding.dialect, binding.placeholder);
-    let staged;
-    try {
-      staged = stageJob(stager.handle, ledger, type, argsText, optionsText, metaText, contextText(scope), stager.sql === undefined);
-    } catch (error) {
-      throw fromNative(error);
-    }
-    let start = 0;
-    if (stager.sql === undefined) {
-      start = staged.indexOf('\0') + 1;
-      stager.sql = staged.slice(0, start - 1);
-    }
-    const params = stagedParams(staged, start);
+    const params = stageOne(stager, ledger, type, argsText, optionsText, metaText, scope);
     const jobId = params[0];
     let result;
     try {
