@@ -22,48 +22,52 @@ use uniffi::{Lower, RustBuffer, RustCallError, RustCallStatus};
 use crate::hot::{borrow, lower, text};
 use crate::{Bridge, NativeError, NativeResult, UniFfiTag};
 
+/// A stream handle that `close` empties at once, also while another thread waits in `next`
+/// (that call holds its own reference and returns within its timeout).
+struct Slot<T>(Mutex<Option<Arc<T>>>);
+
+impl<T> Slot<T> {
+    fn new(value: T) -> Slot<T> {
+        Slot(Mutex::new(Some(Arc::new(value))))
+    }
+
+    fn current(&self) -> Option<Arc<T>> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Drops this handle's reference. Never waits.
+    fn close(&self) {
+        let value = self.0.lock().unwrap_or_else(|p| p.into_inner()).take();
+        drop(value);
+    }
+}
+
 /// A subscriber of this process's relay events, as SSE frames (`ojs_bridge::events::RelayFrames`).
-/// `close` drops the subscription at once, also while another thread waits in `next` (that call
-/// holds its own reference and returns within its timeout).
 #[derive(uniffi::Object)]
 pub struct RelayFrames {
-    inner: Mutex<Option<Arc<ojs_bridge::events::RelayFrames>>>,
+    inner: Slot<ojs_bridge::events::RelayFrames>,
 }
 
 #[uniffi::export]
 impl RelayFrames {
     /// Ends the subscription (the next `next` answers the end). Never waits.
     pub fn close(&self) {
-        let frames = self.inner.lock().unwrap_or_else(|p| p.into_inner()).take();
-        drop(frames);
-    }
-}
-
-impl RelayFrames {
-    fn current(&self) -> Option<Arc<ojs_bridge::events::RelayFrames>> {
-        self.inner.lock().unwrap_or_else(|p| p.into_inner()).clone()
+        self.inner.close();
     }
 }
 
 /// An SDK's subscription to an OJS event stream (`ojs_bridge::events::EventFeed`): reconnects
-/// and resumes in the core. `close` as for [`RelayFrames`].
+/// and resumes in the core.
 #[derive(uniffi::Object)]
 pub struct EventFeed {
-    inner: Mutex<Option<Arc<ojs_bridge::events::EventFeed>>>,
+    inner: Slot<ojs_bridge::events::EventFeed>,
 }
 
 #[uniffi::export]
 impl EventFeed {
     /// Stops the client (its reader task ends with the last reference). Never waits.
     pub fn close(&self) {
-        let feed = self.inner.lock().unwrap_or_else(|p| p.into_inner()).take();
-        drop(feed);
-    }
-}
-
-impl EventFeed {
-    fn current(&self) -> Option<Arc<ojs_bridge::events::EventFeed>> {
-        self.inner.lock().unwrap_or_else(|p| p.into_inner()).clone()
+        self.inner.close();
     }
 }
 
@@ -75,7 +79,7 @@ impl Bridge {
     pub fn relay_events(&self, request_json: String) -> NativeResult<Arc<RelayFrames>> {
         let frames = self.inner.relay_events(&request_json)?;
         Ok(Arc::new(RelayFrames {
-            inner: Mutex::new(Some(Arc::new(frames))),
+            inner: Slot::new(frames),
         }))
     }
 }
@@ -102,7 +106,7 @@ pub unsafe extern "C" fn ojs_ruby_relay_frames_next(
         AssertUnwindSafe(|| {
             // SAFETY: the caller's contract.
             let frames = unsafe { borrow::<RelayFrames>(frames) };
-            let next = match frames.current() {
+            let next = match frames.inner.current() {
                 Some(inner) => inner.next(timeout_ms).into_option(),
                 None => None,
             };
@@ -128,7 +132,7 @@ pub unsafe extern "C" fn ojs_ruby_event_feed_next(
         AssertUnwindSafe(|| {
             // SAFETY: the caller's contract.
             let feed = unsafe { borrow::<EventFeed>(feed) };
-            let next = match feed.current() {
+            let next = match feed.inner.current() {
                 Some(inner) => inner
                     .next(timeout_ms)
                     .map_err(|error| RustCallError::Error(lower(error.into())))?,
@@ -164,7 +168,7 @@ pub unsafe extern "C" fn ojs_ruby_bridge_subscribe_events(
                 let options = unsafe { text(options, options_len, "subscription")? };
                 let feed = bridge.inner.subscribe_events(options.unwrap_or("{}"))?;
                 let feed = Arc::new(EventFeed {
-                    inner: Mutex::new(Some(Arc::new(feed))),
+                    inner: Slot::new(feed),
                 });
                 Ok(lowered(feed).as_raw())
             };
