@@ -103,7 +103,7 @@ pub struct Relay {
 impl Relay {
     /// Starts the relay on the current tokio runtime. `hot_path` says whether commits will be
     /// announced through `notify_committed` (in-process); without one, the poller does not
-    /// leave young rows to it.
+    /// leave young rows to it. It writes through `store.for_relay()` (commits without fsync).
     pub fn start(store: Store, backend: Backend, config: &Config, hot_path: bool) -> Relay {
         let (hot, hot_rx) = mpsc::channel(config.relay.hot_queue_capacity);
         let (stop, stop_rx) = watch::channel(false);
@@ -116,7 +116,7 @@ impl Relay {
         ));
         let engine = Engine {
             events: events.clone(),
-            store,
+            store: store.for_relay(),
             backend,
             config: config.clone(),
             skip_recent: if hot_path {

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
-use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions};
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
 use sqlx::{AssertSqlSafe, Connection, PgConnection, PgPool, Row, SqlSafeStr, SqlStr, SqlitePool};
 
 use crate::error::{Error, ErrorCode, Result};
@@ -158,6 +158,8 @@ pub struct Store {
     pub(crate) pool: Pool,
     sql: OutboxSql,
     statements: std::sync::Arc<Statements>,
+    /// How the SQLite pool was opened, for the relay's own connections (`for_relay`).
+    sqlite_options: Option<SqliteConnectOptions>,
 }
 
 const ERROR_TEXT_LIMIT: usize = 2000;
@@ -219,10 +221,14 @@ impl Store {
             }
             let pool = SqlitePoolOptions::new()
                 .max_connections(2)
-                .connect_with(options)
+                .connect_with(options.clone())
                 .await
                 .map_err(Error::database)?;
-            Pool::Sqlite(pool)
+            let mut store = Store::from_pool(Pool::Sqlite(pool), table);
+            if !read_only {
+                store.sqlite_options = Some(options);
+            }
+            return Ok(store);
         } else if database_url.starts_with("postgres://")
             || database_url.starts_with("postgresql://")
         {
@@ -287,6 +293,29 @@ impl Store {
             pool,
             sql,
             statements: std::sync::Arc::new(statements),
+            sqlite_options: None,
+        }
+    }
+
+    /// The store a relay writes through. Its own writes (claims, settlements) need no fsync:
+    /// one lost in a crash means the row is sent again under the same job id, which
+    /// at-least-once covers; only the application's staging must be durable. PostgreSQL: the
+    /// pool's sessions already commit with `synchronous_commit` off (`Outbox::begin` turns it
+    /// on for an application's transaction). SQLite: `synchronous` is a setting of each
+    /// connection, so the relay gets connections of its own with `synchronous = NORMAL` (in
+    /// WAL mode a commit then appends to the WAL without an fsync). That shortens the relay's
+    /// hold on SQLite's one write lock, which the application's transactions wait for.
+    pub fn for_relay(&self) -> Store {
+        let Some(options) = &self.sqlite_options else {
+            return self.clone();
+        };
+        let pool = SqlitePoolOptions::new()
+            .max_connections(2)
+            .connect_lazy_with(options.clone().synchronous(SqliteSynchronous::Normal));
+        Store {
+            pool: Pool::Sqlite(pool),
+            sqlite_options: None,
+            ..self.clone()
         }
     }
 
