@@ -139,6 +139,7 @@ impl Relay {
             hot_rx,
             stop_rx,
             settling: None,
+            prefetched: None,
         };
         let task = tokio::spawn(engine.run());
         Relay {
@@ -280,6 +281,15 @@ struct Engine {
     stop_rx: watch::Receiver<bool>,
     /// The last round's settlement while it commits (PostgreSQL).
     settling: Option<Settling>,
+    /// The poller's next claim, taken while this round sends (PostgreSQL, during a backlog).
+    prefetched: Option<AbortOnDrop<Prefetched>>,
+}
+
+/// A claim taken ahead, with its lease token and how long the statement took.
+struct Prefetched {
+    token: String,
+    claimed: crate::Result<Claim>,
+    took: Duration,
 }
 
 /// A round's settlement running beside the next round; aborted with the relay (a kill drops
@@ -313,6 +323,10 @@ impl Engine {
         let mut next_refresh = Instant::now();
         let mut hot_ids = Vec::with_capacity(batch_size);
         loop {
+            if self.stopping() || self.pause_until.is_some() {
+                // Its rows are let go (the transaction rolls back): nothing was sent.
+                self.prefetched = None;
+            }
             if self.stopping() {
                 break;
             }
@@ -413,33 +427,71 @@ impl Engine {
     }
 
     /// One poller round; true when it claimed a full batch and no pause or stop intervened.
+    /// During a backlog on PostgreSQL the next claim runs while this round sends (its rows are
+    /// others: these stay locked), so the database and the backend work at the same time.
     async fn poll_once(&mut self) -> bool {
         let batch_size = self.config.outbox.batch_size;
-        let token = self.next_lease_token();
+        // Before the claim: a lease (SQLite) runs from the claim statement. A claim taken
+        // ahead holds its rows by locks (PostgreSQL), which do not expire.
         self.start_claim_clock();
-        let started = Instant::now();
-        let claimed = self
-            .store
-            .claim_due(
-                &token,
-                self.config.relay.lease,
-                batch_size,
-                self.skip_recent,
-            )
-            .await;
-        self.counters.claim_duration.record(started.elapsed());
+        let next = match self.prefetched.take() {
+            Some(mut task) => (&mut task.0).await,
+            None => Ok(self.claim_due().await),
+        };
+        let Prefetched {
+            token,
+            claimed,
+            took,
+        } = match next {
+            Ok(prefetched) => prefetched,
+            // Only a panic gets here (an abort drops the relay too).
+            Err(join) => Prefetched {
+                token: String::new(),
+                claimed: Err(crate::Error::new(
+                    crate::ErrorCode::Database,
+                    join.to_string(),
+                )),
+                took: Duration::ZERO,
+            },
+        };
+        self.counters.claim_duration.record(took);
         match claimed {
             Ok(claim) => {
                 if claim.rows.is_empty() {
                     self.database_ok();
                 }
                 let full = claim.rows.len() == batch_size;
+                if full && claim.holds_transaction() {
+                    let claim_next = self.claim_due();
+                    self.prefetched = Some(AbortOnDrop(tokio::spawn(claim_next)));
+                }
                 self.deliver(&token, claim).await;
                 full && self.pause_until.is_none() && !self.stopping()
             }
             Err(e) => {
                 self.database_trouble(e).await;
                 false
+            }
+        }
+    }
+
+    /// The poller's claim statement, as a future that owns what it needs (it may run as a
+    /// task beside the round that sends).
+    fn claim_due(&mut self) -> impl std::future::Future<Output = Prefetched> + Send + 'static {
+        let token = self.next_lease_token();
+        let store = self.store.clone();
+        let (lease, limit, skip_recent) = (
+            self.config.relay.lease,
+            self.config.outbox.batch_size,
+            self.skip_recent,
+        );
+        async move {
+            let started = Instant::now();
+            let claimed = store.claim_due(&token, lease, limit, skip_recent).await;
+            Prefetched {
+                token,
+                claimed,
+                took: started.elapsed(),
             }
         }
     }

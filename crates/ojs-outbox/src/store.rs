@@ -65,7 +65,15 @@ pub struct ClaimedRow {
 /// connection and the rows are due again at once.
 pub struct Claim {
     pub rows: Vec<ClaimedRow>,
-    held: Option<sqlx::Transaction<'static, sqlx::Postgres>>,
+    held: Option<Held>,
+}
+
+/// A PostgreSQL claim's open transaction and where each of its rows lies (`ctid` by row id):
+/// a row locked by the transaction cannot move, so the settlement finds it without the
+/// primary-key index.
+struct Held {
+    tx: sqlx::Transaction<'static, sqlx::Postgres>,
+    ctids: HashMap<i64, String>,
 }
 
 impl Claim {
@@ -146,6 +154,7 @@ struct Statements {
     claim_due: SqlStr,
     claim_ids: SqlStr,
     settle: SqlStr,
+    settle_sent: SqlStr,
     prune: SqlStr,
 }
 
@@ -163,6 +172,12 @@ pub struct Store {
 }
 
 const ERROR_TEXT_LIMIT: usize = 2000;
+
+/// SQLite runs a WAL checkpoint inside the COMMIT that takes the WAL past a connection's
+/// `wal_autocheckpoint` (1,000 pages by default, which host frameworks keep): that COMMIT pays
+/// for copying the WAL into the database and two fsyncs. The relay commits after every round,
+/// so with a lower threshold on its own connections it is the one that checkpoints.
+const RELAY_WAL_CHECKPOINT_PAGES: u32 = 200;
 
 /// How many dead rows a listing shows when the caller gives no limit.
 pub const DEAD_LIST_LIMIT: usize = 100;
@@ -287,6 +302,7 @@ impl Store {
             claim_due: shared_sql(sql.claim(false)),
             claim_ids: shared_sql(sql.claim(true)),
             settle: shared_sql(sql.settle()),
+            settle_sent: shared_sql(sql.settle_sent()),
             prune: shared_sql(sql.prune()),
         };
         Store {
@@ -304,14 +320,21 @@ impl Store {
     /// on for an application's transaction). SQLite: `synchronous` is a setting of each
     /// connection, so the relay gets connections of its own with `synchronous = NORMAL` (in
     /// WAL mode a commit then appends to the WAL without an fsync). That shortens the relay's
-    /// hold on SQLite's one write lock, which the application's transactions wait for.
+    /// hold on SQLite's one write lock, which the application's transactions wait for. Its
+    /// connections also checkpoint the WAL early (`RELAY_WAL_CHECKPOINT_PAGES`), so the WAL
+    /// never reaches the 1,000 pages at which an application's COMMIT would do it.
     pub fn for_relay(&self) -> Store {
         let Some(options) = &self.sqlite_options else {
             return self.clone();
         };
         let pool = SqlitePoolOptions::new()
             .max_connections(2)
-            .connect_lazy_with(options.clone().synchronous(SqliteSynchronous::Normal));
+            .connect_lazy_with(
+                options
+                    .clone()
+                    .synchronous(SqliteSynchronous::Normal)
+                    .pragma("wal_autocheckpoint", RELAY_WAL_CHECKPOINT_PAGES.to_string()),
+            );
         Store {
             pool: Pool::Sqlite(pool),
             sqlite_options: None,
@@ -381,7 +404,7 @@ impl Store {
                     .bind(skip_ms)
                     .fetch_all(&mut *tx)
                     .await?;
-                held(rows.iter().map(claimed_pg).collect(), tx).await
+                held(&rows, tx).await
             }
             Pool::Sqlite(pool) => {
                 let rows = sqlx::query(self.statements.claim_due.clone())
@@ -414,7 +437,7 @@ impl Store {
                     .bind(job_ids)
                     .fetch_all(&mut *tx)
                     .await?;
-                held(rows.iter().map(claimed_pg).collect(), tx).await
+                held(&rows, tx).await
             }
             Pool::Sqlite(pool) => {
                 let rows = sqlx::query(self.statements.claim_ids.clone())
@@ -442,14 +465,26 @@ impl Store {
     ) -> Result<u64> {
         let error_of = |s: &Settlement| s.error.as_deref().map(truncate);
         let delay_of = |s: &Settlement| s.retry_in.map(|d| d.as_millis() as i64);
-        if let Some(mut tx) = claim.held {
+        if let Some(Held { mut tx, ctids }) = claim.held {
             // A plain release needs no write: the commit lets the locks go.
             let settlements: Vec<&Settlement> = settlements
                 .iter()
                 .filter(|s| s.status.is_some() || s.retry_in.is_some() || s.error.is_some())
                 .collect();
             let mut done = 0;
-            if !settlements.is_empty() {
+            let located: Option<Vec<&str>> = settlements
+                .iter()
+                .map(|s| ctids.get(&s.id).map(String::as_str))
+                .collect();
+            if let Some(located) = located.filter(|_| {
+                !settlements.is_empty() && settlements.iter().all(|s| delivered_as_is(s))
+            }) {
+                done = sqlx::query(self.statements.settle_sent.clone())
+                    .bind(located)
+                    .execute(&mut *tx)
+                    .await?
+                    .rows_affected();
+            } else if !settlements.is_empty() {
                 let ids: Vec<i64> = settlements.iter().map(|s| s.id).collect();
                 let statuses: Vec<Option<&str>> = settlements
                     .iter()
@@ -480,6 +515,15 @@ impl Store {
         let Pool::Sqlite(pool) = &self.pool else {
             unreachable!("a PostgreSQL claim holds its transaction");
         };
+        if settlements.iter().all(delivered_as_is) {
+            let ids: Vec<i64> = settlements.iter().map(|s| s.id).collect();
+            return Ok(sqlx::query(self.statements.settle_sent.clone())
+                .bind(serde_json::to_string(&ids).expect("integers serialize"))
+                .bind(lease_token)
+                .execute(pool)
+                .await?
+                .rows_affected());
+        }
         let rows: Vec<serde_json::Value> = settlements
             .iter()
             .map(|s| {
@@ -633,16 +677,17 @@ impl Store {
 /// A PostgreSQL claim: its rows, held by the transaction's locks. An empty claim holds
 /// nothing, so its transaction ends at once.
 async fn held(
-    rows: Vec<ClaimedRow>,
+    rows: &[sqlx::postgres::PgRow],
     tx: sqlx::Transaction<'static, sqlx::Postgres>,
 ) -> Result<Claim> {
     if rows.is_empty() {
         tx.commit().await?;
-        return Ok(Claim::leased(rows));
+        return Ok(Claim::leased(Vec::new()));
     }
+    let ctids = rows.iter().map(|row| (row.get(0), row.get(7))).collect();
     Ok(Claim {
-        rows: sorted(rows),
-        held: Some(tx),
+        rows: sorted(rows.iter().map(claimed_pg).collect()),
+        held: Some(Held { tx, ctids }),
     })
 }
 
@@ -668,6 +713,14 @@ fn claimed_sqlite(row: &sqlx::sqlite::SqliteRow) -> ClaimedRow {
         meta_json: row.get(5),
         attempts: row.get(6),
     }
+}
+
+/// A settlement `OutboxSql::settle_sent` can write: sent, with no note and no attempt used.
+fn delivered_as_is(settlement: &Settlement) -> bool {
+    settlement.status == Some(RowStatus::Sent)
+        && settlement.error.is_none()
+        && settlement.retry_in.is_none()
+        && !settlement.consumed_attempt
 }
 
 /// RETURNING gives no order; the relay sends in insertion order (FIFO, spec §12.2).
