@@ -155,13 +155,12 @@ impl Outbox {
     pub async fn begin(&self) -> Result<OutboxTransaction<'_>> {
         let tx = match &self.store.pool {
             Pool::Postgres(pool) => {
-                let mut tx = pool.begin().await?;
                 // The pool is the relay's, whose own writes skip the fsync; an application's
-                // commit must be durable before its jobs may be relayed.
-                sqlx::raw_sql("SET LOCAL synchronous_commit = on")
-                    .execute(&mut *tx)
-                    .await?;
-                Tx::Postgres(tx)
+                // commit must be durable before its jobs may be relayed. One round trip.
+                Tx::Postgres(
+                    pool.begin_with("BEGIN; SET LOCAL synchronous_commit = on")
+                        .await?,
+                )
             }
             Pool::Sqlite(pool) => Tx::Sqlite(pool.begin().await?),
         };

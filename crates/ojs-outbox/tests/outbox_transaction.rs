@@ -254,3 +254,50 @@ async fn a_bulk_over_one_insert_is_staged_whole_or_not_at_all() {
         outbox.store().close().await;
     }
 }
+
+/// The application's commit is durable (its jobs may be relayed once it returns); the relay's
+/// own writes skip the fsync (`Store::for_relay`), and on SQLite its connections checkpoint the
+/// WAL early so that an application's COMMIT does not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_application_commits_durably_and_the_relay_does_not_wait_for_fsync() {
+    for url in databases("durability") {
+        let outbox = outbox(&url, "ojs_outbox_durability", json!({})).await;
+        let relay = outbox.store().for_relay();
+        if let Some(pool) = outbox.store().sqlite_pool() {
+            let pragma = |pool: sqlx::SqlitePool, name: &'static str| async move {
+                sqlx::query_scalar::<_, i64>(sqlx::AssertSqlSafe(format!("PRAGMA {name}")))
+                    .fetch_one(&pool)
+                    .await
+                    .unwrap()
+            };
+            let relay_pool = relay.sqlite_pool().unwrap().clone();
+            assert_eq!(pragma(pool.clone(), "synchronous").await, 2, "app: FULL");
+            assert_eq!(
+                pragma(relay_pool.clone(), "synchronous").await,
+                1,
+                "relay: NORMAL"
+            );
+            assert_eq!(pragma(relay_pool, "wal_autocheckpoint").await, 200);
+            assert_eq!(pragma(pool.clone(), "wal_autocheckpoint").await, 1000);
+        } else {
+            let setting = |pool: sqlx::PgPool| async move {
+                sqlx::query_scalar::<_, String>("SHOW synchronous_commit")
+                    .fetch_one(&pool)
+                    .await
+                    .unwrap()
+            };
+            let relay_pool = relay.postgres_pool().unwrap().clone();
+            assert_eq!(setting(relay_pool).await, "off", "the relay's sessions");
+            let mut tx = outbox.begin().await.unwrap();
+            tx.execute(
+                "DO $$ BEGIN IF current_setting('synchronous_commit') <> 'on' THEN \
+                 RAISE EXCEPTION 'the application transaction is not durable'; END IF; END $$",
+            )
+            .await
+            .unwrap();
+            tx.rollback().await.unwrap();
+        }
+        relay.close().await;
+        outbox.store().close().await;
+    }
+}
