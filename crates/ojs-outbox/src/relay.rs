@@ -299,6 +299,16 @@ struct Settling {
     rows: Vec<ClaimedRow>,
 }
 
+/// What ended the relay's idle wait.
+enum Woke {
+    /// Hot ids arrived (0: every sender is gone).
+    Hot(usize),
+    /// The settlement running beside the relay is in.
+    Settled(Result<Settled, tokio::task::JoinError>),
+    /// A timer or the stop signal: the loop looks at what is due.
+    Timer,
+}
+
 /// What a settlement statement did, and how long it took.
 struct Settled {
     result: crate::Result<u64>,
@@ -358,23 +368,28 @@ impl Engine {
                 }
                 continue;
             }
-            // Idle next: take the last settlement's outcome now rather than at the next round.
-            if self.settling.is_some() && self.hot_rx.is_empty() {
-                self.finish_settling().await;
-                continue;
-            }
+            // Idle: wait for hot ids, the timers, or the last settlement's outcome (taken as
+            // soon as it is in, rather than at the next round; a hot id does not wait for it).
             let mut stop = self.stop_rx.clone();
-            tokio::select! {
-                biased;
-                _ = stop.changed() => {}
-                received = self.hot_rx.recv_many(&mut hot_ids, batch_size) => {
-                    if received == 0 {
-                        break; // every sender is gone: the relay handle was dropped
-                    }
-                    let ids = std::mem::take(&mut hot_ids);
-                    self.deliver_hot(ids).await;
+            let woke = {
+                let settling = &mut self.settling;
+                tokio::select! {
+                    biased;
+                    _ = stop.changed() => Woke::Timer,
+                    received = self.hot_rx.recv_many(&mut hot_ids, batch_size) => Woke::Hot(received),
+                    done = async { (&mut settling.as_mut().expect("checked").task.0).await },
+                        if settling.is_some() => Woke::Settled(done),
+                    _ = tokio::time::sleep_until(next_poll.min(next_prune).min(next_refresh)) => Woke::Timer,
                 }
-                _ = tokio::time::sleep_until(next_poll.min(next_prune).min(next_refresh)) => {}
+            };
+            match woke {
+                Woke::Hot(0) => break, // every sender is gone: the relay handle was dropped
+                Woke::Hot(_) => self.deliver_hot(std::mem::take(&mut hot_ids)).await,
+                Woke::Settled(done) => {
+                    let rows = self.settling.take().expect("settling").rows;
+                    self.take_settled(&rows, done).await;
+                }
+                Woke::Timer => {}
             }
         }
         self.flush().await;
@@ -606,14 +621,23 @@ impl Engine {
     /// Waits for the settlement still running, if any, and takes its outcome.
     async fn finish_settling(&mut self) {
         if let Some(mut settling) = self.settling.take() {
-            match (&mut settling.task.0).await {
-                Ok(settled) => self.settled(&settling.rows, settled).await,
-                // Only a panic gets here (an abort drops the relay too): the rows stay
-                // claimable once its transaction is gone.
-                Err(join) => {
-                    let error = crate::Error::new(crate::ErrorCode::Database, join.to_string());
-                    self.database_trouble(error).await;
-                }
+            let done = (&mut settling.task.0).await;
+            self.take_settled(&settling.rows, done).await;
+        }
+    }
+
+    async fn take_settled(
+        &mut self,
+        rows: &[ClaimedRow],
+        done: Result<Settled, tokio::task::JoinError>,
+    ) {
+        match done {
+            Ok(settled) => self.settled(rows, settled).await,
+            // Only a panic gets here (an abort drops the relay too): the rows stay claimable
+            // once its transaction is gone.
+            Err(join) => {
+                let error = crate::Error::new(crate::ErrorCode::Database, join.to_string());
+                self.database_trouble(error).await;
             }
         }
     }
