@@ -62,33 +62,44 @@ pub struct ErrorBody {
 }
 
 pub fn parse_body(body: &str) -> ErrorBody {
-    let Ok(value) = serde_json::from_str::<Value>(body) else {
+    let Ok(reply) = serde_json::from_str::<Reply>(body) else {
         return ErrorBody::default();
     };
-    let deduplicated = value
-        .get("deduplicated")
-        .and_then(Value::as_bool)
-        .unwrap_or(false)
-        || value
-            .pointer("/job/deduplicated")
-            .and_then(Value::as_bool)
-            .unwrap_or(false);
-    let error = value
-        .get("error")
-        .filter(|e| e.is_object())
-        .unwrap_or(&value);
+    let flag = |value: Option<&Value>| value.and_then(Value::as_bool).unwrap_or(false);
+    let deduplicated = flag(reply.deduplicated.as_ref())
+        || flag(reply.job.as_ref().and_then(|job| job.get("deduplicated")));
+    let field = |name: &str| match reply.error.as_ref().filter(|e| e.is_object()) {
+        Some(error) => error.get(name).cloned(),
+        None => match name {
+            "code" => reply.code.clone(),
+            "message" => reply.message.clone(),
+            _ => reply.retryable.clone(),
+        },
+    };
     ErrorBody {
-        code: error
-            .get("code")
+        code: field("code")
+            .as_ref()
             .and_then(Value::as_str)
             .map(|c| c.to_ascii_lowercase()),
-        message: error
-            .get("message")
+        message: field("message")
+            .as_ref()
             .and_then(Value::as_str)
             .map(str::to_owned),
-        retryable: error.get("retryable").and_then(Value::as_bool),
+        retryable: field("retryable").as_ref().and_then(Value::as_bool),
         deduplicated,
     }
+}
+
+/// The members of an answer that `parse_body` reads. Every other member (a batch answer's
+/// `jobs`: hundreds of job objects) is skipped by the parser without being built.
+#[derive(serde::Deserialize)]
+struct Reply {
+    deduplicated: Option<Value>,
+    job: Option<Value>,
+    error: Option<Value>,
+    code: Option<Value>,
+    message: Option<Value>,
+    retryable: Option<Value>,
 }
 
 /// The index of the job a refused batch names as its cause (`error.details.index`).

@@ -39,6 +39,21 @@ fn success_and_dedup() {
             deduplicated: false
         }
     );
+    // The flag inside the job; a batch's jobs are not read (and not built: parse_body).
+    assert_eq!(
+        classify(201, None, r#"{"job":{"id":"x","deduplicated":true}}"#),
+        Outcome::Delivered { deduplicated: true }
+    );
+    assert_eq!(
+        classify(
+            201,
+            None,
+            r#"{"jobs":[{"deduplicated":true,"args":[{"deep":[1,2]}]}],"count":1}"#
+        ),
+        Outcome::Delivered {
+            deduplicated: false
+        }
+    );
 }
 
 #[test]
@@ -52,6 +67,11 @@ fn duplicates_in_every_spelling() {
         Outcome::Duplicate
     );
     assert_eq!(classify(409, None, ""), Outcome::Duplicate);
+    // An `error` that is not an object: the code is read at the top level.
+    assert_eq!(
+        classify(500, None, r#"{"error":"conflict","code":"duplicate"}"#),
+        Outcome::Duplicate
+    );
 }
 
 #[test]
