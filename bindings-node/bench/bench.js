@@ -10,7 +10,7 @@
 //     per job. Target <= 1.25x. What the baseline does, exactly: from the same array of 1,000
 //     {type, args} objects it builds the parameter list itself (per row a fresh
 //     time-ordered id, the type, JSON.stringify(args): 3,000 values, built inside the timing)
-//     and runs ONE statement, the text the core's bulk staging (`native.stage`) writes for
+//     and runs ONE statement, the text the core's bulk staging (`stageJobs`) writes for
 //     1,000 rows (taken once before the timing and reused, as the single-row baseline reuses
 //     its text; checked to be the one the adapter ran): `INSERT INTO <table> (job_id, job_type, job_args, job_options,
 //     job_meta, tenant_id) VALUES (?, ?, ?, '{}', '{}', NULL), ...` (PostgreSQL: `$n`
@@ -21,7 +21,7 @@
 //     columns with the same values and the same binding (3 bound values a row; the empty
 //     options and meta and the missing tenant as literals, as the core writes them); what the
 //     ratio measures is everything the adapter adds: encoding the jobs, the core's call (ids,
-//     validation, the statement's parameters as JSON), the ledger.
+//     validation, the statement's parameters as one NUL-separated text), the ledger.
 // Ids on the raw side are UUIDv7-shaped (48-bit ms time, then a counter) like the core's, so
 // both sides insert into the UNIQUE job_id index in time order (OJS_BENCH_IDS=v4: random
 // crypto.randomUUID ids, as this bench used before issue 16, for comparison).
@@ -46,7 +46,12 @@ const pg = require('pg');
 const Database = require('better-sqlite3');
 const { Kysely, PostgresDialect, SqliteDialect, CompiledQuery } = require('kysely');
 const { drizzle } = require('drizzle-orm/node-postgres');
-const { createOjs, providers } = require(process.env.OJS_PACKAGE || 'ojs-adapter-express');
+const PACKAGE = process.env.OJS_PACKAGE || 'ojs-adapter-express';
+const { createOjs, providers } = require(PACKAGE);
+// The core's staging call and its decoder, for the baselines' INSERT texts.
+const packageDir = path.dirname(require.resolve(PACKAGE));
+const { stageJobs } = require(path.join(packageDir, 'lib', 'native'));
+const { decodeStaged } = require(path.join(packageDir, 'lib', 'staged'));
 
 const PG_URL = process.env.OJS_TEST_DATABASE_URL;
 const ROLLBACK = Symbol('rollback');
@@ -153,13 +158,16 @@ async function bench(library, database, open) {
   await lib.raw(ojs.db, `DROP TABLE IF EXISTS ${table}`, []);
   await ojs.migrate();
   // The core's INSERT text for one row, reused with fresh values by the raw single baseline.
-  const sql = JSON.parse(ojs.native.stage(ojs.dialect, lib.placeholder, '[{"type":"bench.job","args":[0]}]', null)).statements[0].sql;
+  const stager = ojs.native.stager(ojs.dialect, lib.placeholder);
+  const texts = new Map();
+  const stage = (jobsText) => decodeStaged(stageJobs(stager, jobsText, null), texts);
+  const sql = stage('[{"type":"bench.job","args":[0]}]').statements[0].sql;
   // The core's bulk staging of 1,000 rows: one statement, 3 bound values a row (id, type,
   // args JSON), the rest literals. The raw multi-row baseline runs this text with its own values.
   const jobs = Array.from({ length: BULK }, (_, i) => ({ type: 'bench.job', args: [i] }));
-  const staged = JSON.parse(ojs.native.stage(ojs.dialect, lib.placeholder, JSON.stringify(jobs), null));
+  const staged = stage(JSON.stringify(jobs));
   const [first] = staged.statements;
-  if (staged.statements.length !== 1 || staged.needs_savepoint || first.params.length !== 3 * BULK ||
+  if (staged.statements.length !== 1 || staged.needsSavepoint || first.params.length !== 3 * BULK ||
       first.params[1] !== 'bench.job' || first.params[2] !== '[0]' || first.params[5] !== '[1]') {
     throw new Error(`the core's bulk staging is not one INSERT of (id, type, args) rows: ${JSON.stringify(staged).slice(0, 400)}`);
   }

@@ -311,16 +311,16 @@ function databaseError(error) {
 }
 
 /**
- * Runs the core's statements (`Staged::to_json`) through `executor` (knex instance or
- * transactor): in a savepoint of their own (a transaction of their own outside one) when the
- * core says they must be all or nothing (`needs_savepoint`).
+ * Runs the core's statements (`decodeStaged` in lib/staged.js) through `executor` (knex
+ * instance or transactor): in a savepoint of their own (a transaction of their own outside
+ * one) when the core says they must be all or nothing (`needsSavepoint`).
  */
 async function execute(executor, staged) {
   const run = async (connection) => {
     for (const statement of staged.statements) await connection.raw(statement.sql, statement.params);
   };
   try {
-    if (staged.needs_savepoint) await executor.transaction(run);
+    if (staged.needsSavepoint) await executor.transaction(run);
     else await run(executor);
   } catch (error) {
     throw databaseError(error);

@@ -3,12 +3,13 @@
 // the options, runs the in-process relay (unless the mode is "external"), and offers the
 // adapter interface of spec §5.1 on a knex connection.
 
-const { NativeBridge, stageJob, optionKeys, rejectOption } = require('./native');
+const { NativeBridge, stageJob, stageJobs, optionKeys, rejectOption } = require('./native');
 const { callNative, awaitNative, errorFor, fromNative, NoTransactionError } = require('./errors');
 const hostKnex = require('./knex');
 const providers = require('./providers');
 const transactions = require('./transaction');
 const { runScoped, currentScope } = require('./context');
+const { decodeStaged } = require('./staged');
 const { RelayHost } = require('./relay-host');
 const relayLog = require('./log');
 const events = require('./events');
@@ -182,6 +183,20 @@ function stageOne(stager, ledger, type, argsText, optionsText, metaText, scope) 
     stager.sql = staged.slice(0, start - 1);
   }
   return stagedParams(staged, start);
+}
+
+/**
+ * Several jobs (a JSON array text) through the core's stager: `decodeStaged`'s statements and
+ * ids. The bulk INSERT texts cross once per stager and are kept on it (`stager.texts`).
+ */
+function stageMany(stager, jobsText, scope) {
+  const context = contextText(scope);
+  return decodeStaged(callNative(() => stageJobs(stager.handle, jobsText, context)), stager.texts);
+}
+
+/** The core's staging handle of a dialect and placeholder style, with what it keeps. */
+function newStager(native, dialect, placeholder) {
+  return { handle: callNative(() => native.stager(dialect, placeholder)), sql: undefined, texts: new Map() };
 }
 
 /** Whether a call's first argument is a knex instance or transactor (not a job type). */
@@ -431,7 +446,7 @@ class Ojs {
 
   /** The staging handle of `dialect` (the INSERT text comes with its first job). */
   _stager(dialect) {
-    const stager = { handle: callNative(() => this.native.stager(dialect, 'question')), sql: undefined };
+    const stager = newStager(this.native, dialect, 'question');
     this._stagers[dialect] = stager;
     return stager;
   }
@@ -510,7 +525,7 @@ class Ojs {
     const key = `${dialect}/${placeholder}`;
     let stager = this._providerStagers.get(key);
     if (stager === undefined) {
-      stager = { handle: callNative(() => this.native.stager(dialect, placeholder)), sql: undefined };
+      stager = newStager(this.native, dialect, placeholder);
       this._providerStagers.set(key, stager);
     }
     return stager;
@@ -549,16 +564,16 @@ class Ojs {
    */
   _stageProvider(executor, jobsText, scope, sync, place = this._place(executor, sync)) {
     const { level, binding } = place;
-    const staged = JSON.parse(callNative(() => this.native.stage(binding.dialect, binding.placeholder, jobsText, contextText(scope))));
+    const staged = stageMany(this._providerStager(binding.dialect, binding.placeholder), jobsText, scope);
     const { provider } = binding;
     const finish = () => {
-      if (staged.job_ids.length === 0) return staged.job_ids;
-      if (level !== null) transactions.ledgerOf(level, this).ledger.staged(staged.job_ids.join('\n'));
-      else this.notifyCommitted(staged.job_ids);
-      return staged.job_ids;
+      if (staged.ids.length === 0) return staged.ids;
+      if (level !== null) transactions.ledgerOf(level, this).ledger.staged(staged.idsText);
+      else this.notifyCommitted(staged.ids);
+      return staged.ids;
     };
     const wrapped = (tx) => {
-      if (!staged.needs_savepoint) tx = executor;
+      if (!staged.needsSavepoint) tx = executor;
       if (binding.sync) {
         for (const statement of staged.statements) provider.execute(tx, statement.sql, statement.params);
         return undefined;
@@ -566,7 +581,7 @@ class Ojs {
       return staged.statements.reduce((previous, statement) => previous.then(() => provider.execute(tx, statement.sql, statement.params)), Promise.resolve());
     };
     const run = () => {
-      if (!staged.needs_savepoint) return wrapped(executor);
+      if (!staged.needsSavepoint) return wrapped(executor);
       return level !== null ? provider.savepoint(level.tx, wrapped) : provider.begin(executor, wrapped);
     };
     if (binding.sync) {
@@ -598,12 +613,12 @@ class Ojs {
       level = hostKnex.levelOf(executor);
     }
     const dialect = level !== null ? level.dialect : executor === this.knex ? this.dialect : hostKnex.dialectOf(executor);
-    const staged = JSON.parse(callNative(() => this.native.stage(dialect, 'question', jobsText, contextText(scope))));
+    const staged = stageMany(this._stagers[dialect] || this._stager(dialect), jobsText, scope);
     await hostKnex.execute(executor, staged);
-    if (staged.job_ids.length === 0) return staged.job_ids;
-    if (level !== null) hostKnex.ledgerOf(level, this).ledger.staged(staged.job_ids.join('\n'));
-    else this.notifyCommitted(staged.job_ids);
-    return staged.job_ids;
+    if (staged.ids.length === 0) return staged.ids;
+    if (level !== null) hostKnex.ledgerOf(level, this).ledger.staged(staged.idsText);
+    else this.notifyCommitted(staged.ids);
+    return staged.ids;
   }
 
   /**

@@ -5,7 +5,7 @@
 //!
 //! Calls that may block (database, network, relay start/stop) run as `AsyncTask`s on libuv's
 //! thread pool and resolve a promise, so the event loop never waits on them; staging
-//! (`stage`, `stage_job`), the ledger and `notify_committed` are pure CPU and synchronous.
+//! (`stage_job`, `stage_jobs`), the ledger and `notify_committed` are pure CPU and synchronous.
 //! The event streams' waits (`NativeRelayFrames::next`, `NativeEventFeed::next`), which last
 //! up to their timeout again and again for as long as a stream is open, run on a thread of
 //! each stream's own instead of the pool (`events.rs`).
@@ -18,7 +18,7 @@ mod log;
 pub use bridge::{
     AdminReport, LedgerHandle, NativeBridge, NativeHost, NativeLedger, Stager,
     context_header_names, database_url_from_parts, option_keys, reject_option,
-    request_context_json, stage_job, transaction_sql,
+    request_context_json, stage_job, stage_jobs, transaction_sql,
 };
 pub use error::{codes_json, database_error_code, unencodable};
 pub use events::{NativeEventFeed, NativeRelayFrames};

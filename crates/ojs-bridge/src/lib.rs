@@ -9,6 +9,7 @@
 //! | configuration | JSON text (spec §5.2) and a [`Host`] record | — |
 //! | a staged job ([`Bridge::stage_job`]) | [`StagedJob::encode`]: one text, fields NUL-separated: `[sql]`, `job_id`, `type`, `args`, `options`, `meta`, `[tenant]` | the INSERT's parameters |
 //! | staged jobs ([`Bridge::stage`]) | [`Staged::to_json`]: `{"job_ids", "statements": [{"sql", "params"}], "needs_savepoint"}` | statements to run, in a savepoint when told |
+//! | staged jobs, INSERT texts kept ([`Bridge::stage`] then [`Staged::encode`]) | one text, NUL-separated: `needs_savepoint`, the ids, per statement its text's key in [`KeptTexts`], the text when not held yet, the parameters | the same (Node) |
 //! | an error | [`Error::to_json`](ojs_outbox::Error::to_json): `{"code", "field", "message", "retryable", "family"}` | the class for `code` (docs/errors.md) |
 //! | an id list | [`encode_ids`]: the ids joined by `\n` | a list of strings |
 //! | the request context | JSON text: its keys, or `{"headers": {...}}` of [`context_header_names`] | — |
@@ -21,9 +22,11 @@
 pub mod db_url;
 pub mod events;
 pub mod js_options;
+mod staged_text;
 
 pub use ojs_outbox::admin::Report;
 pub use ojs_outbox::{Error, ErrorCode, ErrorFamily, Host, Result};
+pub use staged_text::{KEPT_TEXTS, KeptTexts};
 
 use std::sync::{Arc, Mutex, OnceLock};
 
