@@ -308,6 +308,54 @@ fn an_unknown_key_of_a_bulk_job_is_named() {
     assert_eq!(error.field.as_deref(), Some("extra"));
 }
 
+/// The first bad job of a bulk is the one named, whatever is wrong with the jobs after it (a
+/// bulk of plain job objects is read in one pass, any other element by element).
+#[test]
+fn a_bulk_names_its_first_bad_job() {
+    let adapter = Bridge::new(&staging_only(json!({}))).unwrap();
+    let cases = [
+        (
+            r#"[{"type": "a", "args": []}, {"type": "Bad", "args": []}, {"type": "a", "extra": 1}]"#,
+            ErrorCode::InvalidJobType,
+            "jobs[1]: type",
+        ),
+        (
+            r#"[{"type": "a", "args": []}, {"type": "a", "args": [], "extra": 1}, {"type": "Bad"}]"#,
+            ErrorCode::InvalidArgs,
+            "jobs[1]: extra",
+        ),
+        (
+            r#"[{"type": "a", "args": {}}, ["a", []]]"#,
+            ErrorCode::InvalidArgs,
+            "jobs[0]: args",
+        ),
+        (
+            r#"[{"type": "a", "args": []}, ["a", []]]"#,
+            ErrorCode::InvalidArgs,
+            "jobs[1]: job",
+        ),
+        (
+            r#"[{"type": "a", "args": []}, {"type": "a", "type": "b", "args": []}]"#,
+            ErrorCode::InvalidArgs,
+            "jobs[1]: job: expected {\"type\", \"args\", \"options\", \"meta\"}: duplicate field `type`",
+        ),
+        (
+            r#"[{"type": "a", "args": []}, null]"#,
+            ErrorCode::InvalidArgs,
+            "jobs[1]: job: must be an object",
+        ),
+    ];
+    for (jobs, code, start) in cases {
+        let error = adapter.stage("sqlite", "question", jobs, None).unwrap_err();
+        assert_eq!(error.code, code, "{jobs}");
+        assert!(
+            error.message.starts_with(start),
+            "{jobs}: {}",
+            error.message
+        );
+    }
+}
+
 /// An adapter for JavaScript takes camelCase options with millisecond durations and stages
 /// exactly the row the spec's spelling stages; errors name the caller's spelling. Other
 /// adapters refuse the camelCase keys.
