@@ -21,7 +21,9 @@
 # processes took during its load (`other`) and the load average, and one `SOAK_JSON` line.
 # Settings passed through to the programs: OJS_SOAK_SECONDS (60), OJS_SOAK_TPS (1500),
 # OJS_SOAK_BULK_EVERY (50), OJS_SOAK_BULK_SIZE (100), OJS_SOAK_CHECKPOINT_S (5),
-# OJS_SOAK_DRAIN_TIMEOUT_S (600), OJS_SOAK_VERIFY_IDS (1).
+# OJS_SOAK_DRAIN_TIMEOUT_S (600), OJS_SOAK_VERIFY_IDS (1); for diagnosis only, OJS_SOAK_CONFIG
+# (adapter settings as JSON, e.g. '{"relay": {"hot_queue_capacity": 100000}}') and
+# OJS_SOAK_APP_SYNCHRONOUS (PRAGMA synchronous of the app's connection); the summary names them.
 #
 # Output: target/soak/<UTC timestamp>/ (machine.txt, <binding>.txt, results.jsonl,
 # summary.txt). Exit status 1 when a program failed or a committed job was not delivered;
@@ -35,7 +37,7 @@ bindings=("$@")
 for b in "${bindings[@]}"; do
   case "$b" in
     django|express|rails) ;;
-    -h|--help) sed -n '2,29p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,31p' "$0"; exit 0 ;;
     *) echo "soak.sh: unknown binding $b (django, express, rails)" >&2; exit 2 ;;
   esac
 done
@@ -140,6 +142,9 @@ for r in rows:
         r.get("commit_to_received", {}).get("p99_ms", "-"), round(own, 1),
         f"{cpu['other']}/{cpu['machine_capacity']}",
         " ".join(str(v) for v in r["loadavg_before"]), "met" if r["met"] else "NOT met"))
+    if r.get("extra_config"):
+        print(f"         ^ with relay settings {json.dumps(r['extra_config'])} (not the default)")
+print("app connection synchronous: " + ", ".join(f"{r['binding']} {r.get('app_synchronous')}" for r in rows))
 print("(express: hot_dropped = the relay host's + wake-ups dropped in the app process; other CPU s: the"
       " CPU of every other process during the load / the machine's capacity in that time)")
 PY

@@ -44,6 +44,11 @@ const BULK_SIZE = Number(process.env.OJS_SOAK_BULK_SIZE || 100);
 const CHECKPOINT_S = Number(process.env.OJS_SOAK_CHECKPOINT_S || 5);
 const DRAIN_TIMEOUT_S = Number(process.env.OJS_SOAK_DRAIN_TIMEOUT_S || 600);
 const VERIFY_IDS = process.env.OJS_SOAK_VERIFY_IDS !== '0';
+// For diagnosis only (the soak's result is with neither): createOjs options merged in (JSON with
+// "outbox" and "relay" sections, e.g. '{"relay": {"hot_queue_capacity": 100000}}') and a PRAGMA
+// synchronous for the app's connection (e.g. NORMAL).
+const EXTRA_CONFIG = JSON.parse(process.env.OJS_SOAK_CONFIG || '{}');
+const APP_SYNCHRONOUS = process.env.OJS_SOAK_APP_SYNCHRONOUS;
 const TARGET = 0.01;
 const TABLE = 'ojs_outbox'; // the default table
 // This file runs from target/node-pkg/app (scripts/soak.sh copies it there) or from bench/.
@@ -189,8 +194,11 @@ async function main() {
   const file = path.join(work, 'soak.db');
   const knex = knexLib({ client: 'better-sqlite3', connection: { filename: file }, useNullAsDefault: true });
   await knex.raw('PRAGMA journal_mode=WAL');
-  // Every setting but the backend URL: the core's default.
-  const ojs = createOjs({ url: devserver.url, knex, autoStart: false });
+  if (APP_SYNCHRONOUS) await knex.raw(`PRAGMA synchronous=${APP_SYNCHRONOUS}`);
+  const [{ synchronous }] = await knex.raw('PRAGMA synchronous');
+  const appSynchronous = ['OFF', 'NORMAL', 'FULL', 'EXTRA'][synchronous];
+  // Every setting but the backend URL: the core's default (unless OJS_SOAK_CONFIG).
+  const ojs = createOjs({ url: devserver.url, knex, autoStart: false, ...EXTRA_CONFIG });
   await ojs.migrate();
   await ojs.start();
   if ((await ojs.metrics()) === null) throw new Error('no relay runs for this adapter');
@@ -210,7 +218,8 @@ async function main() {
     + `devserver ${devserver.url} (${DEVSERVER}); relay in the relay host process ${hostPid}`);
   say(`offering ${RATE} tx/s for ${SECONDS} s: ${nTx} transactions = ${singles} x 1 job + ${bulks} x ${BULK_SIZE} `
     + `jobs (one in ${BULK_EVERY}) = ${singles + bulks * BULK_SIZE} jobs, ${Math.round((singles + bulks * BULK_SIZE) / SECONDS)} `
-    + 'jobs/s; default relay config (hot queue 10,000, batch 100, poll 1 s)');
+    + `jobs/s; relay config: ${Object.keys(EXTRA_CONFIG).length ? JSON.stringify(EXTRA_CONFIG) : 'the default (hot queue 10,000, batch 100, poll 1 s)'}; `
+    + `the app's connection: synchronous=${appSynchronous} (as PRAGMA synchronous reads it)`);
 
   const committedIds = [];
   const commitAt = []; // wall clock (ms) per transaction
@@ -366,6 +375,7 @@ async function main() {
     },
     loadavg_before: loadBefore.map((v) => round(v, 2)), loadavg_after: loadAfter.map((v) => round(v, 2)),
     target: TARGET, met,
+    extra_config: EXTRA_CONFIG, app_synchronous: appSynchronous,
   };
   console.log();
   console.log(`Express soak: ${i} transactions, ${jobsCommitted} jobs committed in ${loadSeconds.toFixed(1)} s `

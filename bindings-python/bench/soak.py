@@ -44,6 +44,11 @@ BULK_SIZE = int(os.environ.get("OJS_SOAK_BULK_SIZE", "100"))
 CHECKPOINT_S = float(os.environ.get("OJS_SOAK_CHECKPOINT_S", "5"))
 DRAIN_TIMEOUT_S = float(os.environ.get("OJS_SOAK_DRAIN_TIMEOUT_S", "600"))
 VERIFY_IDS = os.environ.get("OJS_SOAK_VERIFY_IDS", "1") != "0"
+# For diagnosis only (the soak's result is with neither): adapter settings merged into OJS_CONFIG
+# (JSON, e.g. '{"relay": {"hot_queue_capacity": 100000}}'), and a PRAGMA synchronous for
+# Django's connection (e.g. NORMAL; SQLite's default is FULL: an fsync in every COMMIT).
+EXTRA_CONFIG = json.loads(os.environ.get("OJS_SOAK_CONFIG") or "{}")
+APP_SYNCHRONOUS = os.environ.get("OJS_SOAK_APP_SYNCHRONOUS")
 TARGET = 0.01
 REPO = Path(__file__).resolve().parents[2]
 DEVSERVER = os.environ.get("OJS_DEVSERVER_BIN") or str(REPO / "target/release/ojs-devserver")
@@ -191,10 +196,12 @@ def main():
     db_file = os.path.join(work, "soak.db")
     settings.configure(
         DATABASES={"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": db_file,
-                               "OPTIONS": {"init_command": "PRAGMA journal_mode=WAL;"}}},
+                               "OPTIONS": {"init_command": "PRAGMA journal_mode=WAL;" + (
+                                   f"PRAGMA synchronous={APP_SYNCHRONOUS};" if APP_SYNCHRONOUS else "")}}},
         INSTALLED_APPS=["ojs_adapter_django"],
         USE_TZ=True,
-        OJS_CONFIG={"ojs_url": devserver.url},  # every other setting: the core's default
+        # Every setting but the URL: the core's default (unless OJS_SOAK_CONFIG, for diagnosis).
+        OJS_CONFIG={"ojs_url": devserver.url, **EXTRA_CONFIG},
     )
     django.setup()
     from django.core.management import call_command
@@ -211,6 +218,9 @@ def main():
             cursor.execute(f"SELECT COUNT(*) FROM {TABLE} WHERE status IN ('pending', 'failed')")
             return cursor.fetchone()[0]
 
+    with connection.cursor() as cursor:
+        cursor.execute("PRAGMA synchronous")
+        app_synchronous = {0: "OFF", 1: "NORMAL", 2: "FULL", 3: "EXTRA"}[cursor.fetchone()[0]]
     n_tx = int(RATE * SECONDS)
     singles = n_tx - n_tx // BULK_EVERY
     bulks = n_tx // BULK_EVERY
@@ -218,8 +228,9 @@ def main():
         f"devserver {devserver.url} ({DEVSERVER})")
     say(f"offering {RATE:g} tx/s for {SECONDS:g} s: {n_tx} transactions = {singles} x 1 job + "
         f"{bulks} x {BULK_SIZE} jobs (one in {BULK_EVERY}) = {singles + bulks * BULK_SIZE} jobs, "
-        f"{(singles + bulks * BULK_SIZE) / SECONDS:.0f} jobs/s; default relay config "
-        f"(hot queue 10,000, batch 100, poll 1 s)")
+        f"{(singles + bulks * BULK_SIZE) / SECONDS:.0f} jobs/s; relay config: "
+        f"{json.dumps(EXTRA_CONFIG) if EXTRA_CONFIG else 'the default (hot queue 10,000, batch 100, poll 1 s)'}; "
+        f"Django's connection: synchronous={app_synchronous}")
 
     committed_ids = []      # every job id, in commit order
     commit_at = []          # wall-clock commit time (s) per transaction
@@ -347,6 +358,7 @@ def main():
         "loadavg_before": [round(v, 2) for v in load_before],
         "loadavg_after": [round(v, 2) for v in load_after],
         "target": TARGET, "met": met,
+        "extra_config": EXTRA_CONFIG, "app_synchronous": app_synchronous,
     }
     print()
     print(f"Django soak: {i} transactions, {jobs_committed} jobs committed in {load_seconds:.1f} s "

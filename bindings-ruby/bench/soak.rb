@@ -40,6 +40,11 @@ BULK_SIZE = Integer(ENV.fetch("OJS_SOAK_BULK_SIZE", "100"))
 CHECKPOINT_S = Float(ENV.fetch("OJS_SOAK_CHECKPOINT_S", "5"))
 DRAIN_TIMEOUT_S = Float(ENV.fetch("OJS_SOAK_DRAIN_TIMEOUT_S", "600"))
 VERIFY_IDS = ENV.fetch("OJS_SOAK_VERIFY_IDS", "1") != "0"
+# For diagnosis only (the soak's result is with neither): adapter settings (JSON with "outbox"
+# and "relay" sections, e.g. '{"relay": {"hot_queue_capacity": 100000}}') and a PRAGMA synchronous
+# for ActiveRecord's connection (e.g. NORMAL; SQLite's default is FULL: an fsync in every COMMIT).
+EXTRA_CONFIG = JSON.parse(ENV["OJS_SOAK_CONFIG"].to_s.empty? ? "{}" : ENV["OJS_SOAK_CONFIG"])
+APP_SYNCHRONOUS = ENV["OJS_SOAK_APP_SYNCHRONOUS"]
 TARGET = 0.01
 REPO = File.expand_path("../..", __dir__)
 DEVSERVER = ENV["OJS_DEVSERVER_BIN"] || File.join(REPO, "target", "release", "ojs-devserver")
@@ -176,8 +181,12 @@ db_file = File.join(work, "soak.db")
 ActiveRecord::Base.establish_connection(adapter: "sqlite3", database: db_file, timeout: 5000)
 connection = ActiveRecord::Base.connection
 connection.execute("PRAGMA journal_mode=WAL")
+connection.execute("PRAGMA synchronous=#{APP_SYNCHRONOUS}") if APP_SYNCHRONOUS
+app_synchronous = %w[OFF NORMAL FULL EXTRA][connection.select_value("PRAGMA synchronous").to_i]
 OJS.configure do |config|
-  config.url = devserver.url # every other setting: the core's default
+  config.url = devserver.url # every other setting: the core's default (unless OJS_SOAK_CONFIG)
+  config.outbox_options = EXTRA_CONFIG["outbox"] if EXTRA_CONFIG["outbox"]
+  config.relay_options = EXTRA_CONFIG["relay"] if EXTRA_CONFIG["relay"]
 end
 OJS::Migration.create_outbox_table
 OJS.start_relay
@@ -196,7 +205,8 @@ say "ActiveRecord #{ActiveRecord::VERSION::STRING}, sqlite3 gem #{SQLite3::VERSI
     "Ruby #{RUBY_VERSION}, ojs-adapter-rails #{OJS::VERSION}, SQLite file #{db_file} (WAL), devserver #{devserver.url} (#{DEVSERVER})"
 say "offering #{RATE} tx/s for #{SECONDS} s: #{n_tx} transactions = #{singles} x 1 job + #{bulks} x #{BULK_SIZE} jobs " \
     "(one in #{BULK_EVERY}) = #{singles + bulks * BULK_SIZE} jobs, #{((singles + bulks * BULK_SIZE) / SECONDS).round} jobs/s; " \
-    "default relay config (hot queue 10,000, batch 100, poll 1 s)"
+    "relay config: #{EXTRA_CONFIG.empty? ? 'the default (hot queue 10,000, batch 100, poll 1 s)' : JSON.generate(EXTRA_CONFIG)}; " \
+    "ActiveRecord's connection: synchronous=#{app_synchronous}"
 
 committed_ids = []
 commit_at = [] # wall clock (s) per transaction
@@ -334,7 +344,8 @@ result = {
                "machine_capacity" => (load_seconds * Etc.nprocessors).round(1),
                "app_threads" => thread_delta(threads0, threads1) },
   "loadavg_before" => load_before, "loadavg_after" => load_after,
-  "target" => TARGET, "met" => met
+  "target" => TARGET, "met" => met,
+  "extra_config" => EXTRA_CONFIG, "app_synchronous" => app_synchronous
 }
 puts
 puts "Rails soak: #{i} transactions, #{jobs_committed} jobs committed in #{load_seconds.round(1)} s " \
