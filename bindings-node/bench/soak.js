@@ -195,14 +195,17 @@ async function main() {
   const knex = knexLib({ client: 'better-sqlite3', connection: { filename: file }, useNullAsDefault: true });
   await knex.raw('PRAGMA journal_mode=WAL');
   if (APP_SYNCHRONOUS) await knex.raw(`PRAGMA synchronous=${APP_SYNCHRONOUS}`);
-  const [{ synchronous }] = await knex.raw('PRAGMA synchronous');
-  const appSynchronous = ['OFF', 'NORMAL', 'FULL', 'EXTRA'][synchronous];
   // Every setting but the backend URL: the core's default (unless OJS_SOAK_CONFIG).
   const ojs = createOjs({ url: devserver.url, knex, autoStart: false, ...EXTRA_CONFIG });
   await ojs.migrate();
   await ojs.start();
   if ((await ojs.metrics()) === null) throw new Error('no relay runs for this adapter');
   const hostPid = ojs.relayHostPid;
+  // Read after the migration's transaction: better-sqlite3 builds SQLite with
+  // SQLITE_DEFAULT_WAL_SYNCHRONOUS=1, which applies once the connection works on the WAL file
+  // (read right after `journal_mode=WAL` it still says FULL).
+  const [{ synchronous }] = await knex.raw('PRAGMA synchronous');
+  const appSynchronous = ['OFF', 'NORMAL', 'FULL', 'EXTRA'][synchronous];
 
   const pendingRows = async () => {
     const [row] = await knex(TABLE).whereIn('status', ['pending', 'failed']).count({ n: '*' });
@@ -219,7 +222,7 @@ async function main() {
   say(`offering ${RATE} tx/s for ${SECONDS} s: ${nTx} transactions = ${singles} x 1 job + ${bulks} x ${BULK_SIZE} `
     + `jobs (one in ${BULK_EVERY}) = ${singles + bulks * BULK_SIZE} jobs, ${Math.round((singles + bulks * BULK_SIZE) / SECONDS)} `
     + `jobs/s; relay config: ${Object.keys(EXTRA_CONFIG).length ? JSON.stringify(EXTRA_CONFIG) : 'the default (hot queue 10,000, batch 100, poll 1 s)'}; `
-    + `the app's connection: synchronous=${appSynchronous} (as PRAGMA synchronous reads it)`);
+    + `the app's connection: synchronous=${appSynchronous}`);
 
   const committedIds = [];
   const commitAt = []; // wall clock (ms) per transaction
