@@ -63,6 +63,7 @@ const say = (...parts) => console.log('soak[express]:', ...parts);
 async function startDevserver() {
   if (!fs.existsSync(DEVSERVER)) throw new Error(`${DEVSERVER} is missing: cargo build --release -p ojs-devserver`);
   const child = spawn(DEVSERVER, ['--port', '0'], { stdio: ['ignore', 'pipe', 'ignore'] });
+  process.on('exit', () => child.kill('SIGTERM')); // also when the run fails
   const url = await new Promise((resolve, reject) => {
     let seen = '';
     child.stdout.on('data', (chunk) => {

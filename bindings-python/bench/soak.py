@@ -24,6 +24,7 @@ Run through scripts/soak.sh (builds the release wheel and devserver), or by hand
 bindings-python/bench.sh: ``OJS_DEVSERVER_BIN=target/release/ojs-devserver python soak.py``.
 """
 
+import atexit
 import json
 import os
 import subprocess
@@ -82,8 +83,9 @@ class Devserver:
             return json.loads(response.read())
 
     def stop(self):
-        self.process.terminate()
-        self.process.wait()
+        if self.process.poll() is None:
+            self.process.terminate()
+            self.process.wait()
         self.process.stdout.close()
 
 
@@ -192,6 +194,7 @@ def percentile(values, q):
 
 def main():
     devserver = Devserver(DEVSERVER)
+    atexit.register(devserver.stop)  # also when the run fails
     work = tempfile.mkdtemp(prefix="ojs-py-soak-")
     db_file = os.path.join(work, "soak.db")
     settings.configure(

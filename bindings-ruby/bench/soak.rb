@@ -79,8 +79,11 @@ class Devserver
   end
 
   def stop
+    return if @io.nil?
+
     Process.kill("TERM", @pid)
     @io.close
+    @io = nil
   rescue Errno::ESRCH
     nil
   end
@@ -176,6 +179,7 @@ end
 # --- the run -----------------------------------------------------------------------------------
 
 devserver = Devserver.new(DEVSERVER)
+at_exit { devserver.stop } # also when the run fails
 work = Dir.mktmpdir("ojs-rb-soak-")
 db_file = File.join(work, "soak.db")
 ActiveRecord::Base.establish_connection(adapter: "sqlite3", database: db_file, timeout: 5000)
