@@ -365,6 +365,12 @@ impl Engine {
                 let backlog = self.poll_once().await;
                 if !backlog {
                     next_poll = Instant::now() + poll_interval;
+                } else if !self.hot_rx.is_empty() {
+                    // Nor a backlog the hot path: one hot round between two poller rounds.
+                    // Left waiting, fresh commits would overflow the hot queue and then wait
+                    // for the poller behind every older row.
+                    self.hot_rx.recv_many(&mut hot_ids, batch_size).await;
+                    self.deliver_hot(std::mem::take(&mut hot_ids)).await;
                 }
                 continue;
             }
