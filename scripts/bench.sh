@@ -30,24 +30,7 @@ done
 port=${OJS_BENCH_PG_PORT:-55433}
 quiet_wait=${OJS_BENCH_QUIET_WAIT:-60}
 
-# Busy CPU (all cores, in % of one core) over 2 seconds, from /proc/stat.
-busy_percent() {
-  local a b
-  a=($(head -n1 /proc/stat)); sleep 2; b=($(head -n1 /proc/stat))
-  local busy=$(( (b[1]+b[2]+b[3]+b[6]+b[7]+b[8]) - (a[1]+a[2]+a[3]+a[6]+a[7]+a[8]) ))
-  echo $(( busy * 100 / (2 * $(getconf CLK_TCK)) ))
-}
-wait_quiet() {
-  local waited=0 busy
-  while busy=$(busy_percent); [ "$busy" -ge 20 ]; do
-    if [ "$waited" -ge "$quiet_wait" ]; then
-      echo "bench.sh: the machine is still busy (${busy}% of a core used by other processes); running anyway" | tee -a "$raw/machine.txt"
-      return
-    fi
-    echo "bench.sh: waiting for a quiet machine (${busy}% of a core busy)..." >&2
-    sleep 8; waited=$((waited + 10))
-  done
-}
+. scripts/lib/quiet.sh
 
 cargo build --release -p ojs-bench -p ojs-devserver -p ojs-relay
 peers_dir=$(crates/ojs-bench/peers/install.sh)
@@ -83,22 +66,22 @@ pg_bin=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1)
 } | tee "$raw/machine.txt"
 
 started=$(date +%s)
-wait_quiet
+wait_quiet "$quiet_wait" "$raw/machine.txt" bench.sh
 "$bin" drain --database-url "$url" --rows 100000 --relays 1,2,4 \
   --peers graphile,pgboss --peers-dir "$peers_dir" --out "$out" | tee "$raw/drain.txt"
-wait_quiet
+wait_quiet "$quiet_wait" "$raw/machine.txt" bench.sh
 # What events cost the drain (docs/events.md): off / one live subscriber / with replay history.
 "$bin" drain --database-url "$url" --rows 50000 --batch-sizes 500 --sync-off-variant false --floor false \
   --baseline-rows 1000 --event-modes off,live,retained --event-rounds 3 --out "$out" | tee "$raw/drain-events.txt"
-wait_quiet
+wait_quiet "$quiet_wait" "$raw/machine.txt" bench.sh
 "$bin" latency --database-url "$url" --rate 500 --seconds 20 --out "$out" | tee "$raw/latency-postgres.txt"
-wait_quiet
+wait_quiet "$quiet_wait" "$raw/machine.txt" bench.sh
 # Issue 16: the hot path at 2,000 commits/s offered.
 "$bin" latency --database-url "$url" --rate 2000 --seconds 20 --baseline-seconds 0 --out "$out" | tee "$raw/latency-postgres-2000.txt"
-wait_quiet
+wait_quiet "$quiet_wait" "$raw/machine.txt" bench.sh
 "$bin" latency --database-url "sqlite://$tmp/latency.db" --rate 500 --seconds 20 --out "$out" | tee "$raw/latency-sqlite.txt"
 if [ "$quick" = 0 ]; then
-  wait_quiet
+  wait_quiet "$quiet_wait" "$raw/machine.txt" bench.sh
   "$bin" memory --database-url "$url" --rows 1000000 --batch-size 500 --out "$out" | tee "$raw/memory.txt"
 fi
 echo "loadavg after: $(cut -d' ' -f1-3 /proc/loadavg)" | tee -a "$raw/machine.txt"

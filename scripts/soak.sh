@@ -82,30 +82,12 @@ fi
 } | tee "$out/machine.txt"
 
 # --- a quiet machine ------------------------------------------------------------------------
-# Busy CPU (all cores, in % of one core) over 2 seconds, from /proc/stat.
-busy_percent() {
-  local a b
-  read -ra a < /proc/stat; sleep 2; read -ra b < /proc/stat
-  local busy=$(( (b[1]+b[2]+b[3]+b[6]+b[7]+b[8]) - (a[1]+a[2]+a[3]+a[6]+a[7]+a[8]) ))
-  echo $(( busy * 100 / (2 * $(getconf CLK_TCK)) ))
-}
-wait_quiet() {
-  local waited=0 busy
-  while busy=$(busy_percent); [ "$busy" -ge 20 ]; do
-    if [ "$waited" -ge "$quiet_wait" ]; then
-      say "the machine is still busy (${busy}% of a core used by other processes, load average $(cut -d' ' -f1-3 /proc/loadavg)); running anyway" | tee -a "$out/machine.txt"
-      return
-    fi
-    say "waiting for a quiet machine (${busy}% of a core busy)..."
-    sleep 8; waited=$((waited + 10))
-  done
-  say "quiet (${busy}% of a core busy); load average $(cut -d' ' -f1-3 /proc/loadavg)" | tee -a "$out/machine.txt"
-}
+. scripts/lib/quiet.sh
 
 # --- the runs ---------------------------------------------------------------------------------
 failed=()
 for b in "${bindings[@]}"; do
-  wait_quiet
+  wait_quiet "$quiet_wait" "$out/machine.txt" soak.sh
   say "$b: running (output in $out/$b.txt)"
   set +e
   case "$b" in

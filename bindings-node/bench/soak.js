@@ -28,7 +28,6 @@
 //
 // Run through scripts/soak.sh (copies this file into target/node-pkg/app and runs it there).
 
-const { spawn } = require('node:child_process');
 const fs = require('node:fs');
 const os = require('node:os');
 const path = require('node:path');
@@ -55,6 +54,7 @@ const TABLE = 'ojs_outbox'; // the default table
 const REPO = process.env.OJS_REPO_ROOT
   || (__dirname.endsWith(path.join('target', 'node-pkg', 'app')) ? path.resolve(__dirname, '../../..') : path.resolve(__dirname, '../..'));
 const DEVSERVER = process.env.OJS_DEVSERVER_BIN || path.join(REPO, 'target', 'release', 'ojs-devserver');
+const { spawnDevserver } = require(path.join(REPO, 'bindings-node', 'test', 'devserver.js'));
 
 const say = (...parts) => console.log('soak[express]:', ...parts);
 
@@ -62,18 +62,8 @@ const say = (...parts) => console.log('soak[express]:', ...parts);
 
 async function startDevserver() {
   if (!fs.existsSync(DEVSERVER)) throw new Error(`${DEVSERVER} is missing: cargo build --release -p ojs-devserver`);
-  const child = spawn(DEVSERVER, ['--port', '0'], { stdio: ['ignore', 'pipe', 'ignore'] });
+  const { child, url } = await spawnDevserver(DEVSERVER, 'ignore');
   process.on('exit', () => child.kill('SIGTERM')); // also when the run fails
-  const url = await new Promise((resolve, reject) => {
-    let seen = '';
-    child.stdout.on('data', (chunk) => {
-      seen += chunk;
-      const match = /ojs-devserver listening on (http:\/\/\S+)/.exec(seen);
-      if (match) resolve(match[1]);
-    });
-    child.once('exit', (code) => reject(new Error(`ojs-devserver exited (${code}) before listening`)));
-    child.once('error', reject);
-  });
   const get = async (route) => (await fetch(`${url}${route}`)).json();
   const stop = () => new Promise((resolve) => {
     child.once('exit', resolve);

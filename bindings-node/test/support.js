@@ -3,10 +3,10 @@
 // OJS_PACKAGE points elsewhere), the repository (cases, devserver), the databases, and the
 // development backend `ojs-devserver` over HTTP.
 
-const { spawn } = require('node:child_process');
 const fs = require('node:fs');
 const os = require('node:os');
 const path = require('node:path');
+const { spawnDevserver } = require('./devserver');
 
 const PACKAGE = process.env.OJS_PACKAGE || 'ojs-adapter-express';
 const ojsPackage = require(PACKAGE);
@@ -34,17 +34,7 @@ function scratchDir(name) {
 
 /** Starts `ojs-devserver --port 0` and resolves with {url, call, received, stop}. */
 async function startDevserver() {
-  const child = spawn(DEVSERVER, ['--port', '0'], { stdio: ['ignore', 'pipe', 'inherit'] });
-  const url = await new Promise((resolve, reject) => {
-    let seen = '';
-    child.stdout.on('data', (chunk) => {
-      seen += chunk;
-      const match = /ojs-devserver listening on (http:\/\/\S+)/.exec(seen);
-      if (match) resolve(match[1]);
-    });
-    child.once('exit', (code) => reject(new Error(`ojs-devserver exited (${code}) before listening`)));
-    child.once('error', reject);
-  });
+  const { child, url } = await spawnDevserver(DEVSERVER);
   async function call(method, route, body) {
     const response = await fetch(`${url}${route}`, {
       method,
