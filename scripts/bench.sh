@@ -92,5 +92,13 @@ echo "SQLite, the application's transactions while the relay runs (target ratio 
 grep '^application transaction p99' "$raw/latency-sqlite.txt" || true
 echo "PostgreSQL, commit -> delivered at 2,000 commits/s (target p50 <= 1 ms, p99 <= 5 ms):"
 grep -E '^ *(ms|commit -> delivered) ' "$raw/latency-postgres-2000.txt" || true
+echo "scale-out, one table, batch 500 (a drain fails if the devserver got a row twice):"
+sed -n '/^drain throughput/,/^$/p' "$raw/drain.txt" | grep -E '^ *(relay +batch +rows|ojs relay( x[24] \(one table\))? +500 )' || true
+if [ "$quick" = 0 ]; then
+  echo "relay RSS, 1M-row backlog (target <= 16 MiB):"
+  grep -E '^ *(relay +rows|ojs-relay run|ojs-bench relay-only) ' "$raw/memory.txt" || true
+fi
+echo "elsewhere: the staging ratios (bindings-python/bench.sh, bindings-node/bench.sh,"
+echo "bindings-ruby/bench.sh) and the hot path under sustained load (scripts/soak.sh)"
 echo "benchmarks took $(( $(date +%s) - started ))s; raw output in $raw" | tee -a "$raw/machine.txt"
 ln -sfn "$stamp" target/bench/latest
