@@ -6,7 +6,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdout, Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use ojs_outbox::{Config, NewJob, Outbox};
+use ojs_outbox::prometheus::HistogramSnapshot;
+use ojs_outbox::{Config, Histograms, NewJob, Outbox};
 use serde_json::{Value, json};
 use sqlx::AssertSqlSafe;
 
@@ -598,4 +599,21 @@ pub async fn postgres_setup(
     let version = server_version(&admin).await;
     let devserver = DevServer::spawn(&sibling_binary(devserver_bin, "ojs-devserver")?)?;
     Ok((admin, version, devserver))
+}
+
+/// The relay's phase histograms as counts, mean milliseconds and shares of the summed time:
+/// where a round's time goes, measured by the engine itself (no round rebuilt here).
+pub fn phases_json(h: &Histograms) -> Value {
+    let count = |s: &HistogramSnapshot| s.counts.iter().sum::<u64>();
+    let total_ms = |s: &HistogramSnapshot| s.sum_micros as f64 / 1000.0;
+    let mean = |s: &HistogramSnapshot| total_ms(s) / count(s).max(1) as f64;
+    let all =
+        total_ms(&h.claim_duration) + total_ms(&h.send_duration) + total_ms(&h.settle_duration);
+    let share = |s: &HistogramSnapshot| round1(100.0 * total_ms(s) / all.max(f64::MIN_POSITIVE));
+    json!({
+        "claims": count(&h.claim_duration), "claim_ms_mean": round3(mean(&h.claim_duration)),
+        "requests": count(&h.send_duration), "send_ms_mean": round3(mean(&h.send_duration)),
+        "settles": count(&h.settle_duration), "settle_ms_mean": round3(mean(&h.settle_duration)),
+        "percent": {"claim": share(&h.claim_duration), "send": share(&h.send_duration), "settle": share(&h.settle_duration)},
+    })
 }

@@ -12,8 +12,7 @@ use std::time::{Duration, Instant};
 use clap::Args;
 use ojs_outbox::backend::Backend;
 use ojs_outbox::job::wire_json;
-use ojs_outbox::prometheus::HistogramSnapshot;
-use ojs_outbox::{Histograms, Outbox, Relay, Store};
+use ojs_outbox::{Outbox, Relay, Store};
 use serde_json::{Value, json};
 use sqlx::AssertSqlSafe;
 use sqlx::postgres::PgPoolOptions;
@@ -1019,23 +1018,6 @@ fn targets_summary(args: &DrainArgs, results: &[RunResult], peers: &[RunResult])
         );
     }
     Ok(())
-}
-
-/// The relay's phase histograms as counts, mean milliseconds and shares of the summed time:
-/// where a round's time goes, measured by the engine itself (no round rebuilt here).
-fn phases_json(h: &Histograms) -> Value {
-    let count = |s: &HistogramSnapshot| s.counts.iter().sum::<u64>();
-    let total_ms = |s: &HistogramSnapshot| s.sum_micros as f64 / 1000.0;
-    let mean = |s: &HistogramSnapshot| total_ms(s) / count(s).max(1) as f64;
-    let all =
-        total_ms(&h.claim_duration) + total_ms(&h.send_duration) + total_ms(&h.settle_duration);
-    let share = |s: &HistogramSnapshot| round1(100.0 * total_ms(s) / all.max(f64::MIN_POSITIVE));
-    json!({
-        "claims": count(&h.claim_duration), "claim_ms_mean": round3(mean(&h.claim_duration)),
-        "requests": count(&h.send_duration), "send_ms_mean": round3(mean(&h.send_duration)),
-        "settles": count(&h.settle_duration), "settle_ms_mean": round3(mean(&h.settle_duration)),
-        "percent": {"claim": share(&h.claim_duration), "send": share(&h.send_duration), "settle": share(&h.settle_duration)},
-    })
 }
 
 fn phase_cells(result: &RunResult) -> Option<Vec<String>> {

@@ -124,6 +124,7 @@ pub async fn run(args: LatencyArgs) -> BoxResult<()> {
     let cpu_after = CpuSample::take("self", devserver.pid(), postmaster);
     let received = devserver.received_times().await?;
     let metrics = outbox.metrics();
+    let phases = outbox.histograms().as_ref().map(phases_json);
     outbox.stop_relay().await;
 
     let mut latency_ms = Vec::with_capacity(commits.len());
@@ -164,6 +165,7 @@ pub async fn run(args: LatencyArgs) -> BoxResult<()> {
         "commit_ms": summary(&commit_ms),
         "schedule_lag_ms": summary(&start_lag_ms),
         "hot_dropped": metrics.as_ref().map(|m| m.hot_dropped),
+        "phases": phases,
         "transaction_p99_ms_without_relay": baseline_p99.map(round3),
         "transaction_p99_ratio_with_relay": baseline_p99.map(|b| round3(percentile(&commit_ms, 99.0) / b)),
         "devserver": "child process",
@@ -204,6 +206,17 @@ pub async fn run(args: LatencyArgs) -> BoxResult<()> {
             } else {
                 ""
             }
+        );
+    }
+    if let Some(p) = &record["phases"].as_object() {
+        println!(
+            "relay rounds (its own histograms, warm-up included): {} claims of {} ms, {} requests of {} ms, {} settles of {} ms on average",
+            p["claims"],
+            p["claim_ms_mean"],
+            p["requests"],
+            p["send_ms_mean"],
+            p["settles"],
+            p["settle_ms_mean"]
         );
     }
     let cpu = &record["cpu"];

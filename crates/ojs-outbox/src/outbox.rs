@@ -151,6 +151,15 @@ impl Outbox {
             .map(Relay::metrics)
     }
 
+    /// The running relay's claim, request, settle and delivery-lag histograms.
+    pub fn histograms(&self) -> Option<crate::Histograms> {
+        self.relay
+            .lock()
+            .expect("relay lock")
+            .as_ref()
+            .map(Relay::histograms)
+    }
+
     /// Opens a transaction on the outbox's own database (for Rust applications and tests).
     pub async fn begin(&self) -> Result<OutboxTransaction<'_>> {
         let tx = match &self.store.pool {
