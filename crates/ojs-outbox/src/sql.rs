@@ -28,6 +28,16 @@ impl Dialect {
     }
 }
 
+/// The rows a PostgreSQL claim takes among the due ones (`OutboxSql::begin_and_claim_pg`).
+#[derive(Debug, Clone, Copy)]
+pub enum ClaimFilter<'a> {
+    /// These job ids (the hot path).
+    Ids(&'a [uuid::Uuid]),
+    /// Rows created at least this many milliseconds ago (the poller leaves fresher rows to
+    /// the hot path).
+    OlderThanMs(i64),
+}
+
 /// How the host driver spells a positional parameter.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Placeholder {
@@ -283,45 +293,59 @@ impl OutboxSql {
         }
     }
 
-    /// Claims due rows in one statement. SQLite: puts a lease on them (parameters: lease
-    /// token, lease ms, limit, then either skip-recent ms (`by_ids == false`) or the job ids as
-    /// a JSON array text). PostgreSQL: locks them `FOR UPDATE SKIP LOCKED` inside the claim's
-    /// transaction, which holds them until the settlement commits, so nothing is written
-    /// (parameters: limit, then skip-recent ms or the job ids as text[]); a lease another
-    /// relay version wrote is still respected. Returns
-    /// `id, job_id, job_type, job_args, job_options, job_meta, attempts` (PostgreSQL also
-    /// `ctid` as text: where the locked row lies, for `settle_sent`).
-    pub fn claim(&self, by_ids: bool) -> String {
+    /// The rows a claim may take: pending or failed, due, and under no live lease (one a
+    /// relay of an earlier version wrote is still respected on PostgreSQL).
+    fn claimable(&self) -> String {
+        let now = self.now();
+        format!(
+            "status IN ('pending', 'failed') AND available_at <= {now} AND (locked_until IS NULL OR locked_until <= {now})"
+        )
+    }
+
+    /// SQLite: claims due rows in one statement that puts a lease on them. Parameters: lease
+    /// token, lease ms, limit, then either skip-recent ms (`by_ids == false`) or the job ids
+    /// as a JSON array text. Returns
+    /// `id, job_id, job_type, job_args, job_options, job_meta, attempts`.
+    pub fn claim_sqlite(&self, by_ids: bool) -> String {
         let t = &self.table;
         let now = self.now();
-        let due = format!(
-            "status IN ('pending', 'failed') AND available_at <= {now} AND (locked_until IS NULL OR locked_until <= {now})"
-        );
-        match self.dialect {
-            Dialect::Postgres => {
-                let filter = if by_ids {
-                    "job_id = ANY(CAST($2 AS uuid[]))".to_owned()
-                } else {
-                    "created_at <= now() - $2 * interval '1 millisecond'".to_owned()
-                };
-                format!(
-                    "SELECT id, job_id::text, job_type, job_args::text, job_options::text, job_meta::text, attempts, ctid::text \
-                     FROM {t} WHERE {due} AND {filter} ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED"
-                )
+        let due = self.claimable();
+        let filter = if by_ids {
+            "job_id IN (SELECT value FROM json_each(?4))".to_owned()
+        } else {
+            format!("created_at <= {now} - ?4")
+        };
+        format!(
+            "UPDATE {t} SET locked_until = {now} + ?2, lease_token = ?1 \
+             WHERE id IN (SELECT id FROM {t} WHERE {due} AND {filter} ORDER BY id LIMIT ?3) \
+             RETURNING id, job_id, job_type, job_args, job_options, job_meta, attempts"
+        )
+    }
+
+    /// PostgreSQL: opens the claim's transaction and locks up to `limit` due rows
+    /// `FOR UPDATE SKIP LOCKED`, in one simple-protocol message (`BEGIN; SELECT ...`): one
+    /// round trip, where sqlx sends a BEGIN and waits for it before any statement. The locks
+    /// hold the rows until the settlement commits, so the claim writes nothing. Its values
+    /// are written into the text, and only values that cannot carry SQL: a count, a number
+    /// of milliseconds, UUIDs formatted here. Returns the columns of `claim_sqlite` and
+    /// `ctid` as text (where the locked row lies, for `settle_sent_and_commit_pg`).
+    pub fn begin_and_claim_pg(&self, limit: usize, filter: ClaimFilter<'_>) -> String {
+        debug_assert_eq!(self.dialect, Dialect::Postgres);
+        let t = &self.table;
+        let due = self.claimable();
+        let filter = match filter {
+            ClaimFilter::Ids(ids) => {
+                let ids: Vec<String> = ids.iter().map(|id| format!("'{id}'")).collect();
+                format!("job_id = ANY(ARRAY[{}]::uuid[])", ids.join(","))
             }
-            Dialect::Sqlite => {
-                let filter = if by_ids {
-                    "job_id IN (SELECT value FROM json_each(?4))".to_owned()
-                } else {
-                    format!("created_at <= {now} - ?4")
-                };
-                format!(
-                    "UPDATE {t} SET locked_until = {now} + ?2, lease_token = ?1 \
-                     WHERE id IN (SELECT id FROM {t} WHERE {due} AND {filter} ORDER BY id LIMIT ?3) \
-                     RETURNING id, job_id, job_type, job_args, job_options, job_meta, attempts"
-                )
+            ClaimFilter::OlderThanMs(ms) => {
+                format!("created_at <= now() - {ms} * interval '1 millisecond'")
             }
-        }
+        };
+        format!(
+            "BEGIN; SELECT id, job_id::text, job_type, job_args::text, job_options::text, job_meta::text, attempts, ctid::text \
+             FROM {t} WHERE {due} AND {filter} ORDER BY id LIMIT {limit} FOR UPDATE SKIP LOCKED"
+        )
     }
 
     /// Settles every row of one claim in one statement. Each row gets a new status (NULL keeps
@@ -358,24 +382,45 @@ impl OutboxSql {
         }
     }
 
-    /// Settles a claim whose every row was delivered as is (no note, no attempt used), the
-    /// common round: one array instead of `settle`'s five per-row arrays. PostgreSQL: the
-    /// rows' `ctid`s from the claim (text[]; the claim's locks keep each row where it is, so a
-    /// TID scan finds them without an index). SQLite: a JSON array of ids and the lease token.
-    pub fn settle_sent(&self) -> String {
+    /// SQLite: settles a claim whose every row was delivered as is (no note, no attempt
+    /// used), the common round: one JSON array of ids instead of `settle`'s per-row values,
+    /// and the lease token.
+    pub fn settle_sent_sqlite(&self) -> String {
         let t = &self.table;
-        let now = self.now();
-        let set = format!(
-            "status = 'sent', sent_at = {now}, error = NULL, locked_until = NULL, lease_token = NULL"
-        );
-        match self.dialect {
-            Dialect::Postgres => {
-                format!("UPDATE {t} SET {set} WHERE ctid = ANY($1::text[]::tid[])")
-            }
-            Dialect::Sqlite => format!(
-                "UPDATE {t} SET {set} WHERE id IN (SELECT value FROM json_each(?1)) AND lease_token = ?2"
-            ),
+        format!(
+            "UPDATE {t} SET {} WHERE id IN (SELECT value FROM json_each(?1)) AND lease_token = ?2",
+            self.sent_columns()
+        )
+    }
+
+    /// PostgreSQL: settles a claim whose every row was delivered as is and commits the
+    /// claim's transaction, in one simple-protocol message. The rows are named by the
+    /// `ctid`s the claim returned (its locks keep each row where it is, so a TID scan finds
+    /// them without an index), written into the text; `None` if one is not a ctid's text.
+    pub fn settle_sent_and_commit_pg(&self, ctids: &[&str]) -> Option<String> {
+        debug_assert_eq!(self.dialect, Dialect::Postgres);
+        let is_ctid = |c: &&str| {
+            c.starts_with('(')
+                && c.ends_with(')')
+                && c.bytes().all(|b| b.is_ascii_digit() || b"(),".contains(&b))
+        };
+        if ctids.is_empty() || !ctids.iter().all(is_ctid) {
+            return None;
         }
+        let t = &self.table;
+        let ctids: Vec<String> = ctids.iter().map(|c| format!("'{c}'")).collect();
+        Some(format!(
+            "UPDATE {t} SET {} WHERE ctid = ANY(ARRAY[{}]::tid[]); COMMIT",
+            self.sent_columns(),
+            ctids.join(",")
+        ))
+    }
+
+    fn sent_columns(&self) -> String {
+        format!(
+            "status = 'sent', sent_at = {}, error = NULL, locked_until = NULL, lease_token = NULL",
+            self.now()
+        )
     }
 
     /// Deletes up to a limit of `sent` rows older than the retention. Parameters: retention ms, limit.

@@ -1,19 +1,23 @@
 //! The relay's side of the database: one sqlx pool and the statements of `sql.rs`.
 //! Every operation is one statement whatever the number of rows (seed 004). On PostgreSQL a
-//! claim also opens a transaction and its settlement commits it (`Claim`): BEGIN, claim,
-//! settle, COMMIT, four round trips per round of up to `batch_size` rows.
+//! claim also opens a transaction and its settlement commits it (`Claim`): `BEGIN; SELECT`
+//! goes as one message and, in the common round, `UPDATE; COMMIT` as another, two round
+//! trips per round of up to `batch_size` rows.
 
 use std::collections::HashMap;
 use std::str::FromStr;
 use std::time::Duration;
 
 use serde::Serialize;
+use sqlx::pool::PoolConnection;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
-use sqlx::{AssertSqlSafe, Connection, PgConnection, PgPool, Row, SqlSafeStr, SqlStr, SqlitePool};
+use sqlx::{
+    AssertSqlSafe, Connection, PgConnection, PgPool, Postgres, Row, SqlSafeStr, SqlStr, SqlitePool,
+};
 
 use crate::error::{Error, ErrorCode, Result};
-use crate::sql::{Dialect, OutboxSql};
+use crate::sql::{ClaimFilter, Dialect, OutboxSql};
 
 /// Where a row stands. `failed` means: the last attempt failed, retried at `available_at`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
@@ -72,8 +76,35 @@ pub struct Claim {
 /// a row locked by the transaction cannot move, so the settlement finds it without the
 /// primary-key index.
 struct Held {
-    tx: sqlx::Transaction<'static, sqlx::Postgres>,
+    tx: OpenTransaction,
     ctids: HashMap<i64, String>,
+}
+
+/// A pooled connection inside a transaction that its own statements opened (`BEGIN; SELECT`
+/// in one message), which sqlx therefore does not track. Dropped before its COMMIT (a round
+/// aborted with the relay, a failed statement), the connection is closed instead of going
+/// back to the pool, and the server rolls the transaction back.
+struct OpenTransaction {
+    conn: PoolConnection<Postgres>,
+    open: bool,
+}
+
+impl OpenTransaction {
+    async fn commit(mut self) -> Result<()> {
+        sqlx::raw_sql(AssertSqlSafe("COMMIT"))
+            .execute(&mut *self.conn)
+            .await?;
+        self.open = false;
+        Ok(())
+    }
+}
+
+impl Drop for OpenTransaction {
+    fn drop(&mut self) {
+        if self.open {
+            self.conn.close_on_drop();
+        }
+    }
 }
 
 impl Claim {
@@ -148,7 +179,8 @@ pub(crate) enum Pool {
     Sqlite(SqlitePool),
 }
 
-/// Prepared statement texts, built once per store.
+/// Prepared statement texts, built once per store. PostgreSQL's claim and common settlement
+/// carry their values in their text instead (`OutboxSql::begin_and_claim_pg`).
 #[derive(Debug)]
 struct Statements {
     claim_due: SqlStr,
@@ -299,10 +331,10 @@ impl Store {
         };
         let sql = OutboxSql::new(dialect, table);
         let statements = Statements {
-            claim_due: shared_sql(sql.claim(false)),
-            claim_ids: shared_sql(sql.claim(true)),
+            claim_due: shared_sql(sql.claim_sqlite(false)),
+            claim_ids: shared_sql(sql.claim_sqlite(true)),
             settle: shared_sql(sql.settle()),
-            settle_sent: shared_sql(sql.settle_sent()),
+            settle_sent: shared_sql(sql.settle_sent_sqlite()),
             prune: shared_sql(sql.prune()),
         };
         Store {
@@ -398,13 +430,10 @@ impl Store {
         let skip_ms = skip_recent.as_millis() as i64;
         match &self.pool {
             Pool::Postgres(pool) => {
-                let mut tx = pool.begin().await?;
-                let rows = sqlx::query(self.statements.claim_due.clone())
-                    .bind(limit as i64)
-                    .bind(skip_ms)
-                    .fetch_all(&mut *tx)
-                    .await?;
-                held(&rows, tx).await
+                let claim = self
+                    .sql
+                    .begin_and_claim_pg(limit, ClaimFilter::OlderThanMs(skip_ms));
+                held(pool, claim).await
             }
             Pool::Sqlite(pool) => {
                 let rows = sqlx::query(self.statements.claim_due.clone())
@@ -431,13 +460,18 @@ impl Store {
         let lease_ms = lease.as_millis() as i64;
         match &self.pool {
             Pool::Postgres(pool) => {
-                let mut tx = pool.begin().await?;
-                let rows = sqlx::query(self.statements.claim_ids.clone())
-                    .bind(job_ids.len() as i64)
-                    .bind(job_ids)
-                    .fetch_all(&mut *tx)
-                    .await?;
-                held(&rows, tx).await
+                // The column is a uuid: an id that is none names no row.
+                let ids: Vec<uuid::Uuid> = job_ids
+                    .iter()
+                    .filter_map(|id| uuid::Uuid::parse_str(id).ok())
+                    .collect();
+                if ids.is_empty() {
+                    return Ok(Claim::leased(Vec::new()));
+                }
+                let claim = self
+                    .sql
+                    .begin_and_claim_pg(ids.len(), ClaimFilter::Ids(&ids));
+                held(pool, claim).await
             }
             Pool::Sqlite(pool) => {
                 let rows = sqlx::query(self.statements.claim_ids.clone())
@@ -476,15 +510,18 @@ impl Store {
                 .iter()
                 .map(|s| ctids.get(&s.id).map(String::as_str))
                 .collect();
-            if let Some(located) = located.filter(|_| {
-                !settlements.is_empty() && settlements.iter().all(|s| delivered_as_is(s))
-            }) {
-                done = sqlx::query(self.statements.settle_sent.clone())
-                    .bind(located)
-                    .execute(&mut *tx)
+            let settle_and_commit = located
+                .filter(|_| settlements.iter().all(|s| delivered_as_is(s)))
+                .and_then(|located| self.sql.settle_sent_and_commit_pg(&located));
+            if let Some(statements) = settle_and_commit {
+                done = sqlx::raw_sql(AssertSqlSafe(statements))
+                    .execute(&mut *tx.conn)
                     .await?
                     .rows_affected();
-            } else if !settlements.is_empty() {
+                tx.open = false;
+                return Ok(done);
+            }
+            if !settlements.is_empty() {
                 let ids: Vec<i64> = settlements.iter().map(|s| s.id).collect();
                 let statuses: Vec<Option<&str>> = settlements
                     .iter()
@@ -502,7 +539,7 @@ impl Store {
                     .bind(attempts)
                     .bind(delays)
                     .bind(errors)
-                    .execute(&mut *tx)
+                    .execute(&mut *tx.conn)
                     .await?
                     .rows_affected();
             }
@@ -674,12 +711,16 @@ impl Store {
     }
 }
 
-/// A PostgreSQL claim: its rows, held by the transaction's locks. An empty claim holds
-/// nothing, so its transaction ends at once.
-async fn held(
-    rows: &[sqlx::postgres::PgRow],
-    tx: sqlx::Transaction<'static, sqlx::Postgres>,
-) -> Result<Claim> {
+/// Runs a PostgreSQL claim (`BEGIN; SELECT ...`): its rows, held by the transaction's locks.
+/// An empty claim holds nothing, so its transaction ends at once.
+async fn held(pool: &PgPool, claim: String) -> Result<Claim> {
+    let mut tx = OpenTransaction {
+        conn: pool.acquire().await?,
+        open: true,
+    };
+    let rows = sqlx::raw_sql(AssertSqlSafe(claim))
+        .fetch_all(&mut *tx.conn)
+        .await?;
     if rows.is_empty() {
         tx.commit().await?;
         return Ok(Claim::leased(Vec::new()));

@@ -136,8 +136,42 @@ async fn stage_claim_settle(url: &str, table: &str) {
         let released = releases(&back.rows);
         store.settle("token-4", back, &released).await.unwrap();
     }
+    // The hot path names rows by job id (on PostgreSQL written into the claim's text): a
+    // text that is no job id names no row, and the row named is settled as sent.
+    let hot = store
+        .claim_ids(
+            "token-5",
+            Duration::from_secs(30),
+            &[
+                "x'); DROP TABLE jobs_outbox; --".to_owned(),
+                ids[3].clone(),
+                uuid::Uuid::now_v7().to_string(),
+            ],
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        hot.rows
+            .iter()
+            .map(|r| r.job_id.clone())
+            .collect::<Vec<_>>(),
+        [ids[3].clone()]
+    );
+    let sent = [Settlement {
+        id: hot.rows[0].id,
+        status: Some(RowStatus::Sent),
+        consumed_attempt: false,
+        retry_in: None,
+        error: None,
+    }];
+    assert_eq!(store.settle("token-5", hot, &sent).await.unwrap(), 1);
     let states = store.rows_by_job_id(&ids).await.unwrap();
     assert_eq!(states[&ids[0]].status, RowStatus::Sent);
+    assert_eq!(
+        states[&ids[3]].status,
+        RowStatus::Sent,
+        "settled by the hot path"
+    );
     assert_eq!(
         states[&ids[0]].error, None,
         "a plain delivery leaves no error text"
@@ -163,8 +197,8 @@ async fn stage_claim_settle(url: &str, table: &str) {
     drop(due); // an abandoned claim: its transaction rolls back
     assert_eq!(
         store.prune(Duration::ZERO, 100).await.unwrap(),
-        1,
-        "prune takes the sent row only"
+        2,
+        "prune takes the sent rows only"
     );
     outbox.store().close().await;
 }
