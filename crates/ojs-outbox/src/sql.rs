@@ -307,6 +307,7 @@ impl OutboxSql {
     /// as a JSON array text. Returns
     /// `id, job_id, job_type, job_args, job_options, job_meta, attempts`.
     pub fn claim_sqlite(&self, by_ids: bool) -> String {
+        debug_assert_eq!(self.dialect, Dialect::Sqlite);
         let t = &self.table;
         let now = self.now();
         let due = self.claimable();
@@ -386,6 +387,7 @@ impl OutboxSql {
     /// used), the common round: one JSON array of ids instead of `settle`'s per-row values,
     /// and the lease token.
     pub fn settle_sent_sqlite(&self) -> String {
+        debug_assert_eq!(self.dialect, Dialect::Sqlite);
         let t = &self.table;
         format!(
             "UPDATE {t} SET {} WHERE id IN (SELECT value FROM json_each(?1)) AND lease_token = ?2",

@@ -179,15 +179,21 @@ pub(crate) enum Pool {
     Sqlite(SqlitePool),
 }
 
-/// Prepared statement texts, built once per store. PostgreSQL's claim and common settlement
-/// carry their values in their text instead (`OutboxSql::begin_and_claim_pg`).
+/// Prepared statement texts, built once per store.
 #[derive(Debug)]
 struct Statements {
+    settle: SqlStr,
+    prune: SqlStr,
+    /// SQLite's claims and common settlement. PostgreSQL's carry their values in their text
+    /// instead (`OutboxSql::begin_and_claim_pg`, `settle_sent_and_commit_pg`).
+    sqlite: Option<SqliteStatements>,
+}
+
+#[derive(Debug)]
+struct SqliteStatements {
     claim_due: SqlStr,
     claim_ids: SqlStr,
-    settle: SqlStr,
     settle_sent: SqlStr,
-    prune: SqlStr,
 }
 
 fn shared_sql(text: String) -> SqlStr {
@@ -331,11 +337,13 @@ impl Store {
         };
         let sql = OutboxSql::new(dialect, table);
         let statements = Statements {
-            claim_due: shared_sql(sql.claim_sqlite(false)),
-            claim_ids: shared_sql(sql.claim_sqlite(true)),
             settle: shared_sql(sql.settle()),
-            settle_sent: shared_sql(sql.settle_sent_sqlite()),
             prune: shared_sql(sql.prune()),
+            sqlite: (dialect == Dialect::Sqlite).then(|| SqliteStatements {
+                claim_due: shared_sql(sql.claim_sqlite(false)),
+                claim_ids: shared_sql(sql.claim_sqlite(true)),
+                settle_sent: shared_sql(sql.settle_sent_sqlite()),
+            }),
         };
         Store {
             pool,
@@ -372,6 +380,13 @@ impl Store {
             sqlite_options: None,
             ..self.clone()
         }
+    }
+
+    fn sqlite_statements(&self) -> &SqliteStatements {
+        self.statements
+            .sqlite
+            .as_ref()
+            .expect("built for every SQLite store")
     }
 
     pub fn dialect(&self) -> Dialect {
@@ -436,7 +451,7 @@ impl Store {
                 held(pool, claim).await
             }
             Pool::Sqlite(pool) => {
-                let rows = sqlx::query(self.statements.claim_due.clone())
+                let rows = sqlx::query(self.sqlite_statements().claim_due.clone())
                     .bind(lease_token)
                     .bind(lease_ms)
                     .bind(limit as i64)
@@ -474,7 +489,7 @@ impl Store {
                 held(pool, claim).await
             }
             Pool::Sqlite(pool) => {
-                let rows = sqlx::query(self.statements.claim_ids.clone())
+                let rows = sqlx::query(self.sqlite_statements().claim_ids.clone())
                     .bind(lease_token)
                     .bind(lease_ms)
                     .bind(job_ids.len() as i64)
@@ -554,7 +569,7 @@ impl Store {
         };
         if settlements.iter().all(delivered_as_is) {
             let ids: Vec<i64> = settlements.iter().map(|s| s.id).collect();
-            return Ok(sqlx::query(self.statements.settle_sent.clone())
+            return Ok(sqlx::query(self.sqlite_statements().settle_sent.clone())
                 .bind(serde_json::to_string(&ids).expect("integers serialize"))
                 .bind(lease_token)
                 .execute(pool)
