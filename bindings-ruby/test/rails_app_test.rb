@@ -13,6 +13,7 @@ require "socket"
 require "sqlite3"
 require "timeout"
 require "net/http"
+require "securerandom"
 
 class RailsAppTest < Minitest::Test
   EXAMPLE = File.join(TestSupport::ROOT, "bindings-ruby", "example")
@@ -26,6 +27,9 @@ class RailsAppTest < Minitest::Test
       "EXAMPLE_SQLITE_PATH" => File.join(@app, "db", "app.sqlite3"),
       "RAILS_ENV" => "development"
     }
+    # This test process's own relay, started by other tests, could still deliver their rows
+    # (a retry after a backoff, the poller) into the devserver these tests read.
+    OJS.stop_relay
     TestSupport.devserver.reset
   end
 
@@ -48,11 +52,12 @@ class RailsAppTest < Minitest::Test
     db = SQLite3::Database.new(@env["EXAMPLE_SQLITE_PATH"])
     assert_equal ["ojs_outbox"], db.execute("SELECT name FROM sqlite_master WHERE name = 'ojs_outbox'").flatten
 
+    marker = rand(1 << 30) # names this test's job among any other process's
     output, = rails("runner", <<~RUBY)
       raise "middleware missing" unless Rails.application.middleware.include?(OJS::Middleware)
       raise "relay should be external" if OJS.client.relay_in_process?
       ActiveRecord::Base.transaction do
-        OJS.enqueue_after_commit("email.welcome", [1])
+        OJS.enqueue_after_commit("email.welcome", [#{marker}])
         OJS.enqueue_after_commit("poison.job", [2])
       end
       puts OJS.status.fetch("pending")
@@ -66,8 +71,8 @@ class RailsAppTest < Minitest::Test
     relay_output = +""
     Open3.popen2e(@env, RbConfig.ruby, "bin/rails", "ojs:relay", chdir: @app) do |_stdin, out, thread|
       reader = Thread.new { out.each_line { |line| relay_output << line } }
-      delivered = TestSupport.devserver.wait_for_type("email.welcome")
-      assert_equal [1], delivered["args"]
+      delivered = TestSupport.devserver.wait_for_job("the runner's email.welcome") { |job| job["args"] == [marker] }
+      assert_equal "email.welcome", delivered["type"]
       dead = TestSupport.wait_until("a dead row", every: 0.2) do
         rows = JSON.parse(rails("ojs:dead:list").first[/\[.*\]/m] || "[]")
         rows unless rows.empty?
@@ -197,11 +202,18 @@ class RailsAppTest < Minitest::Test
     TestSupport.wait_until("the stream's first comment through Rails (log #{log})") { text.call.include?(": keep-alive") }
     assert_match(%r{^content-type: text/event-stream\r$}i, text.call)
 
-    signup = http.call(Net::HTTP::Post.new("/signup", "Content-Type" => "application/json").tap do |request|
+    # Rails' request id (X-Request-Id) lands in the job's meta (OJS::Middleware): it names this
+    # signup's job among any other process's.
+    request_id = "puma-signup-#{SecureRandom.hex(8)}"
+    signup = http.call(Net::HTTP::Post.new("/signup", "Content-Type" => "application/json",
+                                                      "X-Request-Id" => request_id).tap do |request|
       request.body = JSON.generate(email: "ada@example.com")
     end)
     assert_equal "201", signup.code, signup.body
-    job = TestSupport.devserver.wait_for_type("email.welcome")
+    job = TestSupport.devserver.wait_for_job("the signup's job") do |stored|
+      stored.dig("meta", "ojs.context.request_id") == request_id
+    end
+    assert_equal "email.welcome", job["type"]
     TestSupport.wait_until("job.enqueued of #{job['id']} on the stream") { text.call.include?(%("subject":"#{job['id']}")) }
     assert_match(/event: job\.enqueued\r?\ndata: .*"queue":"email"/, text.call)
 
@@ -344,14 +356,8 @@ class RailsAppTest < Minitest::Test
 end
 
 class TestSupport::DevServer
-  def wait_for_type(type, timeout: TestSupport::PATIENCE)
-    deadline = Time.now + timeout
-    loop do
-      job = jobs.find { |stored| stored["type"] == type }
-      return job if job
-      raise Minitest::Assertion, "no #{type} job within #{timeout}s" if Time.now > deadline
-
-      sleep 0.05
-    end
+  # The first stored job the block accepts, waited for within PATIENCE.
+  def wait_for_job(what, &accept)
+    TestSupport.wait_until("#{what} at the devserver", every: 0.05) { jobs.find(&accept) }
   end
 end
