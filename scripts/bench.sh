@@ -91,7 +91,8 @@ sed -n '/^issue 16 targets/,/^$/p' "$raw/drain.txt"
 echo "SQLite, the application's transactions while the relay runs (target ratio <= 1.5):"
 grep '^application transaction p99' "$raw/latency-sqlite.txt" || true
 echo "PostgreSQL, commit -> delivered at 2,000 commits/s (target p50 <= 1 ms, p99 <= 5 ms):"
-grep -E '^ *(ms|commit -> delivered) ' "$raw/latency-postgres-2000.txt" || true
+grep -E '^ *(ms|commit -> delivered|floor: .*) ' "$raw/latency-postgres-2000.txt" || true
+grep '^floor (' "$raw/latency-postgres-2000.txt" || true
 echo "scale-out, one table, batch 500 (a drain fails if the devserver got a row twice):"
 sed -n '/^drain throughput/,/^$/p' "$raw/drain.txt" | grep -E '^ *(relay +batch +rows|ojs relay( x[24] \(one table\))? +500 )' || true
 if [ "$quick" = 0 ]; then

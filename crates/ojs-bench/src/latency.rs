@@ -6,6 +6,10 @@
 //! First, unless `--baseline-seconds 0`, the same commits run with no relay at all: the
 //! application's begin..commit p99 without a relay is the reference of issue 16's SQLite
 //! target (p99 with the relay running ≤ 1.5x).
+//! On PostgreSQL a probe measures, during the measured run, the floor of any relay that locks a
+//! row before sending it: one round trip to the same PostgreSQL (`SELECT 1`, cheaper than a
+//! claim) followed by one HTTP request to the same devserver (`GET /ojs/v1/health`, cheaper
+//! than a job), from this process, at `--probe-rate`. It excludes the wake-up after the commit.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -36,6 +40,9 @@ pub struct LatencyArgs {
     /// Seconds of the same commits with no relay running, measured first (0: skipped).
     #[arg(long, default_value_t = 10.0)]
     pub baseline_seconds: f64,
+    /// Floor probes per second during the measured run (PostgreSQL; 0: none).
+    #[arg(long, default_value_t = 100.0)]
+    pub probe_rate: f64,
     /// ojs-devserver binary (default: beside this one).
     #[arg(long)]
     pub devserver_bin: Option<PathBuf>,
@@ -113,7 +120,25 @@ pub async fn run(args: LatencyArgs) -> BoxResult<()> {
 
     let total = (args.rate * args.seconds).round() as usize;
     let cpu_before = CpuSample::take("self", devserver.pid(), postmaster);
+    let probes = (is_postgres(&args.database_url) && args.probe_rate > 0.0).then(|| {
+        let stop = Arc::new(tokio::sync::Notify::new());
+        let task = tokio::spawn(probe_floor(
+            args.database_url.clone(),
+            devserver.url.clone(),
+            args.probe_rate,
+            stop.clone(),
+        ));
+        (stop, task)
+    });
     let (commits, failures) = commit_at_rate(&app, Some(&outbox), args.rate, total).await?;
+    let mut floor_ms = match probes {
+        Some((stop, task)) => {
+            stop.notify_one();
+            task.await??
+        }
+        None => Vec::new(),
+    };
+    floor_ms.sort_by(f64::total_cmp);
     devserver
         .wait_for_jobs(
             commits.len() as u64,
@@ -164,6 +189,10 @@ pub async fn run(args: LatencyArgs) -> BoxResult<()> {
         "latency_ms": summary(&latency_ms),
         "commit_ms": summary(&commit_ms),
         "schedule_lag_ms": summary(&start_lag_ms),
+        "floor_probes": floor_ms.len(),
+        "floor_ms": (!floor_ms.is_empty()).then(|| summary(&floor_ms)),
+        "latency_p50_over_floor_p50": (!floor_ms.is_empty())
+            .then(|| round3(percentile(&latency_ms, 50.0) / percentile(&floor_ms, 50.0))),
         "hot_dropped": metrics.as_ref().map(|m| m.hot_dropped),
         "phases": phases,
         "transaction_p99_ms_without_relay": baseline_p99.map(round3),
@@ -182,6 +211,14 @@ pub async fn run(args: LatencyArgs) -> BoxResult<()> {
             format!("{:.2}", v.last().copied().unwrap_or(f64::NAN)),
         ]
     };
+    let mut rows = vec![
+        row("commit -> delivered", &latency_ms),
+        row("transaction (begin..commit)", &commit_ms),
+        row("tick -> transaction start", &start_lag_ms),
+    ];
+    if !floor_ms.is_empty() {
+        rows.push(row("floor: SELECT 1 + GET health", &floor_ms));
+    }
     print_table(
         &format!(
             "latency on {database}: {} commits, achieved {achieved:.1} commits/s (offered {}), {failures} failed, {missing} missing",
@@ -189,12 +226,17 @@ pub async fn run(args: LatencyArgs) -> BoxResult<()> {
             args.rate
         ),
         &["ms", "p50", "p90", "p99", "max"],
-        &[
-            row("commit -> delivered", &latency_ms),
-            row("transaction (begin..commit)", &commit_ms),
-            row("tick -> transaction start", &start_lag_ms),
-        ],
+        &rows,
     );
+    if !floor_ms.is_empty() {
+        println!(
+            "floor ({} probes at {}/s in the same run: one PostgreSQL round trip, then one devserver request): \
+             commit -> delivered p50 is {:.2}x the floor's p50",
+            floor_ms.len(),
+            args.probe_rate,
+            percentile(&latency_ms, 50.0) / percentile(&floor_ms, 50.0)
+        );
+    }
     if let Some(baseline) = baseline_p99 {
         let with_relay = percentile(&commit_ms, 99.0);
         println!(
@@ -328,4 +370,39 @@ async fn commit_at_rate(
         }
     }
     Ok((commits, failures))
+}
+
+/// The floor probe: at `rate` per second until `stop`, one `SELECT 1` on a connection of its own
+/// then one `GET /ojs/v1/health` on a client of its own (kept alive, as the relay's is); each
+/// probe's duration in ms, timed from its own start (a late tick is not counted).
+async fn probe_floor(
+    database_url: String,
+    devserver_url: String,
+    rate: f64,
+    stop: Arc<tokio::sync::Notify>,
+) -> BoxResult<Vec<f64>> {
+    use sqlx::Connection;
+    let mut connection = sqlx::PgConnection::connect(&database_url).await?;
+    let http = reqwest::Client::new();
+    let health = format!("{devserver_url}/ojs/v1/health");
+    let mut ticks = tokio::time::interval(Duration::from_secs_f64(1.0 / rate));
+    ticks.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    let mut durations = Vec::new();
+    loop {
+        tokio::select! {
+            _ = stop.notified() => break,
+            _ = ticks.tick() => {}
+        }
+        let started = std::time::Instant::now();
+        sqlx::raw_sql("SELECT 1").execute(&mut connection).await?;
+        let response = http.get(&health).send().await?;
+        let status = response.status();
+        response.bytes().await?;
+        if !status.is_success() {
+            return Err(err(format!("GET /ojs/v1/health answered {status}")));
+        }
+        durations.push(started.elapsed().as_secs_f64() * 1000.0);
+    }
+    connection.close().await?;
+    Ok(durations)
 }

@@ -5,6 +5,9 @@
 //! the child's own relay hangs on its first SQLite call. A `pthread_atfork` handler therefore
 //! takes every static mutex before the fork (in SQLite's own nesting order: `OPEN` before
 //! `MAIN`, the memory mutex last) and releases them after it, in the parent and in the child.
+//! What it cannot cover is each open file's own lock state, which a child inherits too: a child
+//! that opens the file its parent's relay was writing at the fork may fail or hang on it, so a
+//! process forks only while its relay is stopped (docs/django.md, "SQLite").
 
 use std::ffi::c_void;
 use std::sync::Once;
