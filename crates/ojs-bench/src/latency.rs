@@ -6,8 +6,9 @@
 //! First, unless `--baseline-seconds 0`, the same commits run with no relay at all: the
 //! application's begin..commit p99 without a relay is the reference of issue 16's SQLite
 //! target (p99 with the relay running ≤ 1.5x).
-//! On PostgreSQL a probe measures, during the measured run, the floor of any relay that locks a
-//! row before sending it: one round trip to the same PostgreSQL (`SELECT 1`, cheaper than a
+//! On PostgreSQL a probe measures, during the measured run (and during the no-relay run, where
+//! the relay's own work does not load the machine), the floor of a relay that locks a row
+//! before sending it: one round trip to the same PostgreSQL (`SELECT 1`, cheaper than a
 //! claim) followed by one HTTP request to the same devserver (`GET /ojs/v1/health`, cheaper
 //! than a job), from this process, at `--probe-rate`. It excludes the wake-up after the commit.
 
@@ -81,6 +82,12 @@ pub async fn run(args: LatencyArgs) -> BoxResult<()> {
     );
     let app = Arc::new(Outbox::connect(config.clone()).await?);
     app.store().migrate().await?;
+    let probe = Probe {
+        database_url: is_postgres(&args.database_url).then(|| args.database_url.clone()),
+        devserver_url: devserver.url.clone(),
+        rate: args.probe_rate,
+    };
+    let mut floor_without_relay_ms = Vec::new();
     let baseline_p99 = if args.baseline_seconds > 0.0 {
         let count = (args.rate * args.baseline_seconds).round() as usize;
         commit_at_rate(
@@ -90,7 +97,10 @@ pub async fn run(args: LatencyArgs) -> BoxResult<()> {
             (args.rate * args.warmup_seconds) as usize,
         )
         .await?;
-        let (commits, _) = commit_at_rate(&app, None, args.rate, count).await?;
+        let ((commits, _), floor) = probe
+            .during(commit_at_rate(&app, None, args.rate, count))
+            .await?;
+        floor_without_relay_ms = floor;
         let mut ms: Vec<f64> = commits
             .iter()
             .map(|c| (c.committed_us - c.started_us) as f64 / 1000.0)
@@ -120,25 +130,9 @@ pub async fn run(args: LatencyArgs) -> BoxResult<()> {
 
     let total = (args.rate * args.seconds).round() as usize;
     let cpu_before = CpuSample::take("self", devserver.pid(), postmaster);
-    let probes = (is_postgres(&args.database_url) && args.probe_rate > 0.0).then(|| {
-        let stop = Arc::new(tokio::sync::Notify::new());
-        let task = tokio::spawn(probe_floor(
-            args.database_url.clone(),
-            devserver.url.clone(),
-            args.probe_rate,
-            stop.clone(),
-        ));
-        (stop, task)
-    });
-    let (commits, failures) = commit_at_rate(&app, Some(&outbox), args.rate, total).await?;
-    let mut floor_ms = match probes {
-        Some((stop, task)) => {
-            stop.notify_one();
-            task.await??
-        }
-        None => Vec::new(),
-    };
-    floor_ms.sort_by(f64::total_cmp);
+    let ((commits, failures), floor_ms) = probe
+        .during(commit_at_rate(&app, Some(&outbox), args.rate, total))
+        .await?;
     devserver
         .wait_for_jobs(
             commits.len() as u64,
@@ -191,6 +185,7 @@ pub async fn run(args: LatencyArgs) -> BoxResult<()> {
         "schedule_lag_ms": summary(&start_lag_ms),
         "floor_probes": floor_ms.len(),
         "floor_ms": (!floor_ms.is_empty()).then(|| summary(&floor_ms)),
+        "floor_without_relay_ms": (!floor_without_relay_ms.is_empty()).then(|| summary(&floor_without_relay_ms)),
         "latency_p50_over_floor_p50": (!floor_ms.is_empty())
             .then(|| round3(percentile(&latency_ms, 50.0) / percentile(&floor_ms, 50.0))),
         "hot_dropped": metrics.as_ref().map(|m| m.hot_dropped),
@@ -219,6 +214,9 @@ pub async fn run(args: LatencyArgs) -> BoxResult<()> {
     if !floor_ms.is_empty() {
         rows.push(row("floor: SELECT 1 + GET health", &floor_ms));
     }
+    if !floor_without_relay_ms.is_empty() {
+        rows.push(row("floor, no relay (before)", &floor_without_relay_ms));
+    }
     print_table(
         &format!(
             "latency on {database}: {} commits, achieved {achieved:.1} commits/s (offered {}), {failures} failed, {missing} missing",
@@ -230,8 +228,8 @@ pub async fn run(args: LatencyArgs) -> BoxResult<()> {
     );
     if !floor_ms.is_empty() {
         println!(
-            "floor ({} probes at {}/s in the same run: one PostgreSQL round trip, then one devserver request): \
-             commit -> delivered p50 is {:.2}x the floor's p50",
+            "floor ({} probes at {}/s during the measured run: one PostgreSQL round trip, then one devserver request; \
+             'no relay': the same probes during the no-relay run before): commit -> delivered p50 is {:.2}x the floor's p50",
             floor_ms.len(),
             args.probe_rate,
             percentile(&latency_ms, 50.0) / percentile(&floor_ms, 50.0)
@@ -372,9 +370,40 @@ async fn commit_at_rate(
     Ok((commits, failures))
 }
 
-/// The floor probe: at `rate` per second until `stop`, one `SELECT 1` on a connection of its own
-/// then one `GET /ojs/v1/health` on a client of its own (kept alive, as the relay's is); each
-/// probe's duration in ms, timed from its own start (a late tick is not counted).
+/// The floor probe (PostgreSQL only): while a future runs, at `rate` per second, one `SELECT 1`
+/// on a connection of its own then one `GET /ojs/v1/health` on a kept-alive client of its own;
+/// each probe timed from its own start (a late tick is not counted).
+struct Probe {
+    database_url: Option<String>,
+    devserver_url: String,
+    rate: f64,
+}
+
+impl Probe {
+    /// The future's output and the probes' durations in ms, sorted (none without PostgreSQL
+    /// or with rate 0).
+    async fn during<T>(
+        &self,
+        work: impl std::future::Future<Output = BoxResult<T>>,
+    ) -> BoxResult<(T, Vec<f64>)> {
+        let Some(database_url) = self.database_url.clone().filter(|_| self.rate > 0.0) else {
+            return Ok((work.await?, Vec::new()));
+        };
+        let stop = Arc::new(tokio::sync::Notify::new());
+        let probes = tokio::spawn(probe_floor(
+            database_url,
+            self.devserver_url.clone(),
+            self.rate,
+            stop.clone(),
+        ));
+        let output = work.await;
+        stop.notify_one();
+        let mut durations = probes.await??;
+        durations.sort_by(f64::total_cmp);
+        Ok((output?, durations))
+    }
+}
+
 async fn probe_floor(
     database_url: String,
     devserver_url: String,

@@ -2,7 +2,8 @@
 //!
 //! - `drain`: backlog drain throughput on PostgreSQL per batch size, against a naive relay;
 //! - `latency`: commit-to-delivery latency of the in-process hot path at a steady commit rate;
-//! - `memory`: peak RSS of a separate relay process draining a large backlog.
+//! - `memory`: peak RSS of a separate relay process draining a large backlog;
+//! - `summary`: issue 16's targets as one table, from one run's JSON lines.
 //!
 //! Each prints a table and appends JSON lines to `--out`. The OJS backend is the
 //! `ojs-devserver` binary in a child process, so its CPU is not counted in the relay's.
@@ -11,6 +12,7 @@ mod common;
 mod drain;
 mod latency;
 mod memory;
+mod summary;
 
 use std::process::ExitCode;
 
@@ -35,6 +37,8 @@ enum Bench {
     Latency(latency::LatencyArgs),
     /// Peak RSS of a separate relay process draining a large backlog.
     Memory(memory::MemoryArgs),
+    /// Issue 16's targets as one table, met or not, from one run's JSON lines.
+    Summary(summary::SummaryArgs),
     /// Runs only the relay until SIGTERM (used by `memory` when `ojs-relay` is not built).
     #[command(hide = true)]
     RelayOnly(memory::RelayOnlyArgs),
@@ -47,6 +51,7 @@ async fn main() -> ExitCode {
         Bench::Drain(args) => drain::run(args).await,
         Bench::Latency(args) => latency::run(args).await,
         Bench::Memory(args) => memory::run(args).await,
+        Bench::Summary(args) => summary::run(args),
         Bench::RelayOnly(args) => memory::relay_only(args).await,
     };
     match result {
