@@ -170,6 +170,9 @@ pub async fn run(args: LatencyArgs) -> BoxResult<()> {
             "p99": round3(percentile(v, 99.0)), "max": round3(v.last().copied().unwrap_or(f64::NAN)),
         })
     };
+    // Commit -> delivered's p50 over the floor's (None without probes).
+    let over_floor =
+        (!floor_ms.is_empty()).then(|| percentile(&latency_ms, 50.0) / percentile(&floor_ms, 50.0));
     let record = json!({
         "bench": "latency",
         "database": database,
@@ -186,8 +189,7 @@ pub async fn run(args: LatencyArgs) -> BoxResult<()> {
         "floor_probes": floor_ms.len(),
         "floor_ms": (!floor_ms.is_empty()).then(|| summary(&floor_ms)),
         "floor_without_relay_ms": (!floor_without_relay_ms.is_empty()).then(|| summary(&floor_without_relay_ms)),
-        "latency_p50_over_floor_p50": (!floor_ms.is_empty())
-            .then(|| round3(percentile(&latency_ms, 50.0) / percentile(&floor_ms, 50.0))),
+        "latency_p50_over_floor_p50": over_floor.map(round3),
         "hot_dropped": metrics.as_ref().map(|m| m.hot_dropped),
         "phases": phases,
         "transaction_p99_ms_without_relay": baseline_p99.map(round3),
@@ -226,13 +228,12 @@ pub async fn run(args: LatencyArgs) -> BoxResult<()> {
         &["ms", "p50", "p90", "p99", "max"],
         &rows,
     );
-    if !floor_ms.is_empty() {
+    if let Some(ratio) = over_floor {
         println!(
             "floor ({} probes at {}/s during the measured run: one PostgreSQL round trip, then one devserver request; \
-             'no relay': the same probes during the no-relay run before): commit -> delivered p50 is {:.2}x the floor's p50",
+             'no relay': the same probes during the no-relay run before): commit -> delivered p50 is {ratio:.2}x the floor's p50",
             floor_ms.len(),
             args.probe_rate,
-            percentile(&latency_ms, 50.0) / percentile(&floor_ms, 50.0)
         );
     }
     if let Some(baseline) = baseline_p99 {
