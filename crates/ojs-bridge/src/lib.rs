@@ -227,6 +227,20 @@ impl Bridge {
         &self.config.outbox.table_name
     }
 
+    /// Whether a request's `X-OJS-Tenant` header may decide its jobs' tenant
+    /// (`adapter.trust_tenant_header`, off by default).
+    pub fn trust_tenant_header(&self) -> bool {
+        self.config.trust_tenant_header
+    }
+
+    /// The request context the core reads from a context JSON (its keys, or `{"headers"}`),
+    /// as JSON with the core's keys (`null` for absent ones), under this app's header trust:
+    /// what a binding shows as the request's context (Express `req.ojs.context`).
+    pub fn request_context_json(&self, context_json: &str) -> Result<String> {
+        let context = RequestContext::from_json(context_json, self.trust_tenant_header())?;
+        Ok(serde_json::to_string(&context).expect("a context serializes"))
+    }
+
     /// Whether the relay runs in this process (`in_process`) or elsewhere (`external`).
     pub fn relay_in_process(&self) -> bool {
         self.config.relay.mode == RelayMode::InProcess
@@ -255,7 +269,7 @@ impl Bridge {
     ) -> Result<Staged> {
         let sql = OutboxSql::new(parse_dialect(dialect)?, self.table_name());
         let placeholder = parse_placeholder(placeholder)?;
-        let context = parse_context(context_json)?;
+        let context = parse_context(context_json, self.trust_tenant_header())?;
         let context = context.as_ref();
         // The common bulk in one pass over the text: an array of job objects of known keys
         // (reading each element as a whole first, then again, was a tenth of a bulk's cost).
@@ -301,7 +315,7 @@ impl Bridge {
     ) -> Result<StagedJob> {
         let dialect = parse_dialect(dialect)?;
         let placeholder = parse_placeholder(placeholder)?;
-        let context = parse_context(context_json)?;
+        let context = parse_context(context_json, self.trust_tenant_header())?;
         let job = with_options_text(self.js_options, options_json, |options_json| {
             prepare_json(
                 job_type,
@@ -526,7 +540,7 @@ impl Bridge {
             )
         })?;
         let mut job = job_from_input(input)?;
-        let context = parse_context(context_json)?;
+        let context = parse_context(context_json, self.trust_tenant_header())?;
         let mut renames = Renames::default();
         if self.js_options
             && let Some(Value::Object(options)) = &mut job.options
@@ -814,10 +828,15 @@ fn parse_placeholder(name: &str) -> Result<Placeholder> {
     })
 }
 
-fn parse_context(context_json: Option<&str>) -> Result<Option<RequestContext>> {
+/// The request context of a context JSON; `X-OJS-Tenant` counts only where the app's
+/// `adapter.trust_tenant_header` says so (`RequestContext::from_json`).
+fn parse_context(
+    context_json: Option<&str>,
+    trust_tenant_header: bool,
+) -> Result<Option<RequestContext>> {
     match context_json.map(str::trim) {
         None | Some("") | Some("null") => Ok(None),
-        Some(text) => RequestContext::from_json(text).map(Some),
+        Some(text) => RequestContext::from_json(text, trust_tenant_header).map(Some),
     }
 }
 

@@ -27,6 +27,10 @@ pub struct Config {
     pub database_url: Option<String>,
     /// Sent as `Authorization: Bearer ...` to the OJS backend.
     pub auth_token: Option<String>,
+    /// Take a request's tenant from its `X-OJS-Tenant` header. Off by default: the header
+    /// comes from the client, so only an app behind a gateway that sets it (and strips the
+    /// client's) may trust it; otherwise the tenant comes from the app's own resolver.
+    pub trust_tenant_header: bool,
     pub outbox: OutboxConfig,
     pub relay: RelayConfig,
 }
@@ -122,6 +126,7 @@ impl Default for Config {
             backend_type: "external".into(),
             database_url: None,
             auth_token: None,
+            trust_tenant_header: false,
             outbox: OutboxConfig {
                 enabled: true,
                 table_name: "ojs_outbox".into(),
@@ -240,6 +245,14 @@ impl Config {
                     config.database_url = optional_string(value, "adapter.database_url")?
                 }
                 "auth_token" => config.auth_token = optional_string(value, "adapter.auth_token")?,
+                "trust_tenant_header" => {
+                    config.trust_tenant_header = value.as_bool().ok_or_else(|| {
+                        invalid(
+                            "adapter.trust_tenant_header",
+                            &format!("{value} is not true or false"),
+                        )
+                    })?
+                }
                 "outbox" => apply_outbox(&mut config.outbox, value)?,
                 "relay" => apply_relay(&mut config.relay, value)?,
                 other => return Err(invalid(&format!("adapter.{other}"), "unknown key")),
@@ -506,6 +519,7 @@ pub const OPTION_KEYS: &[&str] = &[
     "backend_type",
     "database_url",
     "auth_token",
+    "trust_tenant_header",
     "outbox",
     "relay",
 ];

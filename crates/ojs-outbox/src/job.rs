@@ -149,8 +149,9 @@ pub const CONTEXT_HEADERS: [&str; 5] = [
 impl RequestContext {
     /// The context as JSON: the keys of this struct, and optionally `"headers"`, an object of
     /// HTTP request headers (any case) read by [`RequestContext::from_headers`]; a key given
-    /// explicitly wins over what the headers give.
-    pub fn from_json(text: &str) -> Result<Self> {
+    /// explicitly wins over what the headers give. `X-OJS-Tenant` counts only when
+    /// `trust_tenant_header` (the app's `adapter.trust_tenant_header`): a client sends it.
+    pub fn from_json(text: &str, trust_tenant_header: bool) -> Result<Self> {
         #[derive(serde::Deserialize)]
         #[serde(deny_unknown_fields)]
         struct WithHeaders {
@@ -171,7 +172,7 @@ impl RequestContext {
             .flatten()
             .map(|(name, value)| (name.as_str(), value.as_str()))
             .collect();
-        let read = RequestContext::from_headers(&headers);
+        let read = RequestContext::from_headers(&headers, trust_tenant_header);
         let explicit = parsed.explicit;
         let present = |value: Option<String>| value.filter(|v| !v.is_empty());
         Ok(RequestContext {
@@ -186,9 +187,10 @@ impl RequestContext {
 
     /// The context an HTTP request carries ([`CONTEXT_HEADERS`]; names in any case, values
     /// trimmed, empty ones absent): `traceparent`, `tracestate`, `X-Request-Id` as the request
-    /// id, `X-OJS-Tenant` as the tenant, and the first language tag of `Accept-Language` (not
-    /// `*`) as the locale. The user is the framework's to add.
-    pub fn from_headers(headers: &[(&str, &str)]) -> RequestContext {
+    /// id, `X-OJS-Tenant` as the tenant only when `trust_tenant_header` (any client can send
+    /// it), and the first language tag of `Accept-Language` (not `*`) as the locale. The user
+    /// and, by default, the tenant are the framework's to add from its own resolvers.
+    pub fn from_headers(headers: &[(&str, &str)], trust_tenant_header: bool) -> RequestContext {
         let get = |name: &str| {
             headers
                 .iter()
@@ -204,7 +206,11 @@ impl RequestContext {
             traceparent: get("traceparent"),
             tracestate: get("tracestate"),
             user_id: None,
-            tenant_id: get("x-ojs-tenant"),
+            tenant_id: if trust_tenant_header {
+                get("x-ojs-tenant")
+            } else {
+                None
+            },
             locale,
         }
     }

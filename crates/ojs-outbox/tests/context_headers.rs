@@ -6,7 +6,7 @@ use ojs_outbox::job::{CONTEXT_HEADERS, RequestContext};
 
 #[test]
 fn headers_map_to_the_context_keys() {
-    let context = RequestContext::from_headers(&[
+    let headers = [
         (
             "Traceparent",
             " 00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01 ",
@@ -16,7 +16,8 @@ fn headers_map_to_the_context_keys() {
         ("x-ojs-tenant", "acme"),
         ("Accept-Language", "fr-CA, fr;q=0.9, en;q=0.8"),
         ("cookie", "ignored=1"),
-    ]);
+    ];
+    let context = RequestContext::from_headers(&headers, true);
     assert_eq!(
         context,
         RequestContext {
@@ -31,15 +32,38 @@ fn headers_map_to_the_context_keys() {
     assert_eq!(CONTEXT_HEADERS.len(), 5);
 }
 
+/// Any client can send `X-OJS-Tenant`: by default it decides nothing (issue 25).
+#[test]
+fn the_tenant_header_counts_only_when_the_app_trusts_it() {
+    let headers = [("X-OJS-Tenant", "tenant-a"), ("X-Request-Id", "req-1")];
+    let context = RequestContext::from_headers(&headers, false);
+    assert_eq!(context.tenant_id, None);
+    assert_eq!(context.request_id.as_deref(), Some("req-1"));
+    assert_eq!(
+        RequestContext::from_headers(&headers, true).tenant_id.as_deref(),
+        Some("tenant-a")
+    );
+    let text = r#"{"headers": {"x-ojs-tenant": "tenant-a"}}"#;
+    assert_eq!(RequestContext::from_json(text, false).unwrap().tenant_id, None);
+    // The app's own resolver gives the tenant as an explicit key: it wins over a trusted header.
+    let text = r#"{"headers": {"x-ojs-tenant": "tenant-a"}, "tenant_id": "from-session"}"#;
+    for trusted in [false, true] {
+        assert_eq!(
+            RequestContext::from_json(text, trusted).unwrap().tenant_id.as_deref(),
+            Some("from-session")
+        );
+    }
+}
+
 #[test]
 fn blank_values_and_a_wildcard_language_are_absent() {
     let context = RequestContext::from_headers(&[
         ("x-request-id", "   "),
         ("x-ojs-tenant", ""),
         ("accept-language", "*"),
-    ]);
+    ], true);
     assert!(context.is_empty(), "{context:?}");
-    let context = RequestContext::from_headers(&[("accept-language", "en;q=0.8")]);
+    let context = RequestContext::from_headers(&[("accept-language", "en;q=0.8")], false);
     assert_eq!(context.locale.as_deref(), Some("en"));
 }
 
@@ -48,6 +72,7 @@ fn the_json_form_takes_headers_and_explicit_keys_win() {
     let context = RequestContext::from_json(
         r#"{"headers": {"X-Request-Id": "from-header", "X-OJS-Tenant": "acme"},
             "request_id": "framework-id", "user_id": "42"}"#,
+        true,
     )
     .unwrap();
     assert_eq!(context.request_id.as_deref(), Some("framework-id"));
@@ -55,7 +80,7 @@ fn the_json_form_takes_headers_and_explicit_keys_win() {
     assert_eq!(context.user_id.as_deref(), Some("42"));
     // An empty explicit value does not hide the header's.
     let context =
-        RequestContext::from_json(r#"{"headers": {"x-request-id": "h"}, "request_id": ""}"#)
+        RequestContext::from_json(r#"{"headers": {"x-request-id": "h"}, "request_id": ""}"#, false)
             .unwrap();
     assert_eq!(context.request_id.as_deref(), Some("h"));
     for bad in [
@@ -63,7 +88,7 @@ fn the_json_form_takes_headers_and_explicit_keys_win() {
         r#"{"headers": ["x-request-id"]}"#,
         r#"{"colour": "red"}"#,
     ] {
-        let error = RequestContext::from_json(bad).unwrap_err();
+        let error = RequestContext::from_json(bad, false).unwrap_err();
         assert_eq!(error.code, ErrorCode::InvalidMeta, "{bad}");
         assert_eq!(error.field.as_deref(), Some("context"), "{bad}");
     }

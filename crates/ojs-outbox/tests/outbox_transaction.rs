@@ -146,7 +146,7 @@ async fn the_commit_wakes_the_relay_and_commit_without_hook_does_not() {
     )
     .await;
     outbox.start_relay();
-    let context = RequestContext::from_json(r#"{"request_id": "req-7"}"#).unwrap();
+    let context = RequestContext::from_json(r#"{"request_id": "req-7"}"#, false).unwrap();
 
     let mut tx = outbox.begin().await.unwrap();
     tx.set_context(Some(context.clone()));

@@ -447,7 +447,7 @@ fn refuses_json_that_does_not_parse() {
     assert_eq!(bad_options.code, ErrorCode::InvalidOptions);
     let bad_meta = NewJob::from_json("a", "[]", None, Some("nope")).unwrap_err();
     assert_eq!(bad_meta.code, ErrorCode::InvalidMeta);
-    let bad_context = RequestContext::from_json(r#"{"request_id": 5}"#).unwrap_err();
+    let bad_context = RequestContext::from_json(r#"{"request_id": 5}"#, false).unwrap_err();
     assert_eq!(bad_context.code, ErrorCode::InvalidMeta);
 }
 
