@@ -211,6 +211,10 @@ def test_only_staff_may_read_by_default_and_healthz_is_open(backend):
 def test_a_tenant_scoped_caller_sees_only_its_tenants_events(backend, by_token):
     acme = token_client("acme-token")
     assert acme.get("/ojs/events/stream?tenant=globex").status_code == 403
+    # Nor can a scoped caller widen its scope with the query: a second value, an empty one
+    # (which the core would read as no tenant filter at all).
+    assert acme.get("/ojs/events/stream?tenant=acme&tenant=globex").status_code == 403
+    assert acme.get("/ojs/events/stream?tenant=").status_code == 403
     assert acme.get("/ojs/metrics").status_code == 403
     assert acme.get("/ojs/readyz").status_code == 403
     assert token_client("nobody").get("/ojs/events/stream").status_code == 403
@@ -543,14 +547,23 @@ def test_the_client_reads_the_mount_of_a_running_server(backend, server_kind):
     port = free_port()
     env = {**os.environ, "OJS_TEST_OJS_URL": backend.url, "OJS_TEST_OUTBOX_TABLE": table,
            "OJS_TEST_HTTP_ACCESS": "testproject.access.by_token",
+           "OJS_TEST_TENANT_RESOLVER": "testproject.tenancy.tenant_of_user",
            "DJANGO_SETTINGS_MODULE": "testproject.settings"}
     server = subprocess.Popen(SERVERS[server_kind](port), cwd=HERE, env=env,
                               stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT, text=True)
     base = f"http://127.0.0.1:{port}"
+    # The tenant of a signup's job is its user's (OJS_TENANT_RESOLVER): one logged-in session
+    # per tenant, in the database the server shares with this test.
+    sessions = {}
+    for tenant in ("acme", "globex"):
+        client = Client()
+        client.force_login(User.objects.create_user(f"user@{tenant}"))
+        sessions[tenant] = client.cookies["sessionid"].value
 
     def signup(tenant):
-        request = urllib.request.Request(f"{base}/signup", headers={"X-OJS-Tenant": tenant})
+        request = urllib.request.Request(f"{base}/signup",
+                                         headers={"Cookie": f"sessionid={sessions[tenant]}"})
         with urllib.request.urlopen(request, timeout=WAIT) as response:
             return json.loads(response.read())["job_id"]
 

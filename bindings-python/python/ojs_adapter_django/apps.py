@@ -93,9 +93,11 @@ def check_config(app_configs: object = None, **kwargs: object) -> list:
 
 def check_settings(app_configs: object = None, **kwargs: object) -> list:
     """``ojs_adapter_django.E002``: a setting named ``OJS_*`` that this package does not have
-    (a misspelling would leave a default in force), or an ``OJS_HTTP_ACCESS`` that does not
-    name a callable."""
-    from .conf import access_policy, unknown_settings
+    (a misspelling would leave a default in force), or an ``OJS_HTTP_ACCESS`` or
+    ``OJS_TENANT_RESOLVER`` that does not name a callable. ``E003``: an
+    ``OJS_TENANT_RESOLVER`` that nothing calls (``RequestContextMiddleware`` is not in
+    ``MIDDLEWARE``)."""
+    from .conf import TENANT_SETTING, access_policy, tenant_resolver, unknown_settings
     from .errors import OJSError
 
     errors = [checks.Error(f"[{error.code}] {error}", id="ojs_adapter_django.E002")
@@ -104,4 +106,33 @@ def check_settings(app_configs: object = None, **kwargs: object) -> list:
         access_policy()
     except OJSError as error:
         errors.append(checks.Error(f"[{error.code}] {error}", id="ojs_adapter_django.E002"))
+    try:
+        resolver = tenant_resolver()
+    except OJSError as error:
+        errors.append(checks.Error(f"[{error.code}] {error}", id="ojs_adapter_django.E002"))
+        resolver = None
+    if resolver is not None and not _context_middleware_installed():
+        errors.append(checks.Error(
+            f"{TENANT_SETTING} is set, but ojs_adapter_django.middleware."
+            "RequestContextMiddleware is not in MIDDLEWARE: no job would get its tenant",
+            hint="add it to MIDDLEWARE after django.contrib.auth.middleware."
+                 "AuthenticationMiddleware",
+            id="ojs_adapter_django.E003"))
     return errors
+
+
+def _context_middleware_installed() -> bool:
+    """Whether ``MIDDLEWARE`` holds ``RequestContextMiddleware`` or a subclass of it."""
+    from django.conf import settings
+    from django.utils.module_loading import import_string
+
+    from .middleware import RequestContextMiddleware
+
+    for path in getattr(settings, "MIDDLEWARE", None) or ():
+        try:
+            entry = import_string(path)
+        except ImportError:
+            continue  # Django reports it when it loads the middleware
+        if isinstance(entry, type) and issubclass(entry, RequestContextMiddleware):
+            return True
+    return False

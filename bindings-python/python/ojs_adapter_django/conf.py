@@ -67,16 +67,22 @@ def config_json(config: Optional[Mapping[str, Any]], settings_dict: Mapping[str,
         raise ImproperlyConfigured(f"OJS_CONFIG is not JSON-serializable: {exc}") from None
 
 
-# -- the settings of the HTTP mount (ojs_adapter_django.urls) ---------------------------------
+# -- the settings of the HTTP mount (ojs_adapter_django.urls) and of the request context -----
 
 #: Who may read the mount: a callable ``(request) -> True | False | None | "tenant id"`` or
 #: the dotted path of one. Absent (or None): staff only (``request.user.is_staff``).
 ACCESS_SETTING = "OJS_HTTP_ACCESS"
 
+#: The tenant of a request's jobs: a callable ``(request) -> "tenant id" | None`` or the dotted
+#: path of one, called by ``RequestContextMiddleware`` when a job is staged. Absent (or None):
+#: no tenant from the request (``X-OJS-Tenant`` counts only under ``OJS_CONFIG
+#: ["trust_tenant_header"]``: a client sends that header).
+TENANT_SETTING = "OJS_TENANT_RESOLVER"
+
 #: Every setting of this package. Any other setting whose name starts with ``OJS_`` is
 #: reported by ``manage.py check`` (``ojs_adapter_django.E002``), with the near miss it
 #: probably means, so a misspelled setting never leaves a default silently in force.
-SETTINGS = ("OJS_CONFIG", ACCESS_SETTING)
+SETTINGS = ("OJS_CONFIG", ACCESS_SETTING, TENANT_SETTING)
 
 
 def invalid_setting(field: str, message: str) -> Exception:
@@ -96,24 +102,45 @@ def unknown_settings() -> list:
             for name in dir(settings) if name.startswith("OJS_") and name not in SETTINGS]
 
 
-def access_policy() -> Optional[Any]:
-    """The callable of ``OJS_HTTP_ACCESS``, or None when the setting is absent or None (staff
-    only). A dotted path that does not import, or a value that is not callable, is an
-    ``InvalidConfigError`` naming the setting."""
+def _callable_setting(name: str, expected: str) -> Optional[Any]:
+    """The callable a setting names (a dotted path or the callable itself), or None when the
+    setting is absent or None. A dotted path that does not import, or a value that is not
+    callable, is an ``InvalidConfigError`` naming the setting."""
     from django.conf import settings
     from django.utils.module_loading import import_string
 
-    value = getattr(settings, ACCESS_SETTING, None)
+    value = getattr(settings, name, None)
     if value is None:
         return None
     if isinstance(value, str):
         try:
             value = import_string(value)
         except ImportError as exc:
-            raise invalid_setting(ACCESS_SETTING,
-                           f"{ACCESS_SETTING}: cannot import {value!r}: {exc}") from None
+            raise invalid_setting(name, f"{name}: cannot import {value!r}: {exc}") from None
     if not callable(value):
-        raise invalid_setting(ACCESS_SETTING, f"{ACCESS_SETTING}: expected a callable (request) -> "
-                                       f"True | False | tenant id, or its dotted path; got "
-                                       f"{type(value).__name__}")
+        raise invalid_setting(name, f"{name}: expected a callable {expected}, or its dotted "
+                                    f"path; got {type(value).__name__}")
     return value
+
+
+def access_policy() -> Optional[Any]:
+    """The callable of ``OJS_HTTP_ACCESS``, or None when the setting is absent or None (staff
+    only)."""
+    return _callable_setting(ACCESS_SETTING, "(request) -> True | False | tenant id")
+
+
+def tenant_resolver() -> Optional[Any]:
+    """The callable of ``OJS_TENANT_RESOLVER``, or None when the setting is absent or None."""
+    return _callable_setting(TENANT_SETTING, "(request) -> tenant id | None")
+
+
+def resolved_tenant(resolver: Any, request: Any) -> Optional[str]:
+    """What ``resolver`` (``OJS_TENANT_RESOLVER``) says the tenant of ``request`` is: a
+    non-empty string, or None (no tenant). Anything else is an ``InvalidConfigError`` naming
+    the setting."""
+    tenant = resolver(request)
+    if tenant is None or (isinstance(tenant, str) and tenant):
+        return tenant
+    raise invalid_setting(TENANT_SETTING,
+                          f"{TENANT_SETTING} returned {tenant!r} ({type(tenant).__name__}); "
+                          "expected a tenant id (a non-empty string) or None")

@@ -74,6 +74,13 @@ if os.environ.get("OJS_TEST_TASKS_DATABASE"):
     TASKS = {"default": {"BACKEND": "ojs_adapter_django.tasks.OJSBackend", "QUEUES": [],
                          "OPTIONS": {"DATABASE": os.environ["OJS_TEST_TASKS_DATABASE"]}}}
 
+# The tenant of a request's jobs in a server the tests start (testproject/tenancy.py), and
+# whether that server trusts X-OJS-Tenant (as behind a gateway). Unset: neither, the defaults.
+if os.environ.get("OJS_TEST_TENANT_RESOLVER"):
+    OJS_TENANT_RESOLVER = os.environ["OJS_TEST_TENANT_RESOLVER"]
+if os.environ.get("OJS_TEST_TRUST_TENANT_HEADER"):
+    OJS_CONFIG["trust_tenant_header"] = True
+
 # Who may read the mount (ojs_adapter_django.urls) in a server the tests start: bearer tokens
 # (testproject/access.py). Unset: staff only, the default.
 if os.environ.get("OJS_TEST_HTTP_ACCESS"):
