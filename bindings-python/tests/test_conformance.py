@@ -205,6 +205,7 @@ class Run:
         else:
             refs = [step.get("ref")]
         error, ids = None, None
+        started_us = now_us()  # in autocommit the INSERT is the commit (see "commit")
         try:
             if bulk:
                 ids = self.ojs.enqueue_bulk(jobs, using=self.alias)
@@ -220,7 +221,7 @@ class Run:
             if ref:
                 self.refs[ref] = job_id
         if not self.atomics:
-            self.last_commit_us = now_us()
+            self.last_commit_us = started_us
 
     def step(self, step: dict) -> None:
         op = step["op"]
@@ -242,12 +243,15 @@ class Run:
         elif op == "commit":
             self.need_tx()
             atomic = self.atomics.pop()
+            # Taken before the COMMIT: whatever the relay does because of it (a send, a
+            # Retry-After wait, a row's skip_recent age) starts later, so `min_elapsed_ms`
+            # holds however long the commit itself or this thread's next turn takes.
+            self.last_commit_us = now_us()
             if step.get("crash_before_hook"):
                 with suppressed_wakeups(self.ojs):
                     atomic.__exit__(None, None, None)
             else:
                 atomic.__exit__(None, None, None)
-            self.last_commit_us = now_us()
         elif op == "enqueue_after_commit":
             self.stage(step, bulk=False)
         elif op == "enqueue_bulk":

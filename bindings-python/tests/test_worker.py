@@ -211,27 +211,38 @@ def test_once_with_the_backend_down_is_a_command_error(alias, backend, adapter):
 
 
 @DB
-def test_a_job_that_is_no_task_is_discarded_without_retry(alias, backend, adapter):
+def test_a_job_that_is_no_task_here_is_retried_and_bad_args_are_discarded(alias, backend,
+                                                                          adapter, caplog):
+    """A task this worker does not know may be known to a newer one (issue 25): nacked
+    retryable, the backend's retry policy decides. Args of the wrong shape never run anywhere:
+    discarded, and the log names their shape, never their values."""
     with transaction.atomic(using=alias):
         ids = [
             adapter.enqueue_after_commit("testproject.worker_tasks.missing",
                                          [{"args": [], "kwargs": {}}], using=alias),
             adapter.enqueue_after_commit("testproject.worker_tasks.not_a_task",
                                          [{"args": [], "kwargs": {}}], using=alias),
-            adapter.enqueue_after_commit("testproject.worker_tasks.plain_run", [alias, "x"],
-                                         using=alias),
+            adapter.enqueue_after_commit("testproject.worker_tasks.plain_run",
+                                         [alias, "secret-argument"], using=alias),
         ]
     backend.wait_for(ids)
-    out = worker_once("--count", "3")
-    assert "0 completed, 0 failed, 3 refused" in out
+    with caplog.at_level("WARNING", logger="ojs_adapter_django.worker"):
+        out = worker_once("--count", "3")
+    assert "0 completed, 0 failed, 1 refused, 0 given back, 2 unknown" in out
     jobs = [state(backend, job_id) for job_id in ids]
-    assert [job["state"] for job in jobs] == ["discarded"] * 3
+    assert [job["state"] for job in jobs] == ["retryable", "retryable", "discarded"]
     assert [job["attempt"] for job in jobs] == [1, 1, 1]
     assert [job["error"]["type"] for job in jobs] == ["unknown_task", "unknown_task",
                                                       "invalid_task_args"]
-    assert all(job["error"]["retryable"] is False for job in jobs)
+    assert [job["error"]["retryable"] for job in jobs] == [True, True, False]
     assert "testproject.worker_tasks.missing" in jobs[0]["error"]["message"]
     assert "not a Django task" in jobs[1]["error"]["message"]
+    assert jobs[2]["error"]["message"].endswith("got a list of 2 items")
+    unknown = [r.getMessage() for r in caplog.records
+               if "unknown task" in r.getMessage() and r.levelname == "WARNING"]
+    assert sorted(job_id for job_id in ids if any(job_id in m for m in unknown)) == sorted(ids[:2])
+    assert any("unknown task testproject.worker_tasks.missing" in m for m in unknown)
+    assert all("secret-argument" not in r.getMessage() for r in caplog.records)
     assert runs(alias) == []
 
 
@@ -250,8 +261,9 @@ def test_a_module_that_raises_on_import_is_a_retryable_failure(alias, backend, a
 
 
 @DB
-def test_a_task_of_another_backend_is_refused(alias, backend, adapter):
-    """The job names a task whose backend is not an OJSBackend: never run."""
+def test_a_task_of_another_backend_is_unknown_here(alias, backend, adapter):
+    """The job names a task whose backend is not an OJSBackend here: never run by this
+    worker, and left to the backend's retries (a worker of another deploy may run it)."""
     job_id = adapter.enqueue_after_commit("testproject.worker_tasks.plain_run",
                                           [{"args": [alias, "other"], "kwargs": {}}], using=alias)
     backend.wait_for([job_id])
@@ -259,9 +271,9 @@ def test_a_task_of_another_backend_is_refused(alias, backend, adapter):
     setting = {"ojs": tasks_setting(alias, adapter)["default"], "default": {"BACKEND": DUMMY}}
     with override_settings(TASKS=setting):
         out = worker_once("--backend", "ojs")
-    assert "1 refused" in out
+    assert "0 refused, 0 given back, 1 unknown" in out
     job = state(backend, job_id)
-    assert (job["state"], job["error"]["type"]) == ("discarded", "unknown_task")
+    assert (job["state"], job["error"]["type"]) == ("retryable", "unknown_task")
     assert "not an ojs_adapter_django.tasks.OJSBackend" in job["error"]["message"]
     assert runs(alias) == []
 
@@ -285,10 +297,13 @@ def test_bad_options_are_command_errors(alias, backend, adapter):
 class Process:
     """A ``manage.py ojs_worker`` subprocess whose stderr lines are collected as they come."""
 
-    def __init__(self, url: str, alias: str, *args: str) -> None:
+    def __init__(self, url: str, alias: str, *args: str, python_path: str = "") -> None:
         env = {**os.environ, "OJS_TEST_OJS_URL": url, "OJS_TEST_TASKS_DATABASE": alias,
                "OJS_TEST_OUTBOX_TABLE": TABLE, "OJS_TEST_NO_LOGGING": "1",
                "OJS_TEST_PG_NAME": connections["pg"].settings_dict["NAME"]}
+        if python_path:  # code this process has and the test process does not
+            env["PYTHONPATH"] = os.pathsep.join(filter(None, [python_path,
+                                                              env.get("PYTHONPATH")]))
         self.process = subprocess.Popen(
             [sys.executable, MANAGE, "ojs_worker", "--poll-interval", "0.05", *args],
             env=env, cwd=os.path.dirname(MANAGE), stdin=subprocess.DEVNULL,
@@ -331,13 +346,15 @@ class Process:
 def test_sigterm_lets_the_running_task_finish_and_stops_fetching(alias, backend, adapter,
                                                                  tmp_path):
     """A slow task, held past its visibility timeout by heartbeats; SIGTERM while it runs: no
-    more fetches, the task finishes, is acked, and the worker exits 0."""
+    more fetches, the task finishes, is acked, and the worker exits 0. The heartbeats renew a
+    reservation at most half a visibility timeout after the last renewal: a timeout of 2 s
+    leaves a busy machine a 1 s stall before the reservation would run out."""
     release = tmp_path / "release"
     with transaction.atomic(using=alias):
         slow = waits_for_file.enqueue(alias, "slow", str(release))
         later = plain_run.enqueue(alias, "later")
     backend.wait_for([slow.id, later.id])
-    visibility = 1.0
+    visibility = 2.0
     worker = Process(backend.url, alias, "--visibility-timeout", str(visibility))
     try:
         wait_until(lambda: any(step == "started" for *_, step in runs(alias)),
@@ -351,9 +368,9 @@ def test_sigterm_lets_the_running_task_finish_and_stops_fetching(alias, backend,
                            using=alias)
             job = state(backend, slow.id)
             assert job["state"] == "active", job
-            return time.monotonic() - begun > 3 * visibility
+            return time.monotonic() - begun > 2 * visibility
 
-        wait_until(still_reserved, what="three visibility timeouts with the job reserved")
+        wait_until(still_reserved, what="two visibility timeouts with the job reserved")
         worker.process.send_signal(signal.SIGTERM)
         worker.wait_said("SIGTERM received")
         release.touch()
@@ -417,6 +434,59 @@ def test_a_second_signal_interrupts_the_task_and_gives_it_back(alias, backend, a
     assert "0 completed, 0 failed, 0 refused, 1 given back" in out
     job = state(backend, slow.id)
     assert (job["state"], job["attempt"]) == ("available", 0)
+
+
+#: The module a rolling deploy brings: the web tier has it before the old workers do.
+SHIPPED_TASKS = """
+from testproject.worker_tasks import _record, task
+
+
+@task(takes_context=True)
+def send_invoice(context, using, label):
+    _record(using, label, context.task_result.id, context.attempt)
+    return label
+"""
+
+
+@DB
+def test_a_task_unknown_to_an_old_worker_runs_once_a_worker_knows_it(alias, backend, adapter,
+                                                                     tmp_path, caplog):
+    """A rolling deploy, web tier first (issue 25): the web tier stages a task of a module the
+    running worker does not have yet. That worker nacks it retryable (logged at WARNING with
+    the task path, counted), so the backend keeps it and hands it out again after its backoff;
+    a worker of the new deploy runs it. (Before: nacked non-retryable, discarded for good.)"""
+    path = "shipped_tasks.send_invoice"
+    # What OJSBackend stages for send_invoice.enqueue(alias, "invoice") in the web tier.
+    job_id = adapter.enqueue_after_commit(path, [{"args": [alias, "invoice"], "kwargs": {}}],
+                                          using=alias)
+    backend.wait_for([job_id])
+    with caplog.at_level("WARNING", logger="ojs_adapter_django.worker"):
+        out = worker_once()  # the old worker: no shipped_tasks here
+    assert "0 completed, 0 failed, 0 refused, 0 given back, 1 unknown" in out
+    job = state(backend, job_id)
+    assert (job["state"], job["attempt"]) == ("retryable", 1), job
+    assert (job["error"]["type"], job["error"]["retryable"]) == ("unknown_task", True)
+    warned = [r.getMessage() for r in caplog.records
+              if r.levelname == "WARNING" and f"unknown task {path}" in r.getMessage()]
+    assert len(warned) == 1 and job_id in warned[0]
+    # The new deploy's worker has the module: it runs the job when the backend hands it out
+    # again, as the job's second attempt.
+    (tmp_path / "shipped_tasks.py").write_text(SHIPPED_TASKS)
+    worker = Process(backend.url, alias, python_path=str(tmp_path))
+    try:
+        wait_until(lambda: state(backend, job_id)["state"] == "completed",
+                   what="the new worker to run the job")
+        code, out = worker.stop()
+    finally:
+        if worker.process.poll() is None:
+            worker.process.kill()
+    assert code == 0, "".join(worker.lines)
+    assert "1 completed, 0 failed, 0 refused, 0 given back, 0 unknown" in out
+    assert runs(alias) == [("invoice", job_id, 2, "ran")]
+    job = state(backend, job_id)
+    # The backend counts failed attempts: the old worker's one.
+    assert (job["result"], job["attempt"]) == ("invoice", 1)
+    assert [error["type"] for error in job["errors"]] == ["unknown_task"]
 
 
 def free_port() -> int:

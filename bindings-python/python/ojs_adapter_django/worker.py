@@ -5,9 +5,11 @@
 One job at a time, in the main thread:
 
 - the job type is resolved with ``import_string``; it must be a ``Task`` whose import path is
-  the type and whose backend is an ``OJSBackend``, else the job is nacked non-retryable
-  (``unknown_task``; a payload that is not ``[{"args": [...], "kwargs": {...}}]``:
-  ``invalid_task_args``);
+  the type and whose backend is an ``OJSBackend``. Else the task is unknown to this worker
+  (in a rolling deploy the web tier may run newer code than the workers): the job is nacked
+  ``unknown_task``, retryable, so the OJS backend hands it out again with backoff within the
+  job's retry policy, logged at WARNING and counted (``counts["unknown"]``). A payload that is
+  not ``[{"args": [...], "kwargs": {...}}]`` is nacked non-retryable (``invalid_task_args``);
 - the task runs through ``Task.call`` (``takes_context``: with a ``TaskContext``), between
   ``task_started`` and ``task_finished`` (sender: the backend's class), as Django's own
   ``ImmediateBackend`` sends them, with ``close_old_connections()`` before and after, as
@@ -63,9 +65,11 @@ from .tasks import OJSBackend
 #: The worker's logger (a child of ``ojs_adapter_django``).
 logger = logging.getLogger("ojs_adapter_django.worker")
 
-#: The nack ``code`` of a job whose type is no task of an ``OJSBackend`` (never retried).
+#: The nack ``code`` of a job whose type is no task of an ``OJSBackend`` here (retryable: a
+#: worker of a newer deploy may know it; the backend's retry policy decides how often).
 UNKNOWN_TASK = "unknown_task"
-#: The nack ``code`` of a job whose args are not ``[{"args": [...], "kwargs": {...}}]``.
+#: The nack ``code`` of a job whose args are not ``[{"args": [...], "kwargs": {...}}]`` (never
+#: retried).
 INVALID_TASK_ARGS = "invalid_task_args"
 #: The nack ``code`` of a job given back unrun (``requeue``) by a stopping worker.
 WORKER_STOPPING = "worker_stopping"
@@ -86,11 +90,13 @@ class Abort(BaseException):
 
 
 class _Refused(Exception):
-    """A job this worker cannot run: nacked with ``code``, never retried."""
+    """A job this worker cannot run: nacked with ``code``; an ``unknown_task`` is retryable
+    (another worker may know the task), anything else is never retried."""
 
     def __init__(self, code: str, message: str) -> None:
         super().__init__(message)
         self.code = code
+        self.retryable = code == UNKNOWN_TASK
 
 
 def default_worker_id() -> str:
@@ -144,7 +150,10 @@ class Worker:
         self._held_lock = threading.Lock()
         self._unavailable_since: Optional[float] = None
         self._failures = 0
-        self.counts = {"completed": 0, "failed": 0, "refused": 0, "requeued": 0}
+        #: What this worker did with the jobs it fetched: ran them (``completed``, ``failed``),
+        #: refused them for good (``refused``), gave them back unrun (``requeued``), or nacked
+        #: them for a retry because it does not know their task (``unknown``).
+        self.counts = {"completed": 0, "failed": 0, "refused": 0, "requeued": 0, "unknown": 0}
 
     # -- the backend -------------------------------------------------------------------------
 
@@ -302,9 +311,10 @@ class Worker:
         if (not isinstance(payload, list) or len(payload) != 1 or not isinstance(payload[0], dict)
                 or not isinstance(payload[0].get("args", []), list)
                 or not isinstance(payload[0].get("kwargs", {}), dict)):
+            # The shape only: a job's arguments are the application's data, never logged.
             raise _Refused(INVALID_TASK_ARGS, f"the args of a {job_type} job must be "
                                               '[{"args": [...], "kwargs": {...}}], got '
-                                              f"{str(payload)[:200]}")
+                                              f"{_shape(payload)}")
         return task, backend, payload[0].get("args", []), payload[0].get("kwargs", {})
 
     def _result(self, task: Any, job: dict, args: list, kwargs: dict) -> Any:
@@ -347,10 +357,17 @@ class Worker:
             try:
                 task, backend, args, kwargs = self._resolve(job)
             except _Refused as refused:
-                logger.error("job %s refused (%s, not retried): %s", job_id,
-                             refused.code, refused)
-                self.counts["refused"] += 1
-                self.nack(job_id, refused.code, str(refused), retryable=False,
+                if refused.retryable:
+                    logger.warning("job %s: unknown task %s, nacked for a retry (the backend "
+                                   "hands it out again with backoff while its retry policy "
+                                   "allows; a worker that knows the task runs it): %s",
+                                   job_id, job.get("type"), refused)
+                    self.counts["unknown"] += 1
+                else:
+                    logger.error("job %s refused (%s, not retried): %s", job_id,
+                                 refused.code, refused)
+                    self.counts["refused"] += 1
+                self.nack(job_id, refused.code, str(refused), retryable=refused.retryable,
                           details={"worker_id": self.worker_id})
                 return
             result = self._result(task, job, args, kwargs)
@@ -481,6 +498,21 @@ class Worker:
 
 class OJSWorkerError(Exception):
     """A worker that cannot run with these settings or options."""
+
+
+def _shape(payload: Any) -> str:
+    """What is wrong with a task job's args, by types and sizes only (never a value)."""
+    if not isinstance(payload, list):
+        return f"a {type(payload).__name__}"
+    if len(payload) != 1:
+        return f"a list of {len(payload)} items"
+    if not isinstance(payload[0], dict):
+        return f"a list holding a {type(payload[0]).__name__}"
+    for key, kind in (("args", list), ("kwargs", dict)):
+        value = payload[0].get(key, kind())
+        if not isinstance(value, kind):
+            return f'"{key}" as a {type(value).__name__}'
+    return "another shape"
 
 
 def _clip(text: str, limit: int) -> str:

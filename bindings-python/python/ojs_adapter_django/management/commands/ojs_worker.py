@@ -70,5 +70,5 @@ class Command(BaseCommand):
         counts = worker.counts
         self.stdout.write(f"ojs_worker: stopped: {counts['completed']} completed, "
                           f"{counts['failed']} failed, {counts['refused']} refused, "
-                          f"{counts['requeued']} given back")
+                          f"{counts['requeued']} given back, {counts['unknown']} unknown")
 
