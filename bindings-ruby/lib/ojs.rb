@@ -62,6 +62,16 @@ module OJS
 
     attr_writer :logger
 
+    # Whether this process's client needs the backend URL (the core's `config::Host`
+    # `needs_backend`): yes, except in a run of rake tasks that never talk to the backend
+    # (lib/ojs/tasks/ojs.rake sets it false before the application configures OJS). Then a
+    # missing URL is no error, and the relay does not start by itself without one.
+    attr_writer :needs_backend
+
+    def needs_backend?
+      @needs_backend != false
+    end
+
     # Where the adapter logs (the relay's records, OJS::RelayLog; the development-URL notice):
     # `config.logger` of OJS.configure, else one set with OJS.logger=, else Rails.logger when
     # Rails has one, else a Logger on $stderr.

@@ -234,7 +234,7 @@ module Conformance
 
     def wait_delivered(step, timeout)
       wanted = step["refs"].map { |ref| [ref, id_of(ref)] }
-      deadline = Time.now + timeout
+      deadline = TestSupport.monotonic + timeout
       loop do
         stored = stored_jobs(@backend.received).to_h { |job| [job["id"], job["received_at_us"].to_i] }
         missing = wanted.reject { |_, id| stored.key?(id) }.map(&:first)
@@ -248,17 +248,17 @@ module Conformance
           end
           return
         end
-        fail_step("not delivered within #{timeout}s: #{missing}; outbox #{OJS.status}") if Time.now > deadline
+        fail_step("not delivered within #{timeout}s: #{missing}; outbox #{OJS.status}") if TestSupport.monotonic > deadline
         sleep 0.01
       end
     end
 
     def wait_outbox(step, timeout)
-      deadline = Time.now + timeout
+      deadline = TestSupport.monotonic + timeout
       loop do
         problem = row_problem(step["rows"])
         return if problem.nil?
-        fail_step("wait_outbox timed out: #{problem}") if Time.now > deadline
+        fail_step("wait_outbox timed out: #{problem}") if TestSupport.monotonic > deadline
 
         sleep 0.02
       end
@@ -416,12 +416,12 @@ module Conformance
 
     def wait_events(step, timeout)
       subscription = subscription(step.fetch("subscription"))
-      deadline = Time.now + timeout
+      deadline = TestSupport.monotonic + timeout
       loop do
         read_events(subscription, 20)
         return if compare_events(subscription, step.fetch("events")) == :done
         fail_step("the subscription ended (#{summary(subscription.events)})") if subscription.ended
-        if Time.now > deadline
+        if TestSupport.monotonic > deadline
           fail_step("wait_events timed out; received #{summary(subscription.events)}")
         end
       end

@@ -116,6 +116,52 @@ class RailsAppTest < Minitest::Test
     assert_match(/adapter\.ojs_url: no OJS backend URL is set: set config\.ojs_url/, output)
   end
 
+  # Runs `bin/rails args`, which must end by itself within PATIENCE (a server or a relay that
+  # wrongly boots is killed, and the test fails); returns [output, status].
+  def rails_exit(*args)
+    log = File.join(TestSupport::TMP, "rails_exit.log")
+    pid = Process.spawn(@env, RbConfig.ruby, "bin/rails", *args, chdir: @app, %i[out err] => [log, "w"])
+    deadline = TestSupport.monotonic + TestSupport::PATIENCE
+    until (status = Process.waitpid2(pid, Process::WNOHANG)&.last)
+      if TestSupport.monotonic > deadline
+        Process.kill("KILL", pid)
+        Process.wait(pid)
+        flunk "bin/rails #{args.join(' ')} still ran after #{TestSupport::PATIENCE} s:\n#{File.read(log)}"
+      end
+      sleep 0.1
+    end
+    [File.read(log), status]
+  end
+
+  # Issue 25: in production without OJS_URL, the tasks that never talk to the backend run
+  # (db:migrate, ojs:status, ojs:dead:*); before, each failed at boot with OJS::InvalidConfig.
+  # The server and the relay still fail at boot, naming the setting.
+  def test_backend_free_tasks_run_in_production_without_ojs_url
+    rails("generate", "ojs:install")
+    @env = @env.merge("OJS_URL" => nil, "RAILS_ENV" => "production")
+    rails("db:migrate")
+    db = SQLite3::Database.new(@env["EXAMPLE_SQLITE_PATH"])
+    assert_equal ["ojs_outbox"], db.execute("SELECT name FROM sqlite_master WHERE name = 'ojs_outbox'").flatten
+    db.close
+    status_json = JSON.parse(rails("ojs:status").first[/\{.*\}/m])
+    assert_equal 0, status_json["pending"]
+    assert_equal [], JSON.parse(rails("ojs:dead:list").first[/\[.*\]/m])
+    assert_equal [], JSON.parse(rails("ojs:dead:list[acme,5]").first[/\[.*\]/m])
+    assert_match(/replayed 0 dead row/, rails("ojs:dead:replay[acme]").first)
+    @env = @env.merge("YES" => "1")
+    rails("ojs:dead:purge")
+    @env = @env.merge("YES" => nil)
+    rails("db:migrate:status")
+
+    port = TCPServer.open("127.0.0.1", 0) { |server| server.addr[1] }
+    [["server", "-u", "puma", "-b", "127.0.0.1", "-p", port.to_s], ["ojs:relay"], ["runner", "puts :booted"],
+     ["db:migrate", "ojs:relay"]].each do |args|
+      output, status = rails_exit(*args)
+      refute status.success?, "bin/rails #{args.join(' ')} must not run without the URL:\n#{output}"
+      assert_match(/adapter\.ojs_url: no OJS backend URL is set: set config\.ojs_url/, output, args.join(" "))
+    end
+  end
+
   # --- config.auto_start in a serving process --------------------------------------------------
 
   # A probe in front of OJS::Middleware (so asking it starts nothing): this process's relay

@@ -87,11 +87,11 @@ module TestSupport
 
     # Waits until every id is stored; returns the stored jobs.
     def wait_for(ids, timeout: PATIENCE)
-      deadline = Time.now + timeout
+      deadline = TestSupport.monotonic + timeout
       loop do
         stored = jobs.to_h { |job| [job["id"], job] }
         return ids.map { |id| stored[id] } if ids.all? { |id| stored.key?(id) }
-        raise Minitest::Assertion, "not delivered within #{timeout}s: #{ids - stored.keys}" if Time.now > deadline
+        raise Minitest::Assertion, "not delivered within #{timeout}s: #{ids - stored.keys}" if TestSupport.monotonic > deadline
 
         sleep 0.01
       end
@@ -103,13 +103,18 @@ module TestSupport
       @devserver ||= DevServer.new
     end
 
+    # Seconds on the monotonic clock (deadlines: the wall clock may be stepped meanwhile).
+    def monotonic
+      Process.clock_gettime(Process::CLOCK_MONOTONIC)
+    end
+
     # Waits until the block returns a truthy value (returned), polling; fails after `timeout`.
     def wait_until(what, timeout: PATIENCE, every: 0.02)
-      deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + timeout
+      deadline = monotonic + timeout
       loop do
         value = yield
         return value if value
-        if Process.clock_gettime(Process::CLOCK_MONOTONIC) > deadline
+        if monotonic > deadline
           raise Minitest::Assertion, "#{what}: not within #{timeout}s"
         end
 
@@ -153,13 +158,15 @@ module TestSupport
     end
 
     # Configures OJS against the devserver with fast relay settings and creates the table.
-    def configure(table:, start_relay: true, outbox: {}, relay: {})
+    # `settings`: more `config.<name> = value` (current_tenant_id:, trust_tenant_header:, ...).
+    def configure(table:, start_relay: true, outbox: {}, relay: {}, **settings)
       OJS.configure do |config|
         config.url = devserver.url
         config.outbox_table = table
         config.outbox_options = { poll_interval: "PT0.2S" }.merge(outbox)
         config.relay_options = { initial_backoff: "PT0.05S", max_backoff: "PT0.5S" }.merge(relay)
         config.auto_start = false
+        settings.each { |name, value| config.public_send("#{name}=", value) }
       end
       OJS::Migration.create_outbox_table
       OJS.start_relay if start_relay

@@ -21,7 +21,7 @@ def post(path, params, headers = {})
 end
 
 committed_at = nil
-ok = post("/signup", { email: "ada@example.com" }, "X-Request-ID" => "demo-req-1", "X-OJS-Tenant" => "demo")
+ok = post("/signup", { email: "ada@example.com" }, "X-Request-ID" => "demo-req-1")
 committed_at = Process.clock_gettime(Process::CLOCK_MONOTONIC)
 post("/signup", { email: "bob@example.com", fail_after_enqueue: true }, "X-Request-ID" => "demo-req-2")
 post("/signup", { email: "not-an-email" }, "X-Request-ID" => "demo-req-3")

@@ -10,14 +10,17 @@ module OJS
 
     def initialize(configuration)
       @configuration = configuration
+      needs_backend = OJS.needs_backend?
       @bridge = OJS.native_call do
         Native::Bridge.new(configuration.to_core_json, configuration.development?,
-                           Configuration::URL_SETTING, true)
+                           Configuration::URL_SETTING, needs_backend)
       end
       @bridge_handle = OJS.native_handle(@bridge, Native::Bridge)
       notice = @bridge.notice
       (configuration.logger || OJS.logger).warn(notice) if notice
-      @auto_start = configuration.auto_start ? true : false
+      # Without a URL (a backend-free rake task) no relay starts by itself: staged rows wait
+      # for the application's relay.
+      @auto_start = configuration.auto_start && (needs_backend || !configuration.url.to_s.empty?) ? true : false
       @relay_in_process = @bridge.relay_in_process
       @dialects = {}
       @stagers = {}

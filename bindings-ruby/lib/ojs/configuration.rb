@@ -17,6 +17,8 @@ module OJS
   #     config.relay_options = { max_attempts: 10 }                          # adapter.relay.*
   #     config.logger = Rails.logger              # where the relay's records go (the default)
   #     config.auto_start = true                  # the in-process relay starts by itself
+  #     config.current_tenant_id = ->(env) { env["warden"]&.user&.account_id&.to_s } # the tenant
+  #     config.trust_tenant_header = false        # adapter.trust_tenant_header
   #   end
   #
   # A setting that does not exist (a misspelling, a removed name) raises OJS::InvalidConfig.
@@ -46,8 +48,19 @@ module OJS
     # forked child). false: only when the application calls OJS.start_relay.
     attr_accessor :auto_start
     # A callable `->(env) { id }` giving the current user's id for the request context; the
-    # middleware falls back to `env["warden"].user.id` (Devise) when this is nil.
+    # middleware falls back to `env["warden"].user.id` (Devise) when this is nil. Never taken
+    # from a request header.
     attr_accessor :current_user_id
+    # A callable `->(env) { "tenant" or nil }` giving the request's tenant, from what the
+    # application knows (the signed-in user, the subdomain), called when a job is staged during
+    # the request; its String is the job's `tenant_id` (nil: none). It wins over the
+    # `X-OJS-Tenant` header even where that header is trusted. A value that is neither a String
+    # nor nil raises OJS::InvalidConfig naming this setting.
+    attr_accessor :current_tenant_id
+    # adapter.trust_tenant_header: true lets a request's `X-OJS-Tenant` header decide its jobs'
+    # tenant (when current_tenant_id gives none). Off by default: any client can send that
+    # header; trust it only behind a gateway that sets it and strips the client's.
+    attr_accessor :trust_tenant_header
     # The Logger the adapter writes to: the relay's pauses (warn), resumes (info) and dead
     # letters (error, with the job id), and the development-URL notice. nil: Rails.logger when
     # Rails is loaded, else a Logger on $stderr (OJS.logger).
@@ -64,8 +77,9 @@ module OJS
     alias ojs_url= url=
 
     # The settings of this class, as `config.<name> =` spells them.
-    SETTINGS = %w[url ojs_url adapter outbox_table database_url auth_token relay outbox_options relay_options
-                  connection_class auto_start current_user_id logger].freeze
+    SETTINGS = %w[url ojs_url adapter outbox_table database_url auth_token trust_tenant_header relay
+                  outbox_options relay_options connection_class auto_start current_user_id current_tenant_id
+                  logger].freeze
     # Names this gem used before, and what they are now.
     RENAMED = { "start_relay_on_first_use" => "auto_start" }.freeze
 
@@ -109,14 +123,36 @@ module OJS
       outbox["table_name"] = outbox_table.to_s unless outbox_table.nil?
       relay_section = section(relay_options, "relay_options")
       relay_section["mode"] = relay.to_s unless relay.nil?
+      Configuration.check_hook(current_user_id, "config.current_user_id")
+      Configuration.check_hook(current_tenant_id, "config.current_tenant_id")
       core = {
         "ojs_url" => url,
         "database_url" => database_url || relay_database_url,
-        "auth_token" => auth_token
+        "auth_token" => auth_token,
+        "trust_tenant_header" => trust_tenant_header
       }.compact
       core["outbox"] = outbox unless outbox.empty?
       core["relay"] = relay_section unless relay_section.empty?
       JSONValue.dump({ "adapter" => core }, "config")
+    end
+
+    # A request hook (`->(env) { ... }`) must be callable; nil is no hook.
+    def self.check_hook(hook, setting)
+      return if hook.nil? || hook.respond_to?(:call)
+
+      raise InvalidConfig.new("#{setting}: must respond to call(env), got #{hook.class}", field: setting)
+    end
+
+    # The tenant a tenant hook gave: a String (an empty one is none), or nil; anything else is
+    # the application's mistake, named.
+    def self.tenant_of(value, setting)
+      return value if value.nil? || value.is_a?(String)
+
+      raise InvalidConfig.new(
+        "#{setting}: must return the tenant id as a String (or nil for none), got #{value.class}; " \
+        "convert it in the hook, e.g. account_id&.to_s",
+        field: setting
+      )
     end
 
     # An external relay has its own settings: a URL that cannot be derived is no error then.

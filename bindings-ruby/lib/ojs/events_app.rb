@@ -14,17 +14,15 @@ module OJS
   #   GET <mount>/healthz            "ok": the process answers
   #   GET <mount>/readyz             the core's verdict as JSON: 200 when ready, else 503
   #
-  # Mount it inside the application's own authentication (docs/rails.md, "Events, metrics and
-  # health"):
+  # Closed by default: `authorize:` is required (as Express's `ojs.router({ authorize })`), and
+  # decides each request but /healthz: `->(request) { ... }` answering true (everything), false
+  # or nil (403), or `{ tenant: "t1" }` (only that tenant's events; asking the stream for another
+  # tenant is 403, and so are /metrics and /readyz). /healthz is never refused. Mounted inside
+  # the application's own authentication (docs/rails.md, "Events, metrics and health"), say so:
   #
   #   authenticate :user, ->(user) { user.admin? } do
-  #     mount OJS::EventsApp.new => "/ojs"
+  #     mount OJS::EventsApp.new(authorize: ->(_request) { true }) => "/ojs"
   #   end
-  #
-  # Without such a layer, `authorize:` decides per request: `->(request) { ... }` answering
-  # true (everything), false or nil (403), or `{ tenant: "t1" }` (only that tenant's events;
-  # asking the stream for another tenant is 403, and so are /metrics and /readyz). /healthz is
-  # never refused.
   #
   # The core makes the frames, the metrics text and the readiness verdict (filters, replay,
   # framing, the verdict: `ojs_bridge::Bridge`); this app serves them. The stream's body waits
@@ -39,16 +37,28 @@ module OJS
     # failed write tells the server the client has gone.
     KEEP_ALIVE = ": keep-alive\n\n"
 
-    # `authorize:` a callable taking the request (ActionDispatch::Request in Rails, else
-    # Rack::Request), or nil when the app is mounted inside the application's authentication.
-    # `keep_alive:` seconds without an event before the stream writes KEEP_ALIVE.
+    # How to open the surface to every caller, said in each refusal of a missing `authorize:`.
+    OPEN_TO_ALL = "to serve it to every caller (e.g. mounted inside your own authentication), say so: " \
+                  "OJS::EventsApp.new(authorize: ->(_request) { true })"
+
+    # `authorize:` (required) a callable taking the request (ActionDispatch::Request in Rails,
+    # else Rack::Request). `keep_alive:` seconds without an event before the stream writes
+    # KEEP_ALIVE.
     def initialize(authorize: nil, keep_alive: 15, **unknown)
       unless unknown.empty?
         accepted = self.class.instance_method(:initialize).parameters.filter_map { |kind, name| name.to_s if kind == :key }
         raise OJS::Error.from_json(Native.unknown_option_error(unknown.keys.first.to_s, accepted))
       end
-      unless authorize.nil? || authorize.respond_to?(:call)
-        raise InvalidConfig.new("authorize: must respond to call(request), got #{authorize.class}", field: "authorize")
+      if authorize.nil?
+        raise InvalidConfig.new(
+          "authorize: OJS::EventsApp.new needs authorize: ->(request) { ... } answering true, false or " \
+          "{ tenant: \"...\" }: the surface shows every job's events and the metrics; #{OPEN_TO_ALL}",
+          field: "authorize"
+        )
+      end
+      unless authorize.respond_to?(:call)
+        raise InvalidConfig.new("authorize: must respond to call(request), got #{authorize.class}; #{OPEN_TO_ALL}",
+                                field: "authorize")
       end
       unless keep_alive.is_a?(Numeric) && keep_alive.positive?
         raise InvalidConfig.new("keep_alive: must be a positive number of seconds, got #{keep_alive.inspect}",
@@ -112,8 +122,6 @@ module OJS
 
     # :operator, [:tenant, name], or nil (refused), by `authorize:`.
     def caller_of(env)
-      return :operator unless @authorize
-
       verdict = @authorize.call(request_of(env))
       case verdict
       when true then :operator

@@ -14,11 +14,23 @@ module OJS
   module RelayCommand
     TASK = "ojs:relay"
     SIGNALS = %w[INT TERM].freeze
+    # The tasks that never talk to the OJS backend: the operator commands (they read and write
+    # the outbox table through the relay's database connection) and ActiveRecord's database
+    # tasks (migrations, schema, create/drop, seeds). A run of nothing but these needs no backend URL
+    # (`config::Host::needs_backend`); a job staged meanwhile waits in the outbox.
+    BACKEND_FREE = [/\Aojs:status\z/, /\Aojs:dead:(list|replay|purge)\z/, /\Adb:/].freeze
 
     class << self
       # Whether `application` (a Rake application) was asked to run ojs:relay.
       def invoked?(application)
-        application.top_level_tasks.any? { |task| task.sub(/\[.*\z/m, "") == TASK }
+        task_names(application).include?(TASK)
+      end
+
+      # Whether every task `application` was asked to run is BACKEND_FREE (none asked: the
+      # default task, which may be anything: no).
+      def backend_free?(application)
+        names = task_names(application)
+        !names.empty? && names.all? { |name| BACKEND_FREE.any? { |pattern| pattern.match?(name) } }
       end
 
       def stop_requested?
@@ -72,6 +84,11 @@ module OJS
       end
 
       private
+
+      # The top-level task names, without their arguments ("ojs:dead:list[t1,5]" => "ojs:dead:list").
+      def task_names(application)
+        application.top_level_tasks.map { |task| task.sub(/\[.*\z/m, "") }
+      end
 
       def say(line)
         $stdout.puts(line)

@@ -8,6 +8,9 @@ require_relative "../relay_command"
 # As early as this gem gets control in a run of ojs:relay: before :environment loads the
 # application, so a SIGINT/SIGTERM during start-up still ends the command with status 0.
 OJS::RelayCommand.arm if OJS::RelayCommand.invoked?(Rake.application)
+# Before the application's initializer configures OJS: a run of tasks that never talk to the
+# backend (ojs:status, ojs:dead:*, db:migrate, ...) needs no backend URL, also in production.
+OJS.needs_backend = false if OJS::RelayCommand.backend_free?(Rake.application)
 
 namespace :ojs do
   desc "Run the outbox relay in this process until SIGINT/SIGTERM (pair with config.relay = :external)"

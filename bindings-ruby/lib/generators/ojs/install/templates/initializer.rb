@@ -13,6 +13,9 @@ OJS.configure do |config|
   # config.outbox_options = { poll_interval: "PT1S", batch_size: 100 }
   # config.relay_options = { max_attempts: 10 }
   # config.current_user_id = ->(env) { env["warden"]&.user&.id }
+  # The jobs' tenant, from your app (never from a client's X-OJS-Tenant header by default):
+  # config.current_tenant_id = ->(env) { env["warden"]&.user&.account_id&.to_s }
+  # config.trust_tenant_header = true  # only behind a gateway that sets X-OJS-Tenant and strips the client's
   # config.logger = Rails.logger       # the relay's pauses, resumes and dead letters (default)
   # config.auto_start = true           # the in-process relay starts by itself (false: OJS.start_relay)
 end
