@@ -174,6 +174,24 @@ export interface CreateOjsOptions {
   databaseUrl?: string;
   /** Bearer token for the backend (adapter.auth_token). */
   authToken?: string;
+  /**
+   * adapter.trust_tenant_header (default false): take a request's tenant from its
+   * `X-OJS-Tenant` header. Any client can send that header: set this only behind a gateway that
+   * sets it and strips the client's. A `tenant` resolver's answer wins over it.
+   */
+  trustTenantHeader?: boolean;
+  /**
+   * The tenant of a request, read when a job is staged in it (`ojsMiddleware`): a non-empty
+   * string, or null/undefined for none. Synchronous (a promise is refused: resolve it in a
+   * middleware before the route and return what it set). Any other answer is INVALID_CONFIG
+   * naming `tenant`. Default: none (or the header, with `trustTenantHeader`).
+   */
+  tenant?: (req: Request) => string | null | undefined;
+  /**
+   * The user of a request (`ojs.context.user_id`), read like `tenant`: a non-empty string or a
+   * number, or null/undefined for none. Default: `req.user?.id`, as your authentication sets it.
+   */
+  user?: (req: Request) => string | number | bigint | null | undefined;
   /** adapter.outbox: table_name / tableName, poll_interval, batch_size, ... (camelCase or snake_case). */
   outbox?: Record<string, Json>;
   /** "in_process" (default) or "external", or the adapter.relay section. */
@@ -182,11 +200,16 @@ export interface CreateOjsOptions {
   config?: Record<string, Json>;
   /** Start the in-process relay at once (default true); otherwise call start(). */
   autoStart?: boolean;
-  /** Flush and stop on SIGINT/SIGTERM (default true with an in-process relay). */
+  /**
+   * The adapter handles the process's end (default true with an in-process relay): on
+   * SIGINT/SIGTERM with no listener of your own, flush and end by the signal; with yours,
+   * staging goes on and the relay flushes at `beforeExit`, at `process.exit()`, in a cluster
+   * worker at its disconnect, or at `ojs.close()` (docs/express.md, "Relay modes and lifecycle").
+   */
   handleSignals?: boolean;
   /** Run the core's I/O in a relay host process (default: true on SQLite, false on PostgreSQL). */
   relayProcess?: boolean;
-  /** Receives a failed automatic start or a failed close on a signal (default: console.error). */
+  /** Receives a failed automatic start, or a failed flush or close at the process's end (default: console.error). */
   onError?: (error: Error) => void;
   /**
    * Receives the relay's log records (pause, resume, dead letter, refusal, database or prune

@@ -1,11 +1,12 @@
 'use strict';
 // The ambient scope of a request or an `ojs.transaction`: AsyncLocalStorage holding the request
 // context source and the knex transactor the §8.3 form (`req.ojs.enqueueAfterCommit(type,
-// args)`) stages into.
+// args)`) stages into. And the request's context: the headers the core reads, the user and the
+// tenant from the application's resolvers (`createOjs({ user, tenant })`).
 
 const { AsyncLocalStorage } = require('node:async_hooks');
 const native = require('./native');
-const { callNative } = require('./errors');
+const { callNative, errorFor } = require('./errors');
 
 const storage = new AsyncLocalStorage();
 
@@ -24,13 +25,73 @@ function currentScope() {
 /** The request headers the core reads the context from (`context_header_names`), lowercase. */
 const HEADER_NAMES = native.contextHeaderNames();
 
+/** The default user: `req.user?.id` (as a string), set by the app's authentication. */
+function defaultUser(req) {
+  const user = req.user == null ? undefined : req.user.id;
+  return user === undefined || user === null ? undefined : String(user);
+}
+
+/** What a value is, for a message (never the value itself: it may be anything). */
+function kindOf(value) {
+  if (value === null) return 'null';
+  if (Array.isArray(value)) return 'an array';
+  if (typeof value === 'object' && typeof value.then === 'function') return 'a promise';
+  return typeof value === 'object' ? 'an object' : `a ${typeof value}`;
+}
+
+/**
+ * The request resolvers of `createOjs` options: `user(req)` and `tenant(req)` (the
+ * application's functions, or the defaults: `req.user?.id`, no tenant). A non-function is
+ * refused here, naming the option.
+ */
+function requestResolvers(options) {
+  const resolvers = { user: defaultUser, userGiven: false, tenant: null };
+  for (const name of ['user', 'tenant']) {
+    const given = options[name];
+    if (given === undefined) continue;
+    if (typeof given !== 'function') {
+      throw errorFor(
+        'INVALID_CONFIG',
+        `${name}: createOjs({ ${name} }) takes a function of the request returning the ${name === 'user' ? "user's id" : "tenant's id"} ` +
+          `(or null/undefined for none), e.g. ${name}: (req) => req.user?.${name === 'user' ? 'id' : 'tenantId'}; got ${kindOf(given)}`,
+        name,
+      );
+    }
+    resolvers[name] = given;
+    if (name === 'user') resolvers.userGiven = true;
+  }
+  return resolvers;
+}
+
+/**
+ * One resolver's answer for `req`: a string (a user id may also be a number or a bigint, made
+ * text), or undefined for none; anything else, a promise included, is INVALID_CONFIG naming
+ * the option. Synchronous because staging is (better-sqlite3's sync calls, `req.ojs.context`):
+ * an answer that needs I/O belongs in a middleware before the route (`req.tenantId = await
+ * ...`), and the resolver returns what it set.
+ */
+function resolve(name, resolver, req) {
+  const value = resolver(req);
+  if (value === undefined || value === null) return undefined;
+  if (typeof value === 'string' && value !== '') return value;
+  if (name === 'user' && ((typeof value === 'number' && Number.isFinite(value)) || typeof value === 'bigint')) return String(value);
+  // A promise refused here must not also end the process as an unhandled rejection.
+  if (typeof value === 'object' && typeof value.then === 'function') Promise.resolve(value).catch(() => {});
+  const wanted = name === 'user' ? 'a non-empty string or a number' : 'a non-empty string';
+  const kind = value === '' ? 'an empty string (return null for none)' : kindOf(value);
+  const hint = kind === 'a promise' ? `; resolve it in a middleware before the route (req.${name}Id = await ...) and return that` : '';
+  throw errorFor('INVALID_CONFIG', `${name}: ${name}(req) must return ${wanted}, null or undefined, synchronously; it returned ${kind}${hint}`, name);
+}
+
 /**
  * The request context of an HTTP request as the core takes it: the headers it names, as the
- * request has them, and the user (`req.user?.id`); the core maps them to its keys (trims,
- * reads the first Accept-Language tag, X-Request-Id, X-OJS-Tenant). Read when a job is
- * staged, so a `req.user` set by an authentication middleware after ours is seen.
+ * request has them (the core maps them: trims, the first Accept-Language tag, X-Request-Id;
+ * X-OJS-Tenant only under `trustTenantHeader`), the user (`resolvers.user`, by default
+ * `req.user?.id`) and the tenant (`resolvers.tenant`, given explicitly: it wins over any
+ * header). Read when a job is staged, so a `req.user` set by an authentication middleware
+ * after ours is seen. Nothing here reads a header for the user or the tenant.
  */
-function contextFromRequest(req) {
+function contextFromRequest(req, resolvers) {
   const headers = {};
   const given = req.headers || {};
   for (const name of HEADER_NAMES) {
@@ -40,18 +101,25 @@ function contextFromRequest(req) {
     if (typeof text === 'string') headers[name] = text;
   }
   const context = { headers };
-  const user = req.user == null ? undefined : req.user.id;
-  if (user !== undefined && user !== null) context.user_id = String(user);
-  else if (Object.keys(headers).length === 0) return null; // nothing to read
+  const user = resolvers.userGiven ? resolve('user', resolvers.user, req) : resolvers.user(req);
+  if (user !== undefined) context.user_id = user;
+  if (resolvers.tenant !== null) {
+    const tenant = resolve('tenant', resolvers.tenant, req);
+    if (tenant !== undefined) context.tenant_id = tenant;
+  }
+  if (Object.keys(context).length === 1 && Object.keys(headers).length === 0) return null; // nothing to read
   return context;
 }
 
-/** The context the core reads from `context` (its keys; null when it carries none). */
-function requestContext(context) {
+/**
+ * The context the core reads from `context` (its keys; null when it carries none), under the
+ * header trust of `bridge` (a `NativeBridge`: `adapter.trust_tenant_header`).
+ */
+function requestContext(bridge, context) {
   if (context === null) return null;
-  const read = JSON.parse(callNative(() => native.requestContextJson(JSON.stringify(context))));
+  const read = JSON.parse(callNative(() => bridge.requestContextJson(JSON.stringify(context))));
   const present = Object.entries(read).filter(([, value]) => value !== null);
   return present.length ? Object.fromEntries(present) : null;
 }
 
-module.exports = { storage, runScoped, currentScope, contextFromRequest, requestContext };
+module.exports = { storage, runScoped, currentScope, contextFromRequest, requestContext, requestResolvers };

@@ -1,7 +1,7 @@
 'use strict';
 // Express integration: `ojsMiddleware(ojs)` (or `ojsMiddleware(options)`) puts the request's
-// context (the headers the core reads it from, and req.user?.id) in AsyncLocalStorage for
-// everything the request runs, and exposes `req.ojs`.
+// context (the headers the core reads it from, the user and the tenant of the adapter's
+// resolvers) in AsyncLocalStorage for everything the request runs, and exposes `req.ojs`.
 
 const { runScoped, contextFromRequest, requestContext } = require('./context');
 const { createOjs } = require('./ojs');
@@ -18,13 +18,16 @@ class RequestOjs {
     this.req = req;
   }
 
-  /** The request context as the core reads it, in its keys (null when the request carries none). */
+  /**
+   * The request context as the core reads it, in its keys (null when the request carries
+   * none): the adapter's user and tenant resolvers run now.
+   */
   get context() {
-    return requestContext(contextFromRequest(this.req));
+    return requestContext(this.ojs.native, contextFromRequest(this.req, this.ojs._resolvers));
   }
 
   _scoped(work) {
-    return runScoped({ context: () => contextFromRequest(this.req) }, work);
+    return runScoped({ context: (adapter) => contextFromRequest(this.req, adapter._resolvers) }, work);
   }
 
   enqueue(...call) {
@@ -68,7 +71,8 @@ function ojsMiddleware(ojsOrOptions) {
   }
   const middleware = function ojsRequestContext(req, res, next) {
     req.ojs = new RequestOjs(ojs, req);
-    runScoped({ context: () => contextFromRequest(req) }, next);
+    // Read when a job is staged, with the resolvers of the adapter that stages it.
+    runScoped({ context: (adapter) => contextFromRequest(req, adapter._resolvers) }, next);
   };
   middleware.ojs = ojs;
   return middleware;

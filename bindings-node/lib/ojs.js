@@ -8,12 +8,13 @@ const { callNative, awaitNative, errorFor, fromNative, NoTransactionError } = re
 const hostKnex = require('./knex');
 const providers = require('./providers');
 const transactions = require('./transaction');
-const { runScoped, currentScope } = require('./context');
+const { runScoped, currentScope, requestResolvers } = require('./context');
 const { decodeStaged } = require('./staged');
 const { RelayHost } = require('./relay-host');
 const relayLog = require('./log');
 const events = require('./events');
 const { router } = require('./router');
+const lifecycle = require('./lifecycle');
 
 /** camelCase keys to the core's snake_case, recursively; snake_case keys pass unchanged. */
 function snakeKeys(value) {
@@ -27,7 +28,7 @@ function snakeKeys(value) {
 }
 
 /** createOjs options that are Express's own; every other option is a core configuration key. */
-const EXPRESS_OPTIONS = ['knex', 'db', 'providers', 'config', 'relayProcess', 'onError', 'autoStart', 'handleSignals', 'logger'];
+const EXPRESS_OPTIONS = ['knex', 'db', 'providers', 'config', 'relayProcess', 'onError', 'autoStart', 'handleSignals', 'logger', 'user', 'tenant'];
 /** How an application sets the backend URL, named by the core when it is missing. */
 const URL_SETTING = 'createOjs({ url })';
 
@@ -120,9 +121,12 @@ function hostOptions() {
   return { development: process.env.NODE_ENV === 'development', urlSetting: URL_SETTING };
 }
 
-/** The JSON text of the current request context, or null; refused like a job's meta. */
-function contextText(scope) {
-  const context = typeof scope.context === 'function' ? scope.context() : scope.context;
+/**
+ * The JSON text of the current request context for adapter `ojs` (a request's context reads
+ * that adapter's user and tenant resolvers), or null; refused like a job's meta.
+ */
+function contextText(scope, ojs) {
+  const context = typeof scope.context === 'function' ? scope.context(ojs) : scope.context;
   return context ? hostKnex.jsonOf(context, 'context') : null;
 }
 
@@ -169,11 +173,11 @@ function stagedParams(text, start) {
  * One job through the core's per-job stager: the INSERT's six parameters. The stager's INSERT
  * text comes with the first job only and is kept on the stager (`stager.sql`).
  */
-function stageOne(stager, ledger, type, argsText, optionsText, metaText, scope) {
+function stageOne(stager, ledger, type, argsText, optionsText, metaText, context) {
   const withSql = stager.sql === undefined;
   let staged;
   try {
-    staged = stageJob(stager.handle, ledger, type, argsText, optionsText, metaText, contextText(scope), withSql);
+    staged = stageJob(stager.handle, ledger, type, argsText, optionsText, metaText, context, withSql);
   } catch (error) {
     throw fromNative(error);
   }
@@ -189,8 +193,7 @@ function stageOne(stager, ledger, type, argsText, optionsText, metaText, scope) 
  * Several jobs (a JSON array text) through the core's stager: `decodeStaged`'s statements and
  * ids. The bulk INSERT texts cross once per stager and are kept on it (`stager.texts`).
  */
-function stageMany(stager, jobsText, scope) {
-  const context = contextText(scope);
+function stageMany(stager, jobsText, context) {
   return decodeStaged(callNative(() => stageJobs(stager.handle, jobsText, context)), stager.texts);
 }
 
@@ -206,12 +209,12 @@ function isExecutor(first) {
   return typeof first === 'object' && Boolean(first.client) && typeof first.raw === 'function';
 }
 
-const SIGNALS = ['SIGINT', 'SIGTERM'];
-
 class Ojs {
   constructor(options = {}) {
     // The options' names first: a misspelled `knex` is named as such, not as a missing one.
     this.config = buildConfig(options);
+    /** A request's user and tenant: the application's resolvers (`user`, `tenant` options). */
+    this._resolvers = requestResolvers(options);
     this._providers = providerList(options);
     /** Per database object: its binding (`bindingOf`), resolved once. */
     this._bindings = new WeakMap();
@@ -245,11 +248,12 @@ class Ojs {
     this.host = separate ? new RelayHost(this.config, this.native.hotQueueCapacity, host) : null;
     this._log = relayLog.forApp(this);
     this.onError = options.onError || ((error) => console.error(`ojs-adapter-express: ${error.message}`));
-    this._closed = false;
-    this._signalHandlers = new Map();
+    /** The close under way or done (a promise), else null. */
+    this._closing = null;
     this.ready = options.autoStart === false ? Promise.resolve() : this.start();
     this.ready.catch((error) => this.onError(error));
-    if (options.handleSignals !== false && this.native.relayInProcess) this._wireSignals();
+    // The process's end: signals, beforeExit, exit, a cluster worker's disconnect (lifecycle.js).
+    if (options.handleSignals !== false && this.native.relayInProcess) lifecycle.register(this);
   }
 
   /** The outbox table name (the core's default unless configured). */
@@ -305,39 +309,48 @@ class Ojs {
 
   /**
    * Flushes and stops the relay, releases the core's runtime and database pool, and unhooks
-   * the signal handlers. Idempotent; the adapter cannot be used afterwards.
+   * the process listeners (once the flush has ended: a process exiting meanwhile still waits
+   * for it). Idempotent (every call resolves when the one close has ended); the adapter
+   * cannot be used afterwards.
    */
-  async close() {
-    if (this._closed) return;
-    this._closed = true;
-    this._unwireSignals();
-    await this.ready.catch(() => {});
-    if (this.host) await this.host.close();
-    await awaitNative(this.native.close());
-    this._log.stopped();
+  close() {
+    this._closing ||= (async () => {
+      try {
+        await this.ready.catch(() => {});
+        if (this.host) await this.host.close();
+        await awaitNative(this.native.close());
+        this._log.stopped();
+      } finally {
+        lifecycle.unregister(this);
+      }
+    })();
+    return this._closing;
   }
 
-  _wireSignals() {
-    for (const signal of SIGNALS) {
-      const handler = () => {
-        // Alone, we re-raise after the flush so the default action (exit) happens as if we had
-        // never listened. Beside the application's own listener, that listener decides.
-        const alone = process.listenerCount(signal) === 1;
-        this._unwireSignals();
-        this.close()
-          .catch((error) => this.onError(error))
-          .finally(() => {
-            if (alone && process.listenerCount(signal) === 0) process.kill(process.pid, signal);
-          });
-      };
-      this._signalHandlers.set(signal, handler);
-      process.on(signal, handler);
+  /** lifecycle.js: the flush of a process that a signal ends (staging stays open). */
+  async _flushRelay() {
+    if (this._closing) return this._closing;
+    if (this.host) {
+      // A relay host process gone or closing flushed itself (a terminal's Ctrl-C reaches the
+      // whole process group); none is started just to be stopped.
+      if (!this.host.child || !this.host.child.connected) return undefined;
+      return this.stopRelay().catch((error) => {
+        const hostGone = !this.host.child || !this.host.child.connected || error.code === 'RELAY_SHUT_DOWN';
+        if (!hostGone) throw error;
+      });
     }
+    return this.stopRelay();
   }
 
-  _unwireSignals() {
-    for (const [signal, handler] of this._signalHandlers) process.removeListener(signal, handler);
-    this._signalHandlers.clear();
+  /**
+   * lifecycle.js: the synchronous flush of a process that is exiting (`process.exit()`, a
+   * cluster worker's disconnect); waits for a stop or close under way. A relay host process
+   * (SQLite) flushes by itself once this process's channel closes.
+   */
+  _stopRelaySync() {
+    if (this.host) return;
+    this.native.stopRelaySync();
+    this._log.stopped();
   }
 
   // ---- spec §5.1 ---------------------------------------------------------------------------
@@ -349,7 +362,7 @@ class Ojs {
 
   async _enqueueNow(type, args, options, meta, scope) {
     const job = hostKnex.jobJson(type, args, options, meta);
-    return this._io('enqueueNow', job, contextText(scope));
+    return this._io('enqueueNow', job, contextText(scope, this));
   }
 
   /**
@@ -422,7 +435,7 @@ class Ojs {
       const dialect = level !== null ? level.dialect : executor === this.knex ? this.dialect : hostKnex.dialectOf(executor);
       const stager = this._stagers[dialect] || this._stager(dialect);
       // In a transaction the core records the id in its ledger (woken at the outermost commit).
-      const params = stageOne(stager, ledger, type, argsText, optionsText, metaText, scope);
+      const params = stageOne(stager, ledger, type, argsText, optionsText, metaText, contextText(scope, this));
       const jobId = params[0];
       let query;
       try {
@@ -544,7 +557,7 @@ class Ojs {
     const metaText = meta == null ? null : hostKnex.jsonOf(meta, 'meta');
     const ledger = level === null ? null : transactions.ledgerOf(level, this).handle;
     const stager = this._providerStager(binding.dialect, binding.placeholder);
-    const params = stageOne(stager, ledger, type, argsText, optionsText, metaText, scope);
+    const params = stageOne(stager, ledger, type, argsText, optionsText, metaText, contextText(scope, this));
     const jobId = params[0];
     let result;
     try {
@@ -564,7 +577,7 @@ class Ojs {
    */
   _stageProvider(executor, jobsText, scope, sync, place = this._place(executor, sync)) {
     const { level, binding } = place;
-    const staged = stageMany(this._providerStager(binding.dialect, binding.placeholder), jobsText, scope);
+    const staged = stageMany(this._providerStager(binding.dialect, binding.placeholder), jobsText, contextText(scope, this));
     const { provider } = binding;
     const finish = () => {
       if (staged.ids.length === 0) return staged.ids;
@@ -613,7 +626,7 @@ class Ojs {
       level = hostKnex.levelOf(executor);
     }
     const dialect = level !== null ? level.dialect : executor === this.knex ? this.dialect : hostKnex.dialectOf(executor);
-    const staged = stageMany(this._stagers[dialect] || this._stager(dialect), jobsText, scope);
+    const staged = stageMany(this._stagers[dialect] || this._stager(dialect), jobsText, contextText(scope, this));
     await hostKnex.execute(executor, staged);
     if (staged.ids.length === 0) return staged.ids;
     if (level !== null) hostKnex.ledgerOf(level, this).ledger.staged(staged.idsText);

@@ -7,10 +7,13 @@
 //   GET /healthz            the process answers
 //   GET /readyz             database, outbox table and backend (the core's check); 503 when not
 //
-// `authorize(req)` (sync or async) decides each request but /healthz: `true` full access,
-// `{ tenant }` this tenant's events only (no /metrics, no /readyz, no other tenant), `false`
-// 403. The frames, filters, replay and tenant scoping are the core's; this file passes the
-// request on, writes what comes back, and stops reading when the client goes.
+// `authorize(req)` (sync or async, required: the surface is closed by default) decides each
+// request but /healthz: `true` full access, `{ tenant }` this tenant's events only (no
+// /metrics, no /readyz, no other tenant; the query cannot widen it: the scope replaces any
+// `tenant` parameter, and a parameter given twice is refused), `false` 403. The frames,
+// filters, replay and tenant scoping are the core's; this file passes the request on, writes
+// what comes back, and stops reading when the client goes. It logs nothing, and its messages
+// never quote what `authorize` returned or what the request carried beyond the parameters.
 
 const { rejectOption } = require('./native');
 const { callNative, errorFor, OJSError } = require('./errors');
@@ -30,24 +33,37 @@ async function accessOf(authorize, req) {
     decision !== null &&
     typeof decision === 'object' &&
     typeof decision.tenant === 'string' &&
+    // An empty tenant would be no tenant filter at all: every tenant's events.
+    decision.tenant !== '' &&
     Object.keys(decision).length === 1
   ) {
     return { tenant: decision.tenant };
   }
   throw errorFor(
     'INVALID_CONFIG',
-    `authorize: authorize(req) must return (or resolve with) true, false or { tenant: '<id>' }; it returned ${describe(decision)}`,
+    `authorize: authorize(req) must return (or resolve with) true, false or { tenant: '<id>' } (a non-empty id); it returned ${describe(decision)}`,
     'authorize',
   );
 }
 
+/**
+ * What a value is, for a message: its type and an object's keys, never a value (authorize may
+ * return a user record, a session or a token by mistake, and the message is logged).
+ */
 function describe(value) {
   if (value === undefined) return 'undefined (a missing return?)';
-  try {
-    return JSON.stringify(value) ?? String(value);
-  } catch {
-    return String(value);
+  if (value === null) return 'null';
+  if (Array.isArray(value)) return `an array of ${value.length}`;
+  if (typeof value === 'object') {
+    if (typeof value.then === 'function') return 'a thenable';
+    const keys = Object.keys(value);
+    if (keys.length === 1 && keys[0] === 'tenant') {
+      return value.tenant === '' ? "{ tenant: '' } (an empty tenant)" : `{ tenant: <${typeof value.tenant}> }`;
+    }
+    const shown = keys.slice(0, 10).join(', ');
+    return keys.length ? `an object with keys ${shown}${keys.length > 10 ? ', ...' : ''}` : 'an empty object';
   }
+  return `a ${typeof value}`;
 }
 
 function refuse(res, status, code, message) {
@@ -125,8 +141,11 @@ function router(ojs, options) {
       const query = new URLSearchParams(req.url.slice(req.url.indexOf('?') + 1 || req.url.length));
       const request = {};
       for (const key of STREAM_QUERY) {
-        const value = query.get(key);
-        if (value !== null) request[key] = value;
+        const values = query.getAll(key);
+        // Given twice, a parameter means what each reader of the URL chooses (the first, the
+        // last, both): refused rather than guessed.
+        if (values.length > 1) return refuse(res, 400, 'invalid_request', `the query parameter ${key} is given ${values.length} times`);
+        if (values.length === 1) request[key] = values[0];
       }
       if (access.tenant !== null) {
         // A scoped caller may name its own tenant, no other (seed 003).

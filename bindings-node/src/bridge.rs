@@ -5,7 +5,7 @@
 
 use std::cell::RefCell;
 use std::rc::Rc;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 
 use napi::bindgen_prelude::{AsyncTask, External, ToNapiValue, TypeName};
 use napi::{Env, Task};
@@ -56,10 +56,41 @@ impl<T: ToNapiValue + TypeName + Send + 'static> Task for Blocking<T> {
 /// the default action, and the pair re-deliver it forever (100% CPU, no exit).
 /// `bin/ojs-relay.js` takes the signals with `process.on` and stops the relay with `close`.
 /// `close` stops the relay and lets the runtime and its database pool go (once calls still
-/// running have finished); later calls fail with `RELAY_SHUT_DOWN`.
+/// running have finished); later calls fail with `RELAY_SHUT_DOWN`. `stop_relay_sync` is the
+/// stop of a process that is ending (`process.on('exit')`, a cluster worker's `disconnect`),
+/// where nothing asynchronous runs any more.
 #[napi]
 pub struct NativeBridge {
     inner: Shared,
+    stops: Stops,
+}
+
+/// The stops under way on libuv's pool (`stop_relay`, `close`), counted from the call on the
+/// JavaScript thread until their flush has ended: `stop_relay_sync` waits for them, so a
+/// process that exits during one still ends after its flush.
+type Stops = Arc<(Mutex<usize>, Condvar)>;
+
+/// One stop under way (`Stops`); dropped when its work has run, or with the task unrun.
+struct StopUnderWay(Stops);
+
+impl StopUnderWay {
+    fn new(stops: &Stops) -> StopUnderWay {
+        *stops
+            .0
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner()) += 1;
+        StopUnderWay(stops.clone())
+    }
+}
+
+impl Drop for StopUnderWay {
+    fn drop(&mut self) {
+        let (count, ended) = &*self.0;
+        *count
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner()) -= 1;
+        ended.notify_all();
+    }
 }
 
 /// The bridge of a `NativeBridge`, shared with its stagers; `None` once closed.
@@ -150,14 +181,6 @@ pub fn context_header_names() -> Vec<String> {
     ojs_bridge::context_header_names()
 }
 
-/// The request context the core reads from a context JSON (its keys, or `{"headers", ...}`),
-/// as JSON with the core's keys (`null` for the ones absent): what `req.ojs.context` shows.
-#[napi]
-pub fn request_context_json(context_json: String) -> napi::Result<String> {
-    let context = ojs_outbox::job::RequestContext::from_json(&context_json).map_err(to_js)?;
-    Ok(serde_json::to_string(&context).expect("a context serializes"))
-}
-
 #[napi]
 impl NativeBridge {
     /// Parses the spec §5.2 configuration (JSON text) as the host runs (`Host`); no I/O.
@@ -177,6 +200,7 @@ impl NativeBridge {
             .map(|bridge| NativeBridge {
                 // JavaScript callers may spell job options in camelCase with milliseconds.
                 inner: Arc::new(Mutex::new(Some(Arc::new(bridge.accept_js_options())))),
+                stops: Stops::default(),
             })
             .map_err(to_js)
     }
@@ -204,6 +228,14 @@ impl NativeBridge {
     #[napi(getter)]
     pub fn relay_in_process(&self) -> napi::Result<bool> {
         self.sync(|bridge| Ok(bridge.relay_in_process()))
+    }
+
+    /// The request context the core reads from a context JSON (its keys, or `{"headers", ...}`),
+    /// as JSON with the core's keys (`null` for the ones absent), under this app's
+    /// `trust_tenant_header` (`Bridge::request_context_json`): what `req.ojs.context` shows.
+    #[napi]
+    pub fn request_context_json(&self, context_json: String) -> napi::Result<String> {
+        self.sync(|bridge| bridge.request_context_json(&context_json))
     }
 
     #[napi]
@@ -243,8 +275,10 @@ impl NativeBridge {
 
     #[napi]
     pub fn stop_relay(&self) -> AsyncTask<Blocking<()>> {
-        self.blocking(|bridge| {
+        let under_way = StopUnderWay::new(&self.stops);
+        self.blocking(move |bridge| {
             bridge.stop_relay();
+            drop(under_way);
             Ok(())
         })
     }
@@ -252,6 +286,7 @@ impl NativeBridge {
     /// Stops the relay (gracefully) and releases the handle; idempotent.
     #[napi]
     pub fn close(&self) -> AsyncTask<Blocking<()>> {
+        let under_way = StopUnderWay::new(&self.stops);
         let bridge = self
             .inner
             .lock()
@@ -261,8 +296,30 @@ impl NativeBridge {
             if let Some(bridge) = bridge {
                 bridge.stop_relay();
             }
+            drop(under_way);
             Ok(())
         })
+    }
+
+    /// The stop of an ending process, on the calling (JavaScript) thread: waits for the stops
+    /// under way (`stop_relay`, `close`), then stops the relay if one still runs here, flushing
+    /// within `relay.shutdown_timeout` (`Bridge::stop_relay`). Staging keeps working; the
+    /// runtime and its pool are left to the process's end. Never fails.
+    #[napi]
+    pub fn stop_relay_sync(&self) {
+        let (count, ended) = &*self.stops;
+        let mut under_way = count
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        while *under_way > 0 {
+            under_way = ended
+                .wait(under_way)
+                .unwrap_or_else(|poisoned| poisoned.into_inner());
+        }
+        drop(under_way);
+        if let Some(bridge) = self.bridge() {
+            bridge.stop_relay();
+        }
     }
 
     /// Wakes the relay for committed ids (an `encode_ids` text). Never fails: a closed bridge

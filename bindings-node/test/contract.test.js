@@ -148,14 +148,26 @@ test("the relay's database URL comes from knex's settings by the core's rule", a
   }
 });
 
-test('req.ojs.context is what the core reads from the request headers and req.user', () => {
+test('req.ojs.context is what the core reads from the request headers, req.user and the tenant resolver', async () => {
   const { RequestOjs } = ojsPackage;
-  const req = {
-    headers: { 'x-request-id': '  req-1 ', 'accept-language': 'fr-CA,fr;q=0.9', 'x-ojs-tenant': 'acme', 'x-other': 'no' },
-    user: { id: 42 },
-  };
-  assert.deepEqual(new RequestOjs(null, req).context, { request_id: 'req-1', user_id: '42', tenant_id: 'acme', locale: 'fr-CA' });
-  assert.equal(new RequestOjs(null, { headers: {} }).context, null);
+  const knex = postgresKnex();
+  const base = { url: 'http://127.0.0.1:9', knex, relay: 'external', autoStart: false, handleSignals: false };
+  const adapters = [createOjs(base), createOjs({ ...base, trustTenantHeader: true }), createOjs({ ...base, tenant: (req) => req.user.org })];
+  const [plain, trusting, resolved] = adapters;
+  try {
+    const req = {
+      headers: { 'x-request-id': '  req-1 ', 'accept-language': 'fr-CA,fr;q=0.9', 'x-ojs-tenant': 'acme', 'x-other': 'no' },
+      user: { id: 42, org: 'org-7' },
+    };
+    // The client's X-OJS-Tenant is no tenant unless the app trusts the header.
+    assert.deepEqual(new RequestOjs(plain, req).context, { request_id: 'req-1', user_id: '42', locale: 'fr-CA' });
+    assert.deepEqual(new RequestOjs(trusting, req).context, { request_id: 'req-1', user_id: '42', tenant_id: 'acme', locale: 'fr-CA' });
+    assert.deepEqual(new RequestOjs(resolved, req).context, { request_id: 'req-1', user_id: '42', tenant_id: 'org-7', locale: 'fr-CA' });
+    assert.equal(new RequestOjs(plain, { headers: {} }).context, null);
+  } finally {
+    for (const ojs of adapters) await ojs.close();
+    await knex.destroy();
+  }
 });
 
 for (const database of ['sqlite', 'postgres']) {

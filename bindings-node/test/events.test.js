@@ -2,7 +2,10 @@
 // Events, metrics and health (issue 15) end to end, on SQLite and PostgreSQL:
 // - `ojs.router()` mounted in a real Express server on port 0 and called over HTTP: a
 //   committed job's job.enqueued arrives on the SSE stream; authorize false is 403; a
-//   tenant-scoped caller sees only its tenant (and may not ask for another); /readyz, /healthz;
+//   tenant-scoped caller sees only its tenant (and may not ask for another, nor widen its scope
+//   through the query: a parameter given twice is 400, `tenant[]` is not `tenant`, an empty
+//   tenant from authorize is an error, not every tenant); what authorize returned is never
+//   quoted in a message (it may hold a token); /readyz, /healthz;
 //   a client that goes away releases the core's subscription (its stream thread ends); an idle
 //   stream gets a keep-alive comment;
 // - `/metrics` parsed by a Prometheus text-format parser (parse-prometheus-text-format, pinned
@@ -118,6 +121,10 @@ async function serve(ojs) {
   // A synchronous authorize, and one that returns nothing usable (a forgotten `return`).
   app.use('/sync', ojs.router({ authorize: (req) => req.get('x-caller') === 'operator' }));
   app.use('/broken', ojs.router({ authorize: () => undefined }));
+  // An empty tenant (a user without one, say) would filter nothing; a user record returned by
+  // mistake carries a token.
+  app.use('/empty', ojs.router({ authorize: () => ({ tenant: '' }) }));
+  app.use('/leaky', ojs.router({ authorize: () => ({ id: 7, token: 'secret-token-123' }) }));
   // The application's error handler sees what the router passed on.
   app.use((error, req, res, next) => {
     res.status(500).json({ name: error.name, code: error.code, field: error.field, message: error.message });
@@ -214,6 +221,47 @@ for (const database of ['sqlite', 'postgres']) {
         } finally {
           for (const stream of [scoped, ownNamed, all]) stream.close();
         }
+      });
+
+      await t.test('a tenant-scoped caller cannot widen its scope through the query; an empty tenant is an error', async () => {
+        // An empty tenant from authorize: an error naming authorize (it would filter nothing).
+        const empty = await openStream(port, '/empty/v1/events/stream');
+        empty.close();
+        assert.equal(empty.status, 500, 'authorize returning { tenant: "" } must not open a stream of every tenant');
+        const emptyAnswer = await get(port, '/empty/metrics');
+        assert.equal(emptyAnswer.body.code, 'INVALID_CONFIG');
+        assert.equal(emptyAnswer.body.field, 'authorize');
+        const t1 = { 'x-caller': 'tenant:t1' };
+        for (const [route, headers] of [
+          ['/ojs/v1/events/stream?tenant=t1&tenant=t2', t1],
+          ['/ojs/v1/events/stream?tenant=t2&tenant=t1', t1],
+          ['/ojs/v1/events/stream?tenant=t1&tenant=t2', OPERATOR],
+          ['/ojs/v1/events/stream?types=job.*&types=ojs.*', t1],
+        ]) {
+          const answer = await openStream(port, route, headers);
+          answer.close();
+          assert.equal(answer.status, 400, `${route} as ${headers['x-caller']}`);
+        }
+        // `tenant[]` is not `tenant`, and a scoped caller's stream stays its own.
+        const bracketed = await openStream(port, '/ojs/v1/events/stream?tenant[]=t2&tenant%5B%5D=t2', t1);
+        try {
+          assert.equal(bracketed.status, 200);
+          const other = await commitJob(ojs, 'email.welcome', [4], { tenant_id: 't2' });
+          const own = await commitJob(ojs, 'email.welcome', [5], { tenant_id: 't1' });
+          await waitFor(() => bracketed.events.some((e) => e.subject === own), WAIT_MS, 'the t1 job on the tenant stream');
+          assert.ok(!bracketed.events.some((e) => e.subject === other), 'a t2 event reached the t1 caller');
+        } finally {
+          bracketed.close();
+        }
+      });
+
+      await t.test('what authorize returned is never quoted in a message (it may hold a token)', async () => {
+        const answer = await get(port, '/leaky/metrics');
+        assert.equal(answer.status, 500);
+        assert.equal(answer.body.code, 'INVALID_CONFIG');
+        assert.equal(answer.body.field, 'authorize');
+        assert.match(answer.body.message, /an object with keys id, token/);
+        assert.doesNotMatch(answer.body.message, /secret-token-123/);
       });
 
       await t.test('a client that hangs up releases the core\'s subscription', async () => {
@@ -365,15 +413,18 @@ test('ojs.subscribeEvents() passes its filters: only the types asked for, a work
 });
 
 test('open streams wait off libuv\'s pool: with more streams waiting than the pool has threads, pool work still runs', async () => {
+  await backend.reset();
   const { ojs, knex } = await adapter('postgres', 'pool');
   const crypto = require('node:crypto');
   const streams = [];
   try {
-    // Twice the pool's threads (4 unless UV_THREADPOOL_SIZE says otherwise), each waiting 8 s.
+    // Twice the pool's threads (4 unless UV_THREADPOOL_SIZE says otherwise), each waiting for a
+    // job event that only comes when the test commits a job (not for a time: a wait that ends
+    // by itself would make the verdict depend on how fast the pool work below runs).
     const count = 2 * Number(process.env.UV_THREADPOOL_SIZE || 4);
-    for (let i = 0; i < count; i += 1) streams.push(await ojs.relayEvents({ types: 'ojs.relay.paused' }));
+    for (let i = 0; i < count; i += 1) streams.push(await ojs.relayEvents({ types: 'job.enqueued' }));
     let waiting = count;
-    const waits = streams.map((stream) => stream.next(8000).then((frame) => {
+    const waits = streams.map((stream) => stream.next(2 * WAIT_MS).then((frame) => {
       waiting -= 1;
       return frame;
     }));
@@ -383,8 +434,10 @@ test('open streams wait off libuv\'s pool: with more streams waiting than the po
     await fs.promises.readFile(__filename);
     assert.equal(waiting, count, 'a stream\'s wait ended before the pool work ran');
     assert.equal(typeof status.pending, 'number');
-    for (const stream of streams) stream.close();
-    assert.deepEqual(await Promise.all(waits), waits.map(() => ''));
+    // Now the event every wait is for: each ends with its frame.
+    const id = await commitJob(ojs, 'email.welcome', [9]);
+    const frames = await Promise.all(waits);
+    for (const frame of frames) assert.match(frame, new RegExp(`"subject":"${id}"`));
   } finally {
     for (const stream of streams) stream.close();
     await ojs.close();

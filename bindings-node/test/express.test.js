@@ -1,8 +1,10 @@
 'use strict';
 // The Express integration end to end: a real Express server on port 0, called over HTTP. The
-// request context (traceparent, tracestate, X-Request-ID, req.user.id, X-OJS-Tenant, the first
-// Accept-Language tag) reaches the job's meta through ojsMiddleware; a route whose transaction
-// rolls back sends nothing.
+// request context (traceparent, tracestate, X-Request-ID, req.user.id, the tenant of the app's
+// resolver, the first Accept-Language tag) reaches the job's meta through ojsMiddleware; a
+// route whose transaction rolls back sends nothing. The tenant (issue 25): a client's
+// X-OJS-Tenant header counts only under trustTenantHeader; the app's `tenant(req)` resolver
+// decides, and wins over a trusted header; bad resolvers are typed errors naming the option.
 
 const { test, before, after } = require('node:test');
 const assert = require('node:assert/strict');
@@ -37,7 +39,8 @@ const HEADERS = {
   traceparent: '00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01',
   tracestate: 'congo=t61rcWkgMzE',
   'x-request-id': 'req-abc-123',
-  'x-ojs-tenant': 'tenant-acme',
+  // Sent by the client: ignored (no trustTenantHeader); the tenant is the resolver's.
+  'x-ojs-tenant': 'tenant-client',
   'accept-language': 'fr-CA, fr;q=0.9, en;q=0.8',
 };
 
@@ -54,7 +57,14 @@ for (const database of ['sqlite', 'postgres']) {
       tb.increments('id');
       tb.string('email');
     });
-    const ojs = createOjs({ url: backend.url, knex, outbox: { tableName: table }, autoStart: false, handleSignals: false });
+    const ojs = createOjs({
+      url: backend.url,
+      knex,
+      outbox: { tableName: table },
+      autoStart: false,
+      handleSignals: false,
+      tenant: (req) => req.user?.tenantId,
+    });
     await ojs.migrate();
     await ojs.start();
 
@@ -62,7 +72,7 @@ for (const database of ['sqlite', 'postgres']) {
     app.use(ojsMiddleware(ojs));
     // Authentication after ours: the context reads req.user when the job is staged.
     app.use((req, res, next) => {
-      req.user = { id: 42 };
+      req.user = { id: 42, tenantId: 'tenant-acme' };
       next();
     });
     // Spec §8.3 form: the transaction comes from ojs.transaction, the context from the request.
@@ -125,7 +135,7 @@ for (const database of ['sqlite', 'postgres']) {
       for (const id of bulk.body.ids) {
         const bulkJob = received.jobs.find((j) => j.id === id);
         assert.equal(bulkJob.meta['ojs.context.request_id'], 'req-bulk');
-        assert.equal(bulkJob.meta.tenant_id, undefined);
+        assert.equal(bulkJob.meta.tenant_id, 'tenant-acme');
       }
       // The rolled-back signup: no row, nothing sent (observed once the relay has settled every
       // row it can see: nothing pending, failed or in flight).
@@ -181,4 +191,161 @@ test('ojsMiddleware({ url, knex }) builds the adapter, and refuses options creat
   }
   assert.throws(() => ojsMiddleware({ ojsUrl: backend.url }), (error) => error.code === 'INVALID_CONFIG' && /did you mean "url"/.test(error.message));
   assert.throws(() => ojsMiddleware(), TypeError);
+});
+
+/**
+ * An Express app with one route per adapter (`/<name>/stage`: stages a job in ojs.transaction
+ * through req.ojs, answers 201 with its id and req.ojs.context, or 500 with the error), behind
+ * the app's own authentication (in these tests a header the test sets: req.account).
+ * `stage(name, headers)` resolves with the row's tenant, its meta and the request's context.
+ */
+async function tenantApp(knex, table, adapters) {
+  const app = express();
+  app.use((req, res, next) => {
+    const given = req.get('x-test-account');
+    if (given) req.account = JSON.parse(given);
+    next();
+  });
+  for (const [name, ojs] of Object.entries(adapters)) {
+    const routes = express.Router();
+    routes.use(ojsMiddleware(ojs));
+    routes.post('/stage', async (req, res) => {
+      try {
+        const jobId = await ojs.transaction(() => req.ojs.enqueueAfterCommit('tenant.job', [name]));
+        res.status(201).json({ jobId, context: req.ojs.context });
+      } catch (error) {
+        res.status(500).json({ name: error.name, code: error.code, field: error.field, message: error.message });
+      }
+    });
+    app.use(`/${name}`, routes);
+  }
+  const server = await new Promise((resolve) => {
+    const s = app.listen(0, '127.0.0.1', () => resolve(s));
+  });
+  const port = server.address().port;
+  return {
+    post: (route, headers) => request(port, route, headers),
+    async stage(name, headers) {
+      const answer = await request(port, `/${name}/stage`, headers);
+      assert.equal(answer.status, 201, JSON.stringify(answer.body));
+      const row = await knex(table).where({ job_id: answer.body.jobId }).first('tenant_id', 'job_meta');
+      assert.ok(row, `no row for ${answer.body.jobId}`);
+      const meta = typeof row.job_meta === 'string' ? JSON.parse(row.job_meta) : row.job_meta; // jsonb on PostgreSQL
+      return { tenant: row.tenant_id, meta, context: answer.body.context };
+    },
+    close: () => new Promise((resolve) => server.close(resolve)),
+  };
+}
+
+/** A fresh outbox table of `database`; staging only (no relay runs: the rows are what these tests read). */
+async function stagingOnly(database, name) {
+  const knex = database === 'sqlite' ? sqliteKnex(path.join(scratchDir(`express-${name}-${database}`), 'app.db')) : postgresKnex();
+  const table = `node_express_${name}_${database}`;
+  await knex.schema.dropTableIfExists(table);
+  const base = { url: backend.url, knex, outbox: { tableName: table }, relay: 'external', autoStart: false, handleSignals: false };
+  return { knex, table, base };
+}
+
+/** What an anonymous client sends: a tenant, and headers a careless app might take for the user. */
+const CLIENT = { 'x-ojs-tenant': 'tenant-a', 'x-user-id': 'client-user', 'x-ojs-user': 'client-user', 'x-request-id': 'req-t' };
+const accountOf = (value) => ({ 'x-test-account': JSON.stringify(value) });
+
+for (const database of ['sqlite', 'postgres']) {
+  test(`${database}: an anonymous request's X-OJS-Tenant makes no tenant, and no header makes a user (the defaults)`, async () => {
+    const { knex, table, base } = await stagingOnly(database, 'anonymous');
+    const ojs = createOjs(base);
+    await ojs.migrate();
+    const app = await tenantApp(knex, table, { plain: ojs });
+    try {
+      const anonymous = await app.stage('plain', CLIENT);
+      assert.equal(anonymous.tenant, null, 'the row has no tenant');
+      assert.equal(anonymous.meta.tenant_id, undefined);
+      assert.equal(anonymous.meta['ojs.context.user_id'], undefined);
+      assert.equal(anonymous.meta['ojs.context.request_id'], 'req-t');
+      assert.deepEqual(anonymous.context, { request_id: 'req-t' });
+    } finally {
+      await app.close();
+      await ojs.close();
+      await knex.destroy();
+    }
+  });
+
+  test(`${database}: the tenant resolver decides; X-OJS-Tenant counts only under trustTenantHeader, and the resolver wins over it; bad answers are typed errors`, async () => {
+    const { knex, table, base } = await stagingOnly(database, 'tenant');
+    const account = (req) => req.account;
+    const adapters = {
+      resolved: createOjs({ ...base, tenant: (req) => account(req)?.tenant, user: (req) => account(req)?.user }),
+      trusting: createOjs({ ...base, trustTenantHeader: true }),
+      both: createOjs({ ...base, trustTenantHeader: true, tenant: (req) => account(req)?.tenant }),
+      promised: createOjs({ ...base, tenant: async () => 'tenant-late' }),
+    };
+    await adapters.resolved.migrate();
+    const app = await tenantApp(knex, table, adapters);
+    try {
+      // The resolvers: the app's tenant and user, the client's header ignored.
+      const resolved = await app.stage('resolved', { ...CLIENT, ...accountOf({ tenant: 'tenant-r', user: 7 }) });
+      assert.equal(resolved.tenant, 'tenant-r');
+      assert.equal(resolved.meta.tenant_id, 'tenant-r');
+      assert.equal(resolved.meta['ojs.context.user_id'], '7');
+      assert.deepEqual(resolved.context, { request_id: 'req-t', user_id: '7', tenant_id: 'tenant-r' });
+      assert.equal((await app.stage('resolved', CLIENT)).tenant, null, 'the resolver said none: no tenant');
+
+      // trustTenantHeader: the header counts (behind a gateway that sets it).
+      const trusted = await app.stage('trusting', CLIENT);
+      assert.equal(trusted.tenant, 'tenant-a');
+      assert.equal(trusted.meta.tenant_id, 'tenant-a');
+      assert.equal(trusted.context.tenant_id, 'tenant-a');
+
+      // The resolver wins over a trusted header; when it says none, the trusted header counts.
+      const both = await app.stage('both', { ...CLIENT, ...accountOf({ tenant: 'tenant-r' }) });
+      assert.equal(both.tenant, 'tenant-r');
+      assert.equal(both.meta.tenant_id, 'tenant-r');
+      assert.equal((await app.stage('both', CLIENT)).tenant, 'tenant-a');
+
+      // A resolver's unusable answer is a typed error naming the option; nothing is staged.
+      const before = Number((await knex(table).count({ n: '*' }))[0].n);
+      for (const [name, headers, field, pattern] of [
+        ['resolved', accountOf({ tenant: 42 }), 'tenant', /tenant\(req\) must return a non-empty string.*a number/],
+        ['resolved', accountOf({ tenant: '' }), 'tenant', /an empty string/],
+        ['resolved', accountOf({ tenant: 'tenant-r', user: { id: 1 } }), 'user', /user\(req\) must return.*an object/],
+        ['promised', {}, 'tenant', /a promise; resolve it in a middleware/],
+      ]) {
+        const answer = await app.post(`/${name}/stage`, headers);
+        assert.equal(answer.status, 500, JSON.stringify(answer.body));
+        assert.equal(answer.body.name, 'InvalidConfigError');
+        assert.equal(answer.body.code, 'INVALID_CONFIG');
+        assert.equal(answer.body.field, field);
+        assert.match(answer.body.message, pattern);
+      }
+      assert.equal(Number((await knex(table).count({ n: '*' }))[0].n), before, 'nothing staged');
+    } finally {
+      await app.close();
+      for (const ojs of Object.values(adapters)) await ojs.close();
+      await knex.destroy();
+    }
+  });
+}
+
+test('createOjs refuses a tenant or user option that is not a function, naming it', async () => {
+  const knex = postgresKnex();
+  try {
+    for (const [name, value] of [['tenant', 'tenant-a'], ['tenant', { header: 'x-tenant' }], ['user', 'id']]) {
+      assert.throws(
+        () => createOjs({ url: backend.url, knex, relay: 'external', autoStart: false, handleSignals: false, [name]: value }),
+        (error) => {
+          assert.equal(error.name, 'InvalidConfigError');
+          assert.equal(error.code, 'INVALID_CONFIG');
+          assert.equal(error.field, name);
+          assert.match(error.message, new RegExp(`createOjs\\(\\{ ${name} \\}\\) takes a function`));
+          return true;
+        },
+      );
+    }
+    assert.throws(
+      () => createOjs({ url: backend.url, knex, relay: 'external', autoStart: false, handleSignals: false, trustTenantHeader: 'yes' }),
+      (error) => error.code === 'INVALID_CONFIG' && /trust_tenant_header/.test(error.field),
+    );
+  } finally {
+    await knex.destroy();
+  }
 });
