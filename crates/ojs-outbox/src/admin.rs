@@ -55,6 +55,33 @@ impl Target<'_> {
         redact(self.database_url)
     }
 
+    /// Checks that the table exists and is an outbox table, before a command's statements run
+    /// (a table of another shape would fail with a bare `column "status" does not exist`).
+    pub async fn check(&self) -> Result<()> {
+        match self
+            .store
+            .missing_column()
+            .await
+            .map_err(|e| self.explain(e))?
+        {
+            None => Ok(()),
+            Some(why) => Err(self.not_an_outbox_table(&why)),
+        }
+    }
+
+    fn not_an_outbox_table(&self, why: &str) -> Error {
+        Error {
+            code: ErrorCode::InvalidConfig,
+            field: Some("table_name".to_owned()),
+            message: format!(
+                "the table {:?} in {} is not an outbox table ({why}); name the outbox table, or a table that does not exist yet and create it with {}",
+                self.table,
+                self.database(),
+                self.create_table_with
+            ),
+        }
+    }
+
     /// The store's missing-table error, naming the table, the database and the fix.
     pub fn explain(&self, error: Error) -> Error {
         if error.code != ErrorCode::OutboxTableMissing {
@@ -93,6 +120,19 @@ pub enum DeadAction {
     },
 }
 
+impl DeadAction {
+    /// Whether the action writes. One that does not (a listing, a purge without its
+    /// confirmation) runs on a store opened with `Store::connect_read_only`, so it changes
+    /// nothing in the database, not even a SQLite file's journal mode.
+    pub fn writes(&self) -> bool {
+        match self {
+            DeadAction::List { .. } => false,
+            DeadAction::Replay { .. } => true,
+            DeadAction::Purge { confirmed, .. } => *confirmed,
+        }
+    }
+}
+
 /// A command as a framework's command line hands it over (JSON), e.g.
 /// `{"command": "dead", "action": "purge", "tenant": "acme", "yes": false}`.
 #[derive(Debug, serde::Deserialize)]
@@ -121,6 +161,18 @@ impl Command {
     pub fn from_json(text: &str) -> Result<Command> {
         serde_json::from_str(text)
             .map_err(|e| Error::field(ErrorCode::InvalidConfig, "command", e.to_string()))
+    }
+
+    /// Whether the command writes: `migrate`, `dead replay`, `dead purge` with `yes`. The
+    /// others (`status`, `dead list`, a purge without `yes`) can run on a store opened with
+    /// `Store::connect_read_only`, which writes nothing ([`DeadAction::writes`]).
+    pub fn writes(&self) -> bool {
+        match (self.command.as_str(), self.action.as_deref()) {
+            ("status", None) => false,
+            ("dead", Some("list")) => false,
+            ("dead", Some("purge")) => self.yes,
+            _ => true,
+        }
     }
 }
 
@@ -163,7 +215,13 @@ pub async fn execute(target: &Target<'_>, command: &Command) -> Result<Report> {
 }
 
 pub async fn migrate(target: &Target<'_>) -> Result<Report> {
-    let existed = target.store.check_table().await.is_ok();
+    // A table of that name that is no outbox table is left alone: `IF NOT EXISTS` would skip
+    // it and the indexes would fail on its columns.
+    let existed = match target.check().await {
+        Ok(()) => true,
+        Err(e) if e.code == ErrorCode::InvalidConfig => return Err(e),
+        Err(_) => false,
+    };
     target.store.migrate().await?;
     let line = if existed {
         format!(
@@ -184,6 +242,7 @@ pub async fn migrate(target: &Target<'_>) -> Result<Report> {
 /// Row counts by status, oldest pending age and recent lag: a table, or one JSON object (the
 /// [`OutboxStatus`] fields plus `table`).
 pub async fn status(target: &Target<'_>, as_json: bool) -> Result<Report> {
+    target.check().await?;
     let status = target.store.status().await.map_err(|e| target.explain(e))?;
     if as_json {
         let mut value = serde_json::to_value(&status).expect("status serializes");
@@ -219,6 +278,11 @@ fn status_table(target: &Target<'_>, s: &OutboxStatus) -> String {
 pub async fn dead(target: &Target<'_>, action: &DeadAction) -> Result<Report> {
     let store = target.store;
     let explain = |e| target.explain(e);
+    if let DeadAction::List { limit, .. } = action {
+        // A flag's error before the database's.
+        dead_list_limit(*limit, "--limit")?;
+    }
+    target.check().await?;
     match action {
         DeadAction::List {
             tenant,

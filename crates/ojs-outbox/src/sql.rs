@@ -84,6 +84,11 @@ pub struct Statement {
 pub const MAX_ROWS_PER_INSERT: usize = 5000;
 const INSERT_COLUMNS: &str = "job_id, job_type, job_args, job_options, job_meta, tenant_id";
 
+/// Every column of the outbox table (`create_table`), for the check that a table of the
+/// configured name is an outbox table.
+const OUTBOX_COLUMNS: &str = "id, job_id, job_type, job_args, job_options, job_meta, tenant_id, \
+     status, attempts, available_at, locked_until, lease_token, created_at, sent_at, error";
+
 /// The current time in milliseconds since the epoch, from SQLite's own clock (works on every
 /// SQLite from 3.x on: `unixepoch('subsec')` needs 3.42, hosts may have older).
 const SQLITE_NOW_MS: &str = "CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER)";
@@ -563,9 +568,10 @@ impl OutboxSql {
         format!("DROP TABLE IF EXISTS {}", self.table)
     }
 
-    /// Fails when the table does not exist; reads no row.
+    /// Fails when the table does not exist, and when it lacks one of the outbox's columns
+    /// (the database's error names the first one missing); reads no row.
     pub fn check_table(&self) -> String {
-        format!("SELECT 1 FROM {} LIMIT 0", self.table)
+        format!("SELECT {OUTBOX_COLUMNS} FROM {} LIMIT 0", self.table)
     }
 
     /// Dead rows of one tenant (parameter 1, NULL = all).

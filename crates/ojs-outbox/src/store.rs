@@ -263,20 +263,35 @@ impl Store {
                     .create_if_missing(true)
                     .journal_mode(SqliteJournalMode::Wal)
             };
-            if read_only && !options.get_filename().exists() {
+            let path = options.get_filename();
+            if path.is_dir() {
+                return Err(bad_url(format!(
+                    "{} is a directory, not a SQLite database file",
+                    path.display()
+                )));
+            }
+            if read_only && !path.exists() {
                 return Err(Error::new(
                     ErrorCode::Database,
                     format!(
                         "no SQLite database at {} (a read-only command creates none)",
-                        options.get_filename().display()
+                        path.display()
                     ),
                 ));
             }
-            let pool = SqlitePoolOptions::new()
-                .max_connections(2)
-                .connect_with(options.clone())
-                .await
-                .map_err(Error::database)?;
+            // SQLite opens any file lazily: reading the schema's version reads the header, so
+            // a file that is no database fails here, named, rather than at the first statement.
+            let opened = async {
+                let pool = SqlitePoolOptions::new()
+                    .max_connections(2)
+                    .connect_with(options.clone())
+                    .await?;
+                sqlx::raw_sql("PRAGMA schema_version")
+                    .execute(&pool)
+                    .await?;
+                Ok::<_, sqlx::Error>(pool)
+            };
+            let pool = opened.await.map_err(|e| sqlite_open_error(path, e))?;
             let mut store = Store::from_pool(Pool::Sqlite(pool), table);
             if !read_only {
                 store.sqlite_options = Some(options);
@@ -419,9 +434,44 @@ impl Store {
         Ok(())
     }
 
-    /// Fails with `OUTBOX_TABLE_MISSING` when the table does not exist.
+    /// Fails with `OUTBOX_TABLE_MISSING` when the table does not exist, and with
+    /// `INVALID_CONFIG` (field `table_name`) when a table of that name exists without the
+    /// outbox's columns (`pg_catalog.pg_class`, an application's own table).
     pub async fn check_table(&self) -> Result<()> {
-        self.execute(&self.sql.check_table()).await.map(|_| ())
+        match self.missing_column().await? {
+            None => Ok(()),
+            Some(why) => Err(Error {
+                code: ErrorCode::InvalidConfig,
+                field: Some("table_name".to_owned()),
+                message: format!(
+                    "the table {:?} is not an outbox table ({why}); name the outbox table, or a table that does not exist yet and create it with the migration",
+                    self.sql.table
+                ),
+            }),
+        }
+    }
+
+    /// Whether the table has every outbox column: `None` when it has, the database's words
+    /// naming the first one missing when it has not. A missing table is an
+    /// `OUTBOX_TABLE_MISSING` error.
+    pub async fn missing_column(&self) -> Result<Option<String>> {
+        let checked = on_pool!(&self.pool, |pool| sqlx::raw_sql(AssertSqlSafe(
+            self.sql.check_table()
+        ))
+        .execute(pool)
+        .await
+        .map(|_| ()));
+        match checked {
+            Ok(()) => Ok(None),
+            Err(sqlx::Error::Database(db))
+                // PostgreSQL's undefined column (any message language); SQLite's words.
+                if db.code().as_deref() == Some("42703")
+                    || db.message().starts_with("no such column") =>
+            {
+                Ok(Some(db.message().to_owned()))
+            }
+            Err(e) => Err(Error::database(e)),
+        }
     }
 
     async fn execute(&self, statement: &str) -> Result<u64> {
@@ -860,6 +910,25 @@ pub(crate) async fn count_rows_sqlite<'e, E: sqlx::SqliteExecutor<'e>>(
         .fetch_one(executor)
         .await?;
     Ok(count)
+}
+
+/// A SQLite file that could not be opened: a file that is no database names its path (SQLite's
+/// own words do not).
+fn sqlite_open_error(path: &std::path::Path, error: sqlx::Error) -> Error {
+    let not_a_database =
+        matches!(&error, sqlx::Error::Database(db) if db.code().as_deref() == Some("26"));
+    let error = Error::database(error);
+    if !not_a_database {
+        return error;
+    }
+    Error::new(
+        error.code,
+        format!(
+            "{} is not a SQLite database: {}",
+            path.display(),
+            error.message
+        ),
+    )
 }
 
 /// The URL without its password, for messages.

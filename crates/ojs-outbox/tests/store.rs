@@ -268,3 +268,73 @@ async fn bad_database_urls_are_refused_clearly() {
         error.message
     );
 }
+
+/// What every binding and `Outbox::connect` see too, not only `ojs-relay` (issue 25, item 9):
+/// a table without the outbox's columns, a file that is no database and a directory are named.
+#[tokio::test]
+async fn a_wrong_table_a_file_that_is_no_database_and_a_directory_are_named() {
+    let url = sqlite_url("named");
+    let store = Store::connect(&url, "users").await.unwrap();
+    sqlx::raw_sql("CREATE TABLE users (id INTEGER PRIMARY KEY, name TEXT)")
+        .execute(store.sqlite_pool().unwrap())
+        .await
+        .unwrap();
+    let error = store.check_table().await.unwrap_err();
+    assert_eq!(error.code, ErrorCode::InvalidConfig, "{error}");
+    assert!(
+        error
+            .message
+            .contains("the table \"users\" is not an outbox table")
+            && error.message.contains("job_id"),
+        "{error}"
+    );
+    store.close().await;
+    if let Some(url) = postgres_url() {
+        let store = Store::connect(&url, "pg_catalog.pg_class").await.unwrap();
+        let error = store.check_table().await.unwrap_err();
+        assert_eq!(error.code, ErrorCode::InvalidConfig, "{error}");
+        assert!(
+            error
+                .message
+                .contains("\"pg_catalog.pg_class\" is not an outbox table"),
+            "{error}"
+        );
+    }
+
+    let dir = std::path::PathBuf::from(url.trim_start_matches("sqlite://"))
+        .parent()
+        .unwrap()
+        .to_owned();
+    let notes = dir.join("notes.txt");
+    std::fs::write(&notes, "not a database, just text\n".repeat(20)).unwrap();
+    for read_only in [false, true] {
+        let url = format!("sqlite://{}", notes.display());
+        let opened = if read_only {
+            Store::connect_read_only(&url, "ojs_outbox").await
+        } else {
+            Store::connect(&url, "ojs_outbox").await
+        };
+        let error = opened.expect_err("a text file is no database");
+        assert_eq!(error.code, ErrorCode::Database);
+        assert!(
+            error
+                .message
+                .contains(&format!("{} is not a SQLite database", notes.display())),
+            "{error}"
+        );
+        let url = format!("sqlite://{}", dir.display());
+        let opened = if read_only {
+            Store::connect_read_only(&url, "ojs_outbox").await
+        } else {
+            Store::connect(&url, "ojs_outbox").await
+        };
+        let error = opened.expect_err("a directory is no database");
+        assert_eq!(error.code, ErrorCode::InvalidDatabaseUrl);
+        assert!(
+            error
+                .message
+                .contains(&format!("{} is a directory", dir.display())),
+            "{error}"
+        );
+    }
+}

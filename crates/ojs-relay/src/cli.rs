@@ -2,7 +2,8 @@
 
 use std::path::PathBuf;
 
-use clap::{Args, Parser, Subcommand};
+use clap::parser::ValueSource;
+use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 
 /// The separate OJS outbox relay: takes committed outbox rows to the OJS backend.
 ///
@@ -61,6 +62,11 @@ pub struct RunArgs {
     #[arg(long, env = "OJS_URL", hide_env_values = true, value_name = "URL")]
     pub ojs_url: Option<String>,
 
+    /// Whether `ojs_url` came from the environment (`OJS_URL`) rather than the flag, so an
+    /// error names the one the user set ([`parse`] fills it in).
+    #[arg(skip)]
+    pub ojs_url_from_env: bool,
+
     /// Rows claimed and sent per round (1..=1000).
     #[arg(long, value_name = "N", allow_negative_numbers = true)]
     pub batch_size: Option<i64>,
@@ -86,6 +92,31 @@ pub struct RunArgs {
     /// A token that reads only TENANT's events (repeatable), e.g. acme=s3cret.
     #[arg(long, value_name = "TENANT=TOKEN")]
     pub tenant_token: Vec<String>,
+}
+
+impl RunArgs {
+    /// How the user set the backend URL, for its errors: `OJS_URL` or `--ojs-url`.
+    pub fn ojs_url_source(&self) -> &'static str {
+        if self.ojs_url_from_env {
+            "OJS_URL"
+        } else {
+            "--ojs-url"
+        }
+    }
+}
+
+/// Parses the command line as [`Cli::parse`] does (exiting on a usage error), and notes which
+/// values came from the environment.
+pub fn parse() -> Cli {
+    let matches = Cli::command().get_matches();
+    let mut cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    if let (Command::Run(run), Some(("run", run_matches))) =
+        (&mut cli.command, matches.subcommand())
+    {
+        run.ojs_url_from_env =
+            run_matches.value_source("ojs_url") == Some(ValueSource::EnvVariable);
+    }
+    cli
 }
 
 #[derive(Debug, Subcommand)]

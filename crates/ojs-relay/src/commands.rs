@@ -100,9 +100,11 @@ pub async fn dead(settings: &Settings, command: &DeadCommand) -> Result<i32> {
             confirmed: *yes,
         },
     };
-    let store = match action {
-        admin::DeadAction::List { .. } => connect_read_only(settings).await?,
-        _ => connect(settings).await?,
+    // A listing and a purge without --yes only read: they write nothing (issue 25, item 7).
+    let store = if action.writes() {
+        connect(settings).await?
+    } else {
+        connect_read_only(settings).await?
     };
     let report = admin::dead(&target(settings, &store), &action).await;
     store.close().await;
@@ -123,9 +125,7 @@ pub async fn run(settings: &Settings, args: &crate::cli::RunArgs) -> Result<i32>
 
     let config = &settings.config;
     let store = connect(settings).await?;
-    if let Err(error) = store.check_table().await {
-        return Err(target(settings, &store).explain(error));
-    }
+    target(settings, &store).check().await?;
     let backend = Backend::new(config)?;
     match backend.health().await {
         Ok(()) => tracing::info!("OJS backend at {} is healthy", config.ojs_url),

@@ -12,14 +12,13 @@ mod settings;
 use std::io::IsTerminal;
 use std::process::ExitCode;
 
-use clap::Parser;
 use ojs_outbox::{Error, ErrorCode};
 use tracing_subscriber::EnvFilter;
 
 use crate::cli::{Cli, Command};
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = cli::parse();
     init_logging();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -55,13 +54,33 @@ async fn dispatch(cli: &Cli) -> ojs_outbox::Result<i32> {
 
 /// Logs go to stderr, filtered by `OJS_LOG` (tracing env-filter syntax), `info` by default.
 fn init_logging() {
-    let filter = EnvFilter::try_from_env("OJS_LOG").unwrap_or_else(|_| EnvFilter::new("info"));
+    let filter = EnvFilter::try_new(log_filter(std::env::var("OJS_LOG").ok().as_deref()))
+        .unwrap_or_else(|_| EnvFilter::new(log_filter(None)));
     let ansi = std::io::stderr().is_terminal();
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .with_ansi(ansi)
         .init();
+}
+
+/// The filter of `OJS_LOG` (`info` when unset or empty), with sqlx's own lines held to
+/// warnings unless the filter names sqlx itself (`OJS_LOG=info,sqlx=info`). At info sqlx
+/// repeats, in its words, what the relay says in its own: a server's notices ("relation ...
+/// already exists, skipping" at each migrate) and each pooled connection it finds dead after a
+/// server restart, with PostgreSQL's position in its own source ("terminating connection due
+/// to administrator command at line 3211", `sqlx_core::pool::inner`); the relay logs a
+/// database failure once, in its own words.
+fn log_filter(ojs_log: Option<&str>) -> String {
+    let filter = ojs_log
+        .map(str::trim)
+        .filter(|f| !f.is_empty())
+        .unwrap_or("info");
+    if filter.contains("sqlx") {
+        filter.to_owned()
+    } else {
+        format!("{filter},sqlx=warn")
+    }
 }
 
 /// `error [CODE]: message` on stderr; exit 2 for usage and configuration errors, 1 otherwise.
@@ -78,5 +97,18 @@ fn exit_code(code: ErrorCode) -> u8 {
     match code {
         ErrorCode::InvalidConfig | ErrorCode::InvalidDatabaseUrl => 2,
         _ => 1,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::log_filter;
+
+    #[test]
+    fn sqlx_is_held_to_warnings_unless_the_filter_names_it() {
+        assert_eq!(log_filter(None), "info,sqlx=warn");
+        assert_eq!(log_filter(Some(" ")), "info,sqlx=warn");
+        assert_eq!(log_filter(Some("debug")), "debug,sqlx=warn");
+        assert_eq!(log_filter(Some("info,sqlx=debug")), "info,sqlx=debug");
     }
 }

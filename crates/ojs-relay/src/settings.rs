@@ -36,7 +36,8 @@ pub fn build(cli: &Cli, run: Option<&RunArgs>) -> Result<Settings> {
     let mut poll_interval = None;
     if let Some(run) = run {
         if let Some(url) = &run.ojs_url {
-            flag_url = Some(checked("--ojs-url", json!({ "ojs_url": url }))?.ojs_url);
+            // Named as the user set it: the flag, or the environment variable.
+            flag_url = Some(checked(run.ojs_url_source(), json!({ "ojs_url": url }))?.ojs_url);
         }
         if let Some(n) = run.batch_size {
             batch_size = Some(
