@@ -120,8 +120,15 @@ async fn a_job_for_later_is_scheduled_and_one_for_the_past_is_available() {
 #[tokio::test]
 async fn a_scheduled_job_becomes_available_when_its_time_comes() {
     let (server, client) = start().await;
-    // Due a second from now: the GET answers scheduled until then, available after.
-    let due = std::time::SystemTime::now() + Duration::from_secs(1);
+    // Due a second from now: the GET answers scheduled until then, available after. The
+    // timestamp carries milliseconds, so the instant compared below is the one the server
+    // reads from the text: a `due` with the sub-millisecond part the text drops would be up
+    // to 1 ms later than the server's, and a GET within that millisecond would see the job
+    // available "before its time".
+    let in_a_second = (std::time::SystemTime::now() + Duration::from_secs(1))
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap();
+    let due = std::time::UNIX_EPOCH + Duration::from_millis(in_a_second.as_millis() as u64);
     let due_text = rfc3339(due);
     let answer = client
         .enqueue(&json!({"id": job_id(1), "type": "a", "args": [], "options": {"delay_until": due_text}}))

@@ -11,7 +11,7 @@ use common::{BINDING_ERROR_CODES, Client, is_utc_timestamp, is_uuid_v7, job, job
 use ojs_devserver::DevServer;
 use serde_json::{Value, json};
 
-const DEADLINE: Duration = Duration::from_secs(10);
+const DEADLINE: Duration = Duration::from_secs(30);
 
 /// One SSE frame as received.
 #[derive(Debug, Clone)]

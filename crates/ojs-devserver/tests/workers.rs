@@ -11,7 +11,7 @@ use common::{Answer, Client, assert_envelope, assert_error, job, job_id, start, 
 use ojs_devserver::Fault;
 use serde_json::{Value, json};
 
-const DEADLINE: Duration = Duration::from_secs(10);
+const DEADLINE: Duration = Duration::from_secs(30);
 
 async fn fetch(client: &Client, body: Value) -> Answer {
     let answer = client.post("/ojs/v1/workers/fetch", &body).await;

@@ -31,8 +31,10 @@ async fn stage(outbox: &Outbox, count: usize) -> Vec<String> {
     ids
 }
 
+/// Waits for `check`; the deadline only ends a test that would hang (the relay refreshes its
+/// `pending` and age counters every 5 s, so a busy machine may need several refreshes).
 async fn eventually(what: &str, mut check: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(10);
+    let deadline = Instant::now() + Duration::from_secs(60);
     while !check() {
         assert!(Instant::now() < deadline, "timed out waiting for {what}");
         tokio::time::sleep(Duration::from_millis(20)).await;
@@ -49,28 +51,50 @@ async fn counts_sent_and_overflowing_hot_queue_degrades_to_the_poller() {
         json!({"hot_queue_capacity": 2, "skip_recent": "PT0S"}),
     )
     .await;
-    // Long enough that the test sees the send in flight even on a loaded machine.
-    backend.push_fault(Fault::latency(2000).times(1));
     outbox.start_relay();
-    // The first commit keeps the relay busy on a slow send while the next ten overflow the queue.
-    stage(&outbox, 1).await;
-    eventually("the first job in flight", || {
-        outbox.metrics().unwrap().in_flight == 1
+    // A commit keeps the relay on a slow send (held 2 s) while the next ten commits' ids meet
+    // a queue of 2: 8 or 9 are dropped when the ten come while that send is still held,
+    // which the backend tells (it has not stored the slow job yet), and the poller sends them.
+    // The verdict rests on what the backend saw, not on the machine being fast enough to
+    // commit within the 2 s: a round where it was not is tried again.
+    let mut staged = 0;
+    let mut overflowed = false;
+    for _ in 0..5 {
+        backend.push_fault(Fault::latency(2000).times(1));
+        let stored_before = backend.snapshot().jobs.len();
+        let dropped_before = outbox.metrics().unwrap().hot_dropped;
+        stage(&outbox, 1).await;
+        eventually("the slow job in flight", || {
+            outbox.metrics().unwrap().in_flight == 1
+        })
+        .await;
+        stage(&outbox, 10).await;
+        let held = backend.snapshot().jobs.len() == stored_before;
+        let dropped = outbox.metrics().unwrap().hot_dropped - dropped_before;
+        staged += 11;
+        eventually("every job delivered", || {
+            backend.snapshot().jobs.len() == staged
+        })
+        .await;
+        if held {
+            // 8, or 9 when the poller claimed the slow job and its own id still holds a slot.
+            assert!(
+                (8..=9).contains(&dropped),
+                "10 ids met a queue of 2 while the relay was busy: {dropped} dropped"
+            );
+            overflowed = true;
+            break;
+        }
+        eprintln!("the slow send ended before the ten commits; trying again");
+    }
+    assert!(
+        overflowed,
+        "the relay was never seen busy while ten ids came"
+    );
+    eventually("sent counted", || {
+        outbox.metrics().unwrap().sent == staged as u64
     })
     .await;
-    let mut tx = outbox.begin().await.unwrap();
-    let jobs = (0..10)
-        .map(|i| NewJob::new("metrics.job", json!([i])))
-        .collect();
-    tx.enqueue_bulk(jobs).await.unwrap();
-    tx.commit().await.unwrap();
-    let metrics = outbox.metrics().unwrap();
-    assert!(
-        metrics.hot_dropped >= 7,
-        "expected most of 10 ids dropped with capacity 2: {metrics:?}"
-    );
-    eventually("all 11 delivered", || backend.snapshot().jobs.len() == 11).await;
-    eventually("sent counted", || outbox.metrics().unwrap().sent == 11).await;
     let metrics = outbox.metrics().unwrap();
     assert_eq!(
         (metrics.retried, metrics.dead, metrics.in_flight),
@@ -151,6 +175,7 @@ async fn a_backlog_does_not_hold_back_a_fresh_commit() {
     })
     .await;
     let fresh = stage(&outbox, 1).await.remove(0);
+    let stored_at_commit = backend.snapshot().jobs.len() as u64;
     let deadline = Instant::now() + Duration::from_secs(60);
     let position = loop {
         let snapshot = backend.snapshot();
@@ -161,10 +186,12 @@ async fn a_backlog_does_not_hold_back_a_fresh_commit() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     };
     // Claimed by the poller in id order it would come last (seq 2000); served by the hot path
-    // between two poller rounds it comes within the first rounds after its commit.
+    // between two poller rounds it comes within the first rounds after its commit. Counted
+    // from what the backend held when the commit returned, not from how fast that was.
     assert!(
-        position < 1000,
-        "the fresh job waited behind the backlog: accepted at position {position} of 2001"
+        position < (stored_at_commit + 100).min(2000),
+        "the fresh job waited behind the backlog: accepted at position {position} of 2001, \
+         {stored_at_commit} were stored when it was committed"
     );
     while backend.snapshot().jobs.len() < 2001 {
         assert!(Instant::now() < deadline, "the backlog never drained");

@@ -40,6 +40,44 @@ fn releases(rows: &[ojs_outbox::store::ClaimedRow]) -> Vec<Settlement> {
         .collect()
 }
 
+/// Waits until the database's clock is past the `sent_at` of every sent row, so a prune with
+/// zero retention takes them whatever the clock's resolution and the machine's speed.
+async fn wait_until_the_clock_passes_every_sent_at(store: &Store, table: &str) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let not_yet: i64 = match store.dialect() {
+            ojs_outbox::sql::Dialect::Sqlite => {
+                // The store's clock (sql.rs, SQLITE_NOW_MS).
+                let sql = format!(
+                    "SELECT COUNT(*) FROM {table} WHERE status = 'sent' \
+                     AND sent_at >= CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER)"
+                );
+                sqlx::query_scalar(sqlx::AssertSqlSafe(sql))
+                    .fetch_one(store.sqlite_pool().unwrap())
+                    .await
+                    .unwrap()
+            }
+            ojs_outbox::sql::Dialect::Postgres => {
+                let sql = format!(
+                    "SELECT COUNT(*) FROM {table} WHERE status = 'sent' AND sent_at >= now()"
+                );
+                sqlx::query_scalar(sqlx::AssertSqlSafe(sql))
+                    .fetch_one(store.postgres_pool().unwrap())
+                    .await
+                    .unwrap()
+            }
+        };
+        if not_yet == 0 {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the database's clock did not pass the rows' sent_at within 10 s"
+        );
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+}
+
 async fn stage_claim_settle(url: &str, table: &str) {
     let config = Config::from_value(
         &json!({"adapter": {"ojs_url": "http://127.0.0.1:9", "database_url": url, "outbox": {"table_name": table}}}),
@@ -195,6 +233,9 @@ async fn stage_claim_settle(url: &str, table: &str) {
         "the failed and deferred rows wait for their retry time: {due_ids:?}"
     );
     drop(due); // an abandoned claim: its transaction rolls back
+    // Prune takes rows sent strictly before now - retention: one sent in the same
+    // millisecond as the prune (SQLite's clock) is not older than zero yet.
+    wait_until_the_clock_passes_every_sent_at(store, table).await;
     assert_eq!(
         store.prune(Duration::ZERO, 100).await.unwrap(),
         2,

@@ -94,7 +94,7 @@ async fn missing_table_is_outbox_table_missing(kind: Kind, name: &str) {
     // `run` refuses to start, with the same message, instead of logging errors forever.
     let server = DevServer::start(0).await.unwrap();
     let mut relay = db.spawn_run(&server.url(), &[]);
-    let status = relay.wait(Duration::from_secs(10)).await;
+    let status = relay.wait(Duration::from_secs(30)).await;
     assert_eq!(
         status.code(),
         Some(1),
@@ -190,8 +190,8 @@ async fn read_only_commands_leave_a_sqlite_file_as_it_was() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unreachable_database_is_one_clear_line_exit_1() {
-    // Nothing listens on port 1: refused at once, and the message says so (not "pool timed out").
-    let started = Instant::now();
+    // Nothing listens on port 1: refused at once, and the message says so (not "pool timed
+    // out"). The words are the verdict, not how long it took: a busy machine takes longer.
     let out = cli(&[
         "--database-url",
         "postgres://postgres@127.0.0.1:1/postgres",
@@ -204,11 +204,7 @@ async fn unreachable_database_is_one_clear_line_exit_1() {
         "{line}"
     );
     assert!(line.to_lowercase().contains("refused"), "{line}");
-    assert!(
-        started.elapsed() < Duration::from_secs(5),
-        "took {:?}",
-        started.elapsed()
-    );
+    assert!(!line.contains("timed out"), "{line}");
 
     // The password never reaches the terminal.
     let out = cli(&[
@@ -479,7 +475,7 @@ async fn run_delivers_then_stops_on_sigterm(kind: Kind, name: &str) {
     // Rows staged while it runs are picked up by the poller too.
     let late = db.stage(vec![NewJob::new("test.late", json!([]))]).await;
     db.wait_status(
-        Duration::from_secs(10),
+        Duration::from_secs(30),
         "the late row sent",
         Some(&relay),
         |s| s["sent"] == json!(251),
@@ -546,7 +542,7 @@ async fn run_with_unreachable_backend_warns_keeps_rows_and_delivers_later() {
         r#"{"adapter": {"relay": {"initial_backoff": "PT0.2S", "max_backoff": "PT0.5S"}}}"#,
     );
     let mut relay = db.spawn_run(&url, &["--poll-interval", "PT0.1S", "--config", &config]);
-    let deadline = Instant::now() + Duration::from_secs(10);
+    let deadline = Instant::now() + Duration::from_secs(30);
     while !relay.log().contains("is unreachable") {
         assert!(
             Instant::now() < deadline,

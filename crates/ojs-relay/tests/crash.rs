@@ -58,7 +58,7 @@ async fn crash_and_recover(kind: Kind) {
     let watcher = {
         let server = server.clone();
         tokio::task::spawn_blocking(move || {
-            let deadline = Instant::now() + Duration::from_secs(20);
+            let deadline = Instant::now() + Duration::from_secs(60);
             let mut last = server.stats().jobs;
             loop {
                 let jobs = server.stats().jobs;
@@ -76,7 +76,7 @@ async fn crash_and_recover(kind: Kind) {
     let at_kill = watcher.await.unwrap();
     first.sigkill();
     let killed_after = t1.elapsed();
-    let exit = first.wait(Duration::from_secs(5)).await;
+    let exit = first.wait(Duration::from_secs(30)).await;
     let at_kill = at_kill.unwrap_or_else(|| {
         panic!(
             "the first relay never delivered a quarter; log:\n{}",
@@ -113,7 +113,7 @@ async fn crash_and_recover(kind: Kind) {
     let mut second = db.spawn_run(&url, &run_args);
     let status = db
         .wait_status(
-            Duration::from_secs(30),
+            Duration::from_secs(120),
             "every row sent",
             Some(&second),
             |s| s["sent"] == json!(ROWS as i64),

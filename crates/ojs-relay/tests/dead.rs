@@ -46,7 +46,7 @@ async fn dead_list_replay_purge(kind: Kind, name: &str) {
     let mut relay = db.spawn_run(&url, &run_args);
     let status = db
         .wait_status(
-            Duration::from_secs(15),
+            Duration::from_secs(60),
             "5 dead and 2 sent",
             Some(&relay),
             |s| s["dead"] == json!(5) && s["sent"] == json!(2),
@@ -122,7 +122,7 @@ async fn dead_list_replay_purge(kind: Kind, name: &str) {
 
     let mut relay = db.spawn_run(&url, &run_args);
     db.wait_status(
-        Duration::from_secs(15),
+        Duration::from_secs(60),
         "t1's replayed rows sent",
         Some(&relay),
         |s| s["sent"] == json!(5),
