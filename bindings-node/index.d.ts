@@ -225,7 +225,10 @@ export interface OutboxStatus {
   failed: number;
   sent: number;
   dead: number;
-  in_flight: number;
+  /** Of the sent rows, jobs the backend's unique policy (`onConflict: 'reject'`) refused. */
+  unique_rejected: number;
+  /** Rows with a live lease (SQLite); null on PostgreSQL, where row locks are invisible to a read. */
+  in_flight: number | null;
   oldest_pending_age_ms: number;
   recent_lag_ms: number;
 }
@@ -247,6 +250,8 @@ export interface RelayMetrics {
   retried: number;
   dead: number;
   deduplicated: number;
+  /** Jobs not created: the backend's unique policy (`onConflict: 'reject'`) holds another job. */
+  unique_rejected: number;
   /** Ids the core's hot queue dropped (the poller delivers their rows). */
   hot_dropped: number;
   oldest_pending_age_ms: number;

@@ -287,7 +287,7 @@ for (const database of ['sqlite', 'postgres']) {
         await waitFor(async () => (await ojs.outboxRows([poison]))[poison]?.status === 'dead', WAIT_MS, 'the poison job dead');
         const status = await waitFor(async () => {
           const s = await ojs.status();
-          return s.pending === 0 && s.failed === 0 && s.in_flight === 0 ? s : null;
+          return s.pending === 0 && s.failed === 0 && !s.in_flight ? s : null;
         }, WAIT_MS, 'the outbox drained');
         const answer = await get(port, '/ojs/metrics', OPERATOR);
         assert.equal(answer.status, 200);

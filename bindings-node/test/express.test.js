@@ -141,7 +141,7 @@ for (const database of ['sqlite', 'postgres']) {
       // row it can see: nothing pending, failed or in flight).
       await waitFor(async () => {
         const status = await ojs.status();
-        return status.pending === 0 && status.failed === 0 && status.in_flight === 0;
+        return status.pending === 0 && status.failed === 0 && !status.in_flight;
       }, WAIT_MS, 'the relay settled every row');
       const after = await backend.received();
       assert.ok(!after.jobs.some((j) => j.id === failed.body.jobId), 'rolled-back job must not be sent');

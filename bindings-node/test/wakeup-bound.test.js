@@ -119,7 +119,7 @@ test('sqlite: wake-ups to a relay host that does not read stay bounded, drops ar
     stopped = null;
     await waitFor(async () => {
       const status = await ojs.status();
-      return status.sent === ids.length && status.pending === 0 && status.failed === 0 && status.in_flight === 0;
+      return status.sent === ids.length && status.pending === 0 && status.failed === 0 && !status.in_flight;
     }, WAIT_MS * 2, `all ${ids.length} rows sent`);
     const rows = await ojs.outboxRows(ids);
     assert.equal(Object.keys(rows).length, ids.length);

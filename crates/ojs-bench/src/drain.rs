@@ -520,7 +520,7 @@ async fn relay_run(
     // The last settle lands just after the last delivery.
     let settled_at = loop {
         let status = store.status().await?;
-        if status.pending + status.failed == 0 && status.in_flight == 0 {
+        if status.pending + status.failed == 0 && status.in_flight.unwrap_or(0) == 0 {
             break Instant::now();
         }
         if started.elapsed() > timeout {

@@ -260,11 +260,12 @@ fn status_table(target: &Target<'_>, s: &OutboxStatus) -> String {
         ("pending", s.pending.to_string()),
         ("failed (retrying)", s.failed.to_string()),
         ("sent", s.sent.to_string()),
+        ("unique rejected", s.unique_rejected.to_string()),
         ("dead", s.dead.to_string()),
         // A PostgreSQL relay holds its claim by row locks, which a read cannot see.
-        match target.store.dialect() {
-            crate::sql::Dialect::Sqlite => ("in flight (leased)", s.in_flight.to_string()),
-            crate::sql::Dialect::Postgres => ("in flight", "see metrics".to_owned()),
+        match s.in_flight {
+            Some(leased) => ("in flight (leased)", leased.to_string()),
+            None => ("in flight", "see metrics".to_owned()),
         },
         ("oldest pending age", human_ms(s.oldest_pending_age_ms)),
         ("recent lag (1 min)", human_ms(s.recent_lag_ms)),

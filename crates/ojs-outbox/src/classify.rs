@@ -11,7 +11,8 @@ pub enum Outcome {
     /// Accepted: 201, or 200 with the existing job under a unique `ignore` policy.
     Delivered { deduplicated: bool },
     /// 409 duplicate: the id (or its unique key) exists; a GET tells whether it is ours.
-    Duplicate,
+    /// `existing_job_id`: the job the backend holds instead (`error.details.existing_job_id`).
+    Duplicate { existing_job_id: Option<String> },
     /// A failure of this job that may pass later (500, `retryable: true`): consumes an attempt.
     Retry {
         reason: String,
@@ -111,6 +112,17 @@ pub fn failed_index(body: &str) -> Option<usize> {
     index.as_u64().map(|i| i as usize)
 }
 
+/// The job a `409 duplicate` names as the one the backend holds (`error.details.existing_job_id`).
+fn existing_job_id(body: &str) -> Option<String> {
+    let value = serde_json::from_str::<Value>(body).ok()?;
+    value
+        .pointer("/error/details/existing_job_id")
+        .or_else(|| value.pointer("/details/existing_job_id"))?
+        .as_str()
+        .filter(|id| !id.is_empty() && id.len() <= 200)
+        .map(str::to_owned)
+}
+
 /// `Retry-After` as seconds or an HTTP date.
 pub fn parse_retry_after(value: &str, now: time::OffsetDateTime) -> Option<Duration> {
     let value = value.trim();
@@ -145,7 +157,11 @@ pub fn classify(status: u16, retry_after: Option<Duration>, body: &str) -> Outco
         None => format!("HTTP {status} {code}").trim_end().to_owned(),
     };
     match code.as_str() {
-        "duplicate" | "duplicate_job" => return Outcome::Duplicate,
+        "duplicate" | "duplicate_job" => {
+            return Outcome::Duplicate {
+                existing_job_id: existing_job_id(body),
+            };
+        }
         "queue_paused" => {
             return Outcome::Defer {
                 reason,
@@ -168,7 +184,11 @@ pub fn classify(status: u16, retry_after: Option<Duration>, body: &str) -> Outco
                 retry_after: retry_after.unwrap_or(Duration::from_secs(1)),
             };
         }
-        409 if parsed.code.is_none() => return Outcome::Duplicate,
+        409 if parsed.code.is_none() => {
+            return Outcome::Duplicate {
+                existing_job_id: existing_job_id(body),
+            };
+        }
         413 => return Outcome::Terminal { reason },
         401 | 403 | 404 | 405 => return Outcome::Misconfigured { reason },
         _ => {}

@@ -60,6 +60,8 @@ pub enum EventData {
         next_attempt_at_ms: Option<i64>,
         /// `job.enqueued`: whether the backend already held the job.
         deduplicated: Option<bool>,
+        /// `job.unique_rejected`: the job the backend holds instead of this one.
+        existing_job_id: Option<String>,
     },
     /// Relay and operator events.
     Other(Value),
@@ -92,6 +94,8 @@ impl Event {
             next_attempt_at: Option<String>,
             #[serde(skip_serializing_if = "Option::is_none")]
             deduplicated: Option<bool>,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            existing_job_id: Option<&'a str>,
         }
         #[derive(serde::Serialize)]
         #[serde(untagged)]
@@ -119,6 +123,7 @@ impl Event {
                 error,
                 next_attempt_at_ms,
                 deduplicated,
+                existing_job_id,
             } => {
                 let dead = self.kind == "job.dead_lettered";
                 Data::Job(JobData {
@@ -131,6 +136,7 @@ impl Event {
                     reason: error.as_deref().filter(|_| dead),
                     next_attempt_at: next_attempt_at_ms.map(rfc3339_ms),
                     deduplicated: *deduplicated,
+                    existing_job_id: existing_job_id.as_deref(),
                 })
             }
         };
@@ -499,6 +505,7 @@ mod tests {
             error: None,
             next_attempt_at_ms: None,
             deduplicated: None,
+            existing_job_id: None,
         };
         bus.job_event(kind, "j1", queue, tenant, data);
     }

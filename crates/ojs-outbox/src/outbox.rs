@@ -213,7 +213,7 @@ impl Outbox {
             Outcome::Terminal { reason } | Outcome::Misconfigured { reason } => {
                 Err(Error::new(ErrorCode::BackendRejected, reason))
             }
-            Outcome::Duplicate => Err(Error::new(
+            Outcome::Duplicate { .. } => Err(Error::new(
                 ErrorCode::BackendRejected,
                 "409 duplicate: an equal job exists",
             )),

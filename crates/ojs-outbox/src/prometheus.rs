@@ -89,6 +89,12 @@ pub fn exposition(sample: &Sample<'_>) -> String {
         &one(m.deduplicated.to_string()),
     );
     family(
+        "ojs_relay_jobs_unique_rejected_total",
+        "counter",
+        "Jobs not created: the backend's unique policy (on_conflict: reject) holds another job with the same key.",
+        &one(m.unique_rejected.to_string()),
+    );
+    family(
         "ojs_relay_job_retries_total",
         "counter",
         "Failed attempts and deferrals that will be tried again.",

@@ -44,6 +44,7 @@ struct Counters {
     retried: AtomicU64,
     dead: AtomicU64,
     deduplicated: AtomicU64,
+    unique_rejected: AtomicU64,
     hot_dropped: AtomicU64,
     in_flight: AtomicI64,
     pending: AtomicI64,
@@ -84,6 +85,9 @@ pub struct Metrics {
     pub retried: u64,
     pub dead: u64,
     pub deduplicated: u64,
+    /// Jobs the backend refused because its unique policy (`on_conflict: reject`) found
+    /// another job with the same key: settled `sent`, but this job id was not created.
+    pub unique_rejected: u64,
     pub hot_dropped: u64,
     pub oldest_pending_age_ms: i64,
     /// `None` until the relay has heard from the backend.
@@ -210,6 +214,7 @@ impl Relay {
             retried: c.retried.load(Ordering::Relaxed),
             dead: c.dead.load(Ordering::Relaxed),
             deduplicated: c.deduplicated.load(Ordering::Relaxed),
+            unique_rejected: c.unique_rejected.load(Ordering::Relaxed),
             hot_dropped: c.hot_dropped.load(Ordering::Relaxed),
             oldest_pending_age_ms: c.oldest_pending_age_ms.load(Ordering::Relaxed),
             backend_healthy: state.healthy,
@@ -523,11 +528,20 @@ impl Engine {
             tracing::debug!(%error, "outbox relay: the database still fails");
         } else {
             self.database_failing = true;
+            let claimed = match self.store.dialect() {
+                crate::sql::Dialect::Sqlite => {
+                    "rows it had leased are sent again once their lease expires"
+                }
+                // A claim's row locks end with its transaction: nothing waits for a lease.
+                crate::sql::Dialect::Postgres => {
+                    "rows it had claimed are due again at once (their row locks ended with the claim's transaction)"
+                }
+            };
             self.log(
                 Level::Warning,
                 None,
                 format!(
-                    "outbox relay: a database operation failed ({error}); pausing, trying again every {}; leased rows are sent again once their lease expires",
+                    "outbox relay: a database operation failed ({error}); pausing, trying again every {}; {claimed}",
                     seconds(delay)
                 ),
             );
@@ -672,8 +686,12 @@ impl Engine {
             settlements.iter().filter(|s| wanted(s)).count() as u64
         };
         let counters = &self.counters;
+        let rejected = count(is_unique_rejected);
+        counters
+            .unique_rejected
+            .fetch_add(rejected, Ordering::Relaxed);
         counters.sent.fetch_add(
-            count(|s| s.status == Some(RowStatus::Sent)),
+            count(|s| s.status == Some(RowStatus::Sent)) - rejected,
             Ordering::Relaxed,
         );
         counters.dead.fetch_add(
@@ -707,11 +725,27 @@ impl Engine {
                         error,
                         next_attempt_at_ms: next,
                         deduplicated: dedupe,
+                        existing_job_id: None,
                     };
                     self.events
                         .job_event(kind, &row.job_id, queue, tenant.as_deref(), data)
                 };
             let error = settlement.error.clone();
+            if let Some(existing) = error.as_deref().and_then(unique_rejected_existing_id) {
+                // Not `job.enqueued`: this job id was not created.
+                let data = EventData::Job {
+                    job_type: row.job_type.clone(),
+                    attempt,
+                    error: error.clone(),
+                    next_attempt_at_ms: None,
+                    deduplicated: None,
+                    existing_job_id: Some(existing.to_owned()).filter(|id| !id.is_empty()),
+                };
+                let kind = "job.unique_rejected";
+                self.events
+                    .job_event(kind, &row.job_id, queue, tenant.as_deref(), data);
+                continue;
+            }
             match settlement.status {
                 Some(RowStatus::Sent) => event("job.enqueued", None, None, Some(error.is_some())),
                 Some(RowStatus::Failed) => {
@@ -735,7 +769,7 @@ impl Engine {
     fn record_lag(&self, settled: &[(&ClaimedRow, &Settlement)]) {
         let now = crate::events::now_ms();
         for (row, settlement) in settled {
-            if settlement.status != Some(RowStatus::Sent) {
+            if settlement.status != Some(RowStatus::Sent) || is_unique_rejected(settlement) {
                 continue;
             }
             if let Some(staged) = crate::prometheus::staged_at_ms(&row.job_id) {
@@ -859,27 +893,40 @@ impl Engine {
                 }
                 settled(row, RowStatus::Sent, None, None, false)
             }
-            Outcome::Duplicate => match self.backend.job_exists(&row.job_id).await {
-                Ok(ours) => {
-                    self.backend_ok();
-                    self.counters.deduplicated.fetch_add(1, Ordering::Relaxed);
-                    // Our id already there: an earlier attempt got through. Otherwise the
-                    // job's unique key matched another job, which is what the user asked for.
-                    let note = if ours {
-                        None
-                    } else {
-                        Some("unique conflict: the backend holds an equal job".to_owned())
-                    };
-                    settled(row, RowStatus::Sent, None, note, false)
+            Outcome::Duplicate { existing_job_id } => {
+                match self.backend.job_exists(&row.job_id).await {
+                    // Our id already there: an earlier attempt got through.
+                    Ok(true) => {
+                        self.backend_ok();
+                        self.counters.deduplicated.fetch_add(1, Ordering::Relaxed);
+                        settled(row, RowStatus::Sent, None, None, false)
+                    }
+                    // The job's unique key matched another job and the policy refused this one:
+                    // the relay's work is done (sending again would be refused again), but this
+                    // job id does not exist at the backend. Said in the row, the log, an event of
+                    // its own and a counter, never as a delivery.
+                    Ok(false) => {
+                        self.backend_ok();
+                        let note = unique_rejected_note(existing_job_id.as_deref());
+                        self.log(
+                            Level::Warning,
+                            Some(&row.job_id),
+                            format!(
+                                "outbox relay: job {} ({}) was not created: {note}",
+                                row.job_id, row.job_type
+                            ),
+                        );
+                        settled(row, RowStatus::Sent, None, Some(note), false)
+                    }
+                    Err(reason) => {
+                        self.pause_for(&Outcome::Unavailable {
+                            reason,
+                            retry_after: None,
+                        });
+                        release(row)
+                    }
                 }
-                Err(reason) => {
-                    self.pause_for(&Outcome::Unavailable {
-                        reason,
-                        retry_after: None,
-                    });
-                    release(row)
-                }
-            },
+            }
             Outcome::Retry {
                 reason,
                 retry_after,
@@ -1174,6 +1221,39 @@ fn settled(
         retry_in,
         error,
     }
+}
+
+/// The start of the `error` note of a row whose job the backend's unique policy refused: what
+/// `status` counts as `unique_rejected` (`OutboxSql::status_counts`).
+pub const UNIQUE_REJECTED_NOTE: &str = "unique conflict: not created;";
+
+fn unique_rejected_note(existing_job_id: Option<&str>) -> String {
+    let holds = match existing_job_id {
+        Some(id) => format!("job {id}"),
+        None => "a job (its id not given)".to_owned(),
+    };
+    format!(
+        "{UNIQUE_REJECTED_NOTE} the backend's unique policy (on_conflict: reject) refused it and holds {holds} with the same unique key"
+    )
+}
+
+fn is_unique_rejected(settlement: &Settlement) -> bool {
+    settlement.status == Some(RowStatus::Sent)
+        && settlement
+            .error
+            .as_deref()
+            .is_some_and(|note| note.starts_with(UNIQUE_REJECTED_NOTE))
+}
+
+/// The existing job's id in a unique-rejected note (`""` when the backend named none); `None`
+/// for any other note.
+fn unique_rejected_existing_id(note: &str) -> Option<&str> {
+    let rest = note.strip_prefix(UNIQUE_REJECTED_NOTE)?;
+    Some(
+        rest.split_once("holds job ")
+            .and_then(|(_, tail)| tail.split_whitespace().next())
+            .unwrap_or(""),
+    )
 }
 
 fn release(row: &ClaimedRow) -> Settlement {

@@ -443,19 +443,24 @@ impl OutboxSql {
         )
     }
 
-    /// Counts by status with the in-flight count and the oldest row's age (ms) per status.
-    /// Returns `status, rows, in_flight, oldest_age_ms`.
+    /// Counts by status with the in-flight count, the oldest row's age (ms) and the rows whose
+    /// job the backend's unique policy refused, per status.
+    /// Returns `status, rows, in_flight, oldest_age_ms, unique_rejected`.
     pub fn status_counts(&self) -> String {
         let t = &self.table;
+        let rejected = crate::relay::UNIQUE_REJECTED_NOTE;
         match self.dialect {
             Dialect::Postgres => format!(
                 "SELECT status, COUNT(*)::bigint, COUNT(*) FILTER (WHERE locked_until > now())::bigint, \
-                 COALESCE(FLOOR(EXTRACT(EPOCH FROM (now() - MIN(created_at))) * 1000), 0)::bigint \
+                 COALESCE(FLOOR(EXTRACT(EPOCH FROM (now() - MIN(created_at))) * 1000), 0)::bigint, \
+                 COUNT(*) FILTER (WHERE status = 'sent' AND error LIKE '{rejected}%')::bigint \
                  FROM {t} GROUP BY status"
             ),
             Dialect::Sqlite => format!(
                 "SELECT status, COUNT(*), SUM(CASE WHEN locked_until > {SQLITE_NOW_MS} THEN 1 ELSE 0 END), \
-                 COALESCE({SQLITE_NOW_MS} - MIN(created_at), 0) FROM {t} GROUP BY status"
+                 COALESCE({SQLITE_NOW_MS} - MIN(created_at), 0), \
+                 SUM(CASE WHEN status = 'sent' AND error LIKE '{rejected}%' THEN 1 ELSE 0 END) \
+                 FROM {t} GROUP BY status"
             ),
         }
     }

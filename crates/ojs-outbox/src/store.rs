@@ -131,6 +131,10 @@ pub struct Settlement {
     pub error: Option<String>,
 }
 
+/// How the error of a read-only open of a SQLite file that does not exist begins (a framework's
+/// operator command turns it into the missing table's advice).
+pub const NO_SQLITE_FILE: &str = "no SQLite database at";
+
 /// Counts by status, for `ojs-relay status` and the metrics.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct OutboxStatus {
@@ -138,7 +142,13 @@ pub struct OutboxStatus {
     pub failed: i64,
     pub sent: i64,
     pub dead: i64,
-    pub in_flight: i64,
+    /// Of the `sent` rows, those whose job the backend's unique policy (`on_conflict:
+    /// reject`) refused: the backend holds another job with the same key, not this id.
+    pub unique_rejected: i64,
+    /// Rows with a live lease (SQLite). `None` on PostgreSQL: a relay holds its claim there by
+    /// row locks, which another session cannot see; each relay's own metrics count its claim
+    /// (`Metrics::in_flight`, `ojs_relay_jobs_in_flight`).
+    pub in_flight: Option<i64>,
     /// Age of the oldest row not yet delivered (pending or failed), in ms; 0 when none.
     pub oldest_pending_age_ms: i64,
     /// Mean creation-to-delivery time of rows sent in the last minute, in ms.
@@ -274,7 +284,7 @@ impl Store {
                 return Err(Error::new(
                     ErrorCode::Database,
                     format!(
-                        "no SQLite database at {} (a read-only command creates none)",
+                        "{NO_SQLITE_FILE} {} (a read-only command creates none)",
                         path.display()
                     ),
                 ));
@@ -660,11 +670,12 @@ impl Store {
     }
 
     pub async fn status(&self) -> Result<OutboxStatus> {
-        let counts: Vec<(String, i64, i64, i64)> = on_pool!(&self.pool, |pool| sqlx::query_as(
-            AssertSqlSafe(self.sql.status_counts())
-        )
-        .fetch_all(pool)
-        .await?);
+        let counts: Vec<(String, i64, i64, i64, i64)> =
+            on_pool!(&self.pool, |pool| sqlx::query_as(AssertSqlSafe(
+                self.sql.status_counts()
+            ))
+            .fetch_all(pool)
+            .await?);
         let lag: (i64,) = on_pool!(&self.pool, |pool| sqlx::query_as(AssertSqlSafe(
             self.sql.recent_lag()
         ))
@@ -672,10 +683,14 @@ impl Store {
         .await?);
         let mut status = OutboxStatus {
             recent_lag_ms: lag.0,
+            in_flight: (self.dialect() == Dialect::Sqlite).then_some(0),
             ..OutboxStatus::default()
         };
-        for (name, rows, in_flight, oldest_ms) in counts {
-            status.in_flight += in_flight;
+        for (name, rows, in_flight, oldest_ms, rejected) in counts {
+            if let Some(total) = status.in_flight.as_mut() {
+                *total += in_flight;
+            }
+            status.unique_rejected += rejected;
             match RowStatus::parse(&name) {
                 Some(RowStatus::Pending) => status.pending = rows,
                 Some(RowStatus::Failed) => status.failed = rows,

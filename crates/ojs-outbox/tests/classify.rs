@@ -60,17 +60,40 @@ fn success_and_dedup() {
 fn duplicates_in_every_spelling() {
     assert_eq!(
         classify(409, None, &err("duplicate", Some(false))),
-        Outcome::Duplicate
+        Outcome::Duplicate {
+            existing_job_id: None
+        }
     );
     assert_eq!(
         classify(409, None, r#"{"code":"DUPLICATE_JOB"}"#),
-        Outcome::Duplicate
+        Outcome::Duplicate {
+            existing_job_id: None
+        }
     );
-    assert_eq!(classify(409, None, ""), Outcome::Duplicate);
+    assert_eq!(
+        classify(409, None, ""),
+        Outcome::Duplicate {
+            existing_job_id: None
+        }
+    );
     // An `error` that is not an object: the code is read at the top level.
     assert_eq!(
         classify(500, None, r#"{"error":"conflict","code":"duplicate"}"#),
-        Outcome::Duplicate
+        Outcome::Duplicate {
+            existing_job_id: None
+        }
+    );
+}
+
+/// The job a unique conflict names is kept: the row records it (issue 25).
+#[test]
+fn a_duplicate_names_the_job_the_backend_holds() {
+    let body = r#"{"error":{"code":"duplicate","message":"A job with the same unique key already exists.","retryable":false,"details":{"existing_job_id":"019abf0e-0000-7000-8000-000000000001","existing_job_state":"available"}}}"#;
+    assert_eq!(
+        classify(409, None, body),
+        Outcome::Duplicate {
+            existing_job_id: Some("019abf0e-0000-7000-8000-000000000001".into())
+        }
     );
 }
 

@@ -40,16 +40,24 @@ fn the_tenant_header_counts_only_when_the_app_trusts_it() {
     assert_eq!(context.tenant_id, None);
     assert_eq!(context.request_id.as_deref(), Some("req-1"));
     assert_eq!(
-        RequestContext::from_headers(&headers, true).tenant_id.as_deref(),
+        RequestContext::from_headers(&headers, true)
+            .tenant_id
+            .as_deref(),
         Some("tenant-a")
     );
     let text = r#"{"headers": {"x-ojs-tenant": "tenant-a"}}"#;
-    assert_eq!(RequestContext::from_json(text, false).unwrap().tenant_id, None);
+    assert_eq!(
+        RequestContext::from_json(text, false).unwrap().tenant_id,
+        None
+    );
     // The app's own resolver gives the tenant as an explicit key: it wins over a trusted header.
     let text = r#"{"headers": {"x-ojs-tenant": "tenant-a"}, "tenant_id": "from-session"}"#;
     for trusted in [false, true] {
         assert_eq!(
-            RequestContext::from_json(text, trusted).unwrap().tenant_id.as_deref(),
+            RequestContext::from_json(text, trusted)
+                .unwrap()
+                .tenant_id
+                .as_deref(),
             Some("from-session")
         );
     }
@@ -57,11 +65,14 @@ fn the_tenant_header_counts_only_when_the_app_trusts_it() {
 
 #[test]
 fn blank_values_and_a_wildcard_language_are_absent() {
-    let context = RequestContext::from_headers(&[
-        ("x-request-id", "   "),
-        ("x-ojs-tenant", ""),
-        ("accept-language", "*"),
-    ], true);
+    let context = RequestContext::from_headers(
+        &[
+            ("x-request-id", "   "),
+            ("x-ojs-tenant", ""),
+            ("accept-language", "*"),
+        ],
+        true,
+    );
     assert!(context.is_empty(), "{context:?}");
     let context = RequestContext::from_headers(&[("accept-language", "en;q=0.8")], false);
     assert_eq!(context.locale.as_deref(), Some("en"));
@@ -79,9 +90,11 @@ fn the_json_form_takes_headers_and_explicit_keys_win() {
     assert_eq!(context.tenant_id.as_deref(), Some("acme"));
     assert_eq!(context.user_id.as_deref(), Some("42"));
     // An empty explicit value does not hide the header's.
-    let context =
-        RequestContext::from_json(r#"{"headers": {"x-request-id": "h"}, "request_id": ""}"#, false)
-            .unwrap();
+    let context = RequestContext::from_json(
+        r#"{"headers": {"x-request-id": "h"}, "request_id": ""}"#,
+        false,
+    )
+    .unwrap();
     assert_eq!(context.request_id.as_deref(), Some("h"));
     for bad in [
         r#"{"headers": {"x-request-id": "h"}, "colour": "red"}"#,
