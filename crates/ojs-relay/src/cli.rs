@@ -67,6 +67,11 @@ pub struct RunArgs {
     #[arg(skip)]
     pub ojs_url_from_env: bool,
 
+    /// Whether `token` came from `OJS_RELAY_TOKEN`: an environment token without `--listen`
+    /// is unused, not an error (it may be set for every process of a deploy).
+    #[arg(skip)]
+    pub token_from_env: bool,
+
     /// Rows claimed and sent per round (1..=1000).
     #[arg(long, value_name = "N", allow_negative_numbers = true)]
     pub batch_size: Option<i64>,
@@ -80,7 +85,8 @@ pub struct RunArgs {
     #[arg(long, value_name = "ADDR")]
     pub listen: Option<std::net::SocketAddr>,
 
-    /// Require `Authorization: Bearer TOKEN` on the HTTP surface (all but /healthz).
+    /// Require `Authorization: Bearer TOKEN` on the HTTP surface (all but /healthz). Prefer
+    /// the environment variable: a flag's value shows in the process list.
     #[arg(
         long,
         env = "OJS_RELAY_TOKEN",
@@ -92,6 +98,11 @@ pub struct RunArgs {
     /// A token that reads only TENANT's events (repeatable), e.g. acme=s3cret.
     #[arg(long, value_name = "TENANT=TOKEN")]
     pub tenant_token: Vec<String>,
+
+    /// Serve the HTTP surface without authentication (only on a private address). Without a
+    /// token, a tenant token or this flag, --listen is refused.
+    #[arg(long)]
+    pub no_auth: bool,
 }
 
 impl RunArgs {
@@ -115,6 +126,7 @@ pub fn parse() -> Cli {
     {
         run.ojs_url_from_env =
             run_matches.value_source("ojs_url") == Some(ValueSource::EnvVariable);
+        run.token_from_env = run_matches.value_source("token") == Some(ValueSource::EnvVariable);
     }
     cli
 }

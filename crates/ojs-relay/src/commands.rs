@@ -166,8 +166,14 @@ pub async fn run(settings: &Settings, args: &crate::cli::RunArgs) -> Result<i32>
             let _ = axum::serve(listener, app).await;
         });
     }
+    // `relay.lease` is a lease on SQLite; on PostgreSQL row locks hold a claim and the same
+    // setting only bounds one round.
+    let lease_word = match store.dialect() {
+        ojs_outbox::sql::Dialect::Sqlite => "lease",
+        ojs_outbox::sql::Dialect::Postgres => "round limit",
+    };
     tracing::info!(
-        "relay started: database {}, table {:?}, backend {}, batch size {}, poll interval {}, lease {}",
+        "relay started: database {}, table {:?}, backend {}, batch size {}, poll interval {}, {lease_word} {}",
         redact(&settings.database_url),
         settings.table(),
         config.ojs_url,
@@ -186,12 +192,13 @@ pub async fn run(settings: &Settings, args: &crate::cli::RunArgs) -> Result<i32>
         }
     };
     tracing::info!(
-        "{received} received: stopping (finishing the round in progress, releasing leases; a second signal stops at once)"
+        "{received} received: stopping (finishing the round in progress, releasing what it claimed and did not send; a second signal stops at once)"
     );
+    let dialect = store.dialect();
     tokio::select! {
         _ = relay.shutdown() => {}
-        _ = sigterm.recv() => return Err(forced(config)),
-        _ = sigint.recv() => return Err(forced(config)),
+        _ = sigterm.recv() => return Err(forced(config, dialect)),
+        _ = sigint.recv() => return Err(forced(config, dialect)),
     }
     log_metrics(&relay.metrics());
     store.close().await;
@@ -199,55 +206,84 @@ pub async fn run(settings: &Settings, args: &crate::cli::RunArgs) -> Result<i32>
     Ok(0)
 }
 
-/// The HTTP surface's tokens from the flags.
+/// The HTTP surface's tokens from the flags. `--listen` alone is refused: the surface serves
+/// every job's events and the metrics, so it is closed unless a token or `--no-auth` is given.
 fn access(args: &crate::cli::RunArgs) -> Result<crate::http::Access> {
-    let mut tenant_tokens = std::collections::HashMap::new();
+    let mut tenant_tokens = Vec::new();
     for pair in &args.tenant_token {
         match pair.split_once('=') {
             Some((tenant, token)) if !tenant.is_empty() && !token.is_empty() => {
-                tenant_tokens.insert(token.to_owned(), tenant.to_owned());
+                tenant_tokens.push((token.to_owned(), tenant.to_owned()));
             }
+            // The value holds a secret: the message does not repeat it.
             _ => {
                 return Err(Error::field(
                     ErrorCode::InvalidConfig,
                     "--tenant-token",
-                    format!("{pair:?} is not TENANT=TOKEN"),
+                    "a value is not TENANT=TOKEN (both parts non-empty)",
                 ));
             }
         }
     }
-    if args.listen.is_none() && (args.token.is_some() || !tenant_tokens.is_empty()) {
+    let token = args.token.clone().filter(|t| !t.is_empty());
+    let flag_token = token.is_some() && !args.token_from_env;
+    if args.listen.is_none() && (flag_token || !tenant_tokens.is_empty() || args.no_auth) {
+        let field = if args.no_auth {
+            "--no-auth"
+        } else if flag_token {
+            "--token"
+        } else {
+            "--tenant-token"
+        };
         return Err(Error::field(
             ErrorCode::InvalidConfig,
-            "--token",
-            "tokens protect the HTTP surface, which only --listen ADDR serves",
+            field,
+            "this protects the HTTP surface, which only --listen ADDR serves",
         ));
     }
+    let secured = token.is_some() || !tenant_tokens.is_empty();
+    if args.listen.is_some() && secured == args.no_auth {
+        let why = if args.no_auth {
+            "--no-auth opens the surface to anyone, yet a token was given too; keep one"
+        } else {
+            "the HTTP surface serves every job's events and the metrics, so it needs --token (or OJS_RELAY_TOKEN) or --tenant-token TENANT=TOKEN; to serve it without authentication on a private address, say so with --no-auth"
+        };
+        return Err(Error::field(ErrorCode::InvalidConfig, "--listen", why));
+    }
     Ok(crate::http::Access {
-        token: args.token.clone().filter(|t| !t.is_empty()),
+        token,
         tenant_tokens,
+        open: args.no_auth,
     })
 }
 
-fn forced(config: &ojs_outbox::Config) -> Error {
-    Error::new(
-        ErrorCode::RelayShutDown,
-        format!(
-            "stopped by a second signal before the flush ended; rows it held are sent again after their lease ({}) expires",
+fn forced(config: &ojs_outbox::Config, dialect: ojs_outbox::sql::Dialect) -> Error {
+    let held = match dialect {
+        ojs_outbox::sql::Dialect::Sqlite => format!(
+            "rows it held are sent again after their lease ({}) expires",
             duration::format(config.relay.lease)
         ),
+        ojs_outbox::sql::Dialect::Postgres => {
+            "rows it held are due again at once (their row locks end with its connection)"
+                .to_owned()
+        }
+    };
+    Error::new(
+        ErrorCode::RelayShutDown,
+        format!("stopped by a second signal before the flush ended; {held}"),
     )
 }
 
 fn log_metrics(m: &Metrics) {
     tracing::info!(
-        "metrics: pending={} in_flight={} sent={} retried={} dead={} deduplicated={} oldest_pending_age_ms={} backend_healthy={} last_error={}",
+        "metrics: pending={} in_flight={} sent={} retried={} dead={} deduplicated={} unique_rejected={} oldest_pending_age_ms={} backend_healthy={} last_error={}",
         m.pending,
         m.in_flight,
         m.sent,
         m.retried,
         m.dead,
         m.deduplicated,
+        m.unique_rejected,
         m.oldest_pending_age_ms,
         m.backend_healthy
             .map_or("unknown".to_owned(), |h| h.to_string()),

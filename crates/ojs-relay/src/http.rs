@@ -7,8 +7,9 @@
 //! - `GET /healthz`: the process answers; `GET /readyz`: database reachable, outbox table
 //!   present, backend reachable.
 //!
-//! With `--token`, every path but `/healthz` needs `Authorization: Bearer <token>`; a token of
-//! `--tenant-token TENANT=TOKEN` sees only that tenant's events (seed 003) and nothing else.
+//! Every path but `/healthz` needs `Authorization: Bearer <token>`: the `--token` (or
+//! `OJS_RELAY_TOKEN`) of the operator, or a `--tenant-token TENANT=TOKEN`, which sees only that
+//! tenant's events (seed 003) and nothing else. `--no-auth` opens the surface, said out loud.
 //! The core makes the stream and the text (`events::Subscription`, `Relay::prometheus_text`);
 //! this module only serves them.
 
@@ -27,13 +28,16 @@ use ojs_outbox::events::{Filter, ReplayFrom, Subscription, parse_rfc3339_ms};
 use ojs_outbox::{Relay, Store};
 use serde_json::json;
 
-/// Who may read what.
+/// Who may read what. There is no open default: `ojs-relay run --listen` needs a token, a
+/// tenant token or `--no-auth` (`commands::access`).
 #[derive(Debug, Clone, Default)]
 pub struct Access {
-    /// The operator's token; `None`: no authentication (listen on a private address).
+    /// The operator's token; `None` with `open`: no authentication (`--no-auth`).
     pub token: Option<String>,
-    /// Tenant-bound tokens: token -> tenant.
-    pub tenant_tokens: HashMap<String, String>,
+    /// Tenant-bound tokens: (token, tenant).
+    pub tenant_tokens: Vec<(String, String)>,
+    /// `--no-auth`: the operator said the address is private; everyone is the operator.
+    pub open: bool,
 }
 
 enum Caller {
@@ -43,20 +47,40 @@ enum Caller {
 
 impl Access {
     fn caller(&self, headers: &HeaderMap) -> Option<Caller> {
-        if self.token.is_none() && self.tenant_tokens.is_empty() {
+        if self.open {
             return Some(Caller::Operator);
         }
         let given = headers
             .get(header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.strip_prefix("Bearer "))?;
-        if self.token.as_deref() == Some(given) {
+        // Every token is compared, each in constant time, so the answer's timing says
+        // nothing about which token, or how much of one, matched.
+        let operator = self
+            .token
+            .as_deref()
+            .is_some_and(|token| same_secret(token, given));
+        let mut tenant = None;
+        for (token, owner) in &self.tenant_tokens {
+            if same_secret(token, given) {
+                tenant = Some(owner);
+            }
+        }
+        if operator {
             return Some(Caller::Operator);
         }
-        self.tenant_tokens
-            .get(given)
-            .map(|tenant| Caller::Tenant(tenant.clone()))
+        tenant.map(|owner| Caller::Tenant(owner.clone()))
     }
+}
+
+/// Equal secrets, in time that depends only on their lengths.
+pub fn same_secret(expected: &str, given: &str) -> bool {
+    let (a, b) = (expected.as_bytes(), given.as_bytes());
+    let mut differ = u8::from(a.len() != b.len());
+    for i in 0..a.len().max(b.len()) {
+        differ |= a.get(i).copied().unwrap_or(0) ^ b.get(i).copied().unwrap_or(0);
+    }
+    std::hint::black_box(differ) == 0
 }
 
 pub struct Surface {
@@ -127,8 +151,21 @@ async fn metrics(State(surface): State<Arc<Surface>>, headers: HeaderMap) -> Res
 async fn events(
     State(surface): State<Arc<Surface>>,
     headers: HeaderMap,
-    Query(query): Query<HashMap<String, String>>,
+    Query(pairs): Query<Vec<(String, String)>>,
 ) -> Response {
+    // A parameter given twice is refused, not resolved: `?tenant=a&tenant=b` must not mean
+    // one thing to the check and another to the filter.
+    let mut query = HashMap::new();
+    for (name, value) in pairs {
+        if query.insert(name.clone(), value).is_some() {
+            return (
+                StatusCode::BAD_REQUEST,
+                Json(json!({"error": {"code": "invalid_request",
+                    "message": format!("{name}: given more than once")}})),
+            )
+                .into_response();
+        }
+    }
     let tenant = match surface.access.caller(&headers) {
         None => {
             return refused(

@@ -240,7 +240,7 @@ async fn a_subscriber_that_never_reads_is_cut_off_and_the_drain_goes_on() {
     );
     let mut relay = db.spawn_run(
         &backend.url(),
-        &["--config", &config, "--listen", "127.0.0.1:0"],
+        &["--config", &config, "--listen", "127.0.0.1:0", "--no-auth"],
     );
     let base = served_at(&relay).await;
     let address = base.trim_start_matches("http://").to_owned();
@@ -309,5 +309,97 @@ async fn a_subscriber_that_never_reads_is_cut_off_and_the_drain_goes_on() {
         events.len()
     );
     relay.terminate(Duration::from_secs(10)).await;
+    backend.shutdown().await;
+}
+
+/// The surface serves every job's events and the metrics: `--listen` alone is refused (it was
+/// served to anyone before), `--no-auth` says out loud that it is open, and a token that is
+/// only a prefix, or another tenant's, of a real one gets nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_surface_is_closed_unless_a_token_or_no_auth_is_given() {
+    let backend = DevServer::start(0).await.unwrap();
+    let db = Db::new(Kind::Sqlite, "http_closed").await.unwrap();
+    db.migrate().await;
+    let url = backend.url();
+    let listen = ["run", "--ojs-url", url.as_str(), "--listen", "127.0.0.1:0"];
+
+    let line = assert_error(&db.cli(&listen).await, "INVALID_CONFIG", 2);
+    assert!(line.contains("--listen"), "{line}");
+    assert!(
+        line.contains("--token") && line.contains("--no-auth"),
+        "{line}"
+    );
+    let mut both = listen.to_vec();
+    both.extend(["--no-auth", "--token", "op"]);
+    let line = assert_error(&db.cli(&both).await, "INVALID_CONFIG", 2);
+    assert!(line.contains("--no-auth"), "{line}");
+    let line = assert_error(
+        &db.cli(&["run", "--ojs-url", url.as_str(), "--no-auth"])
+            .await,
+        "INVALID_CONFIG",
+        2,
+    );
+    assert!(line.contains("--listen"), "{line}");
+    // A malformed tenant token is refused without its value in the message.
+    let mut bad = listen.to_vec();
+    bad.extend(["--tenant-token", "s3cret-no-tenant"]);
+    let line = assert_error(&db.cli(&bad).await, "INVALID_CONFIG", 2);
+    assert!(!line.contains("s3cret"), "{line}");
+
+    let mut open = db.spawn_run(&url, &["--listen", "127.0.0.1:0", "--no-auth"]);
+    let base = served_at(&open).await;
+    assert_eq!(
+        get(&format!("{base}/metrics"), None, None).await.status(),
+        200
+    );
+    open.terminate(Duration::from_secs(30)).await;
+
+    let mut relay = db.spawn_run(
+        &url,
+        &[
+            "--listen",
+            "127.0.0.1:0",
+            "--token",
+            "operator-secret",
+            "--tenant-token",
+            "acme=acme-secret",
+        ],
+    );
+    let base = served_at(&relay).await;
+    for wrong in ["operator-secre", "operator-secretX", "", "acme"] {
+        assert_eq!(
+            get(&format!("{base}/metrics"), Some(wrong), None)
+                .await
+                .status(),
+            401,
+            "{wrong:?}"
+        );
+    }
+    assert_eq!(
+        get(&format!("{base}/metrics"), Some("operator-secret"), None)
+            .await
+            .status(),
+        200
+    );
+    // A tenant's token may not widen its scope through the query.
+    for query in [
+        "tenant=globex",
+        "tenant=acme&tenant=globex",
+        "tenant=globex&tenant=acme",
+    ] {
+        let answer = get(
+            &format!("{base}/v1/events/stream?{query}"),
+            Some("acme-secret"),
+            None,
+        )
+        .await;
+        assert_ne!(answer.status(), 200, "{query}");
+    }
+    assert!(
+        !relay.log().contains("secret"),
+        "a token reached the log:\n{}",
+        relay.log()
+    );
+    relay.terminate(Duration::from_secs(30)).await;
     backend.shutdown().await;
 }

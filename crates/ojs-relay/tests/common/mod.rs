@@ -221,6 +221,7 @@ fn base_command() -> Command {
     command
         .env_remove("OJS_DATABASE_URL")
         .env_remove("OJS_URL")
+        .env_remove("OJS_RELAY_TOKEN")
         .env("OJS_LOG", "info")
         .stdin(Stdio::null());
     command
