@@ -394,6 +394,27 @@ def test_ojs_relay_exits_0_on_sigterm_right_after_the_ready_line(backend):
 
 
 @DB
+def test_operator_commands_need_no_backend_url_and_the_relay_does(backend):
+    """A deploy's `ojs_outbox status` / `dead ...` never talk to the backend, so they run in
+    production (DEBUG off) without OJS_CONFIG["ojs_url"]; the relay, which sends, still
+    refuses to start without it, naming the setting (issue 25, as for Rails' rake tasks)."""
+    env = {**os.environ, "OJS_TEST_NO_OJS_URL": "1"}
+    env.pop("OJS_TEST_OJS_URL", None)
+    for command in (["ojs_outbox", "status", "--json"], ["ojs_outbox", "dead", "list"],
+                    ["ojs_outbox", "dead", "replay", "--tenant", "x"], ["showmigrations"]):
+        done = subprocess.run([sys.executable, MANAGE, *command], env=env,
+                              capture_output=True, text=True, timeout=WAIT)
+        assert done.returncode == 0, (command, done.stderr)
+    assert json.loads(subprocess.run(
+        [sys.executable, MANAGE, "ojs_outbox", "status", "--json"], env=env,
+        capture_output=True, text=True, timeout=WAIT).stdout)["table"] == "py_outbox"
+    relay = subprocess.run([sys.executable, MANAGE, "ojs_relay"], env=env, stdin=subprocess.DEVNULL,
+                           capture_output=True, text=True, timeout=WAIT)
+    assert relay.returncode != 0
+    assert 'OJS_CONFIG["ojs_url"]' in relay.stderr + relay.stdout, relay.stderr
+
+
+@DB
 def test_ojs_outbox_command_lists_replays_and_purges_dead_rows_by_tenant(backend):
     ojs.dead_purge()
     backend.call("POST", "/_dev/faults", {"status": 400, "code": "invalid_request",

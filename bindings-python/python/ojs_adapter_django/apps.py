@@ -64,6 +64,24 @@ def _settings_changed(setting: str, **kwargs: object) -> None:
         ojs.reset()
 
 
+#: Management commands that never talk to the OJS backend: a deploy runs them (often in a
+#: build step without the app's secrets) before any URL is set, so its absence is no error
+#: there. The server, ``ojs_relay``, ``ojs_worker`` and ``check`` itself still require it.
+BACKEND_FREE_COMMANDS = frozenset({"migrate", "makemigrations", "showmigrations", "sqlmigrate",
+                                   "collectstatic", "ojs_outbox"})
+
+
+def backend_free_command(argv: Optional[Sequence[str]] = None) -> bool:
+    """Whether this process is ``manage.py`` / ``django-admin`` running one of
+    BACKEND_FREE_COMMANDS."""
+    argv = sys.argv if argv is None else argv
+    if len(argv) < 2:
+        return False
+    program = os.path.basename(argv[0])
+    return (program in ("manage.py", "django-admin", "django-admin.py", "__main__.py")
+            and argv[1] in BACKEND_FREE_COMMANDS)
+
+
 def check_config(app_configs: object = None, **kwargs: object) -> list:
     """Builds the core configuration of the default database (without caching it) so that a
     bad OJS_CONFIG shows up in ``manage.py check`` with the core's message."""
@@ -80,7 +98,8 @@ def check_config(app_configs: object = None, **kwargs: object) -> list:
     try:
         text = config_json(getattr(settings, "OJS_CONFIG", None),
                            connections[DEFAULT_DB_ALIAS].settings_dict, DEFAULT_DB_ALIAS)
-        _native.Bridge(text, bool(getattr(settings, "DEBUG", False)), URL_SETTING)
+        _native.Bridge(text, bool(getattr(settings, "DEBUG", False)), URL_SETTING,
+                       not backend_free_command())
     except OJSError as error:
         return [checks.Error(f"OJS_CONFIG: [{error.code}] {error}", id="ojs_adapter_django.E001")]
     except ImproperlyConfigured as exc:

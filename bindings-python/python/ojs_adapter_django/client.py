@@ -614,7 +614,19 @@ class OJS:
         how = "manage.py migrate ojs_adapter_django"
         if alias != DEFAULT_DB_ALIAS:
             how += f" --database {alias}"
-        return self._call(using, "admin", json.dumps({**command, "create_table_with": how}))
+        text = json.dumps({**command, "create_table_with": how})
+        bridge = self._bridges.get(alias)
+        if bridge is not None:
+            return self._call(using, "admin", text)
+        # These commands never talk to the backend: a deploy's `ojs_outbox status` runs
+        # without OJS_CONFIG["ojs_url"], on a bridge of its own that is closed after.
+        bridge = self._build(alias, needs_backend=False)
+        try:
+            return bridge.admin(text)
+        except _native.NativeError as native:
+            raise from_native(native) from None
+        finally:
+            bridge.close()
 
     def worker(self, command: Mapping[str, Any], *, using: Optional[str] = None) -> Any:
         """One request of the OJS worker protocol to the configured backend

@@ -67,6 +67,9 @@ OJS_CONFIG = {
     "relay": {"request_timeout": "PT0.5S", "lease": "PT2S", "initial_backoff": "PT0.05S",
               "max_backoff": "PT0.5S"},
 }
+# A production deploy without a backend URL (`ojs_outbox` and migrations need none).
+if os.environ.get("OJS_TEST_NO_OJS_URL"):
+    del OJS_CONFIG["ojs_url"]
 
 # A `manage.py ojs_worker` a test starts runs the tasks of testproject/worker_tasks.py
 # enqueued through an OJSBackend on the database OJS_TEST_TASKS_DATABASE.

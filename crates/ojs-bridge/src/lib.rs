@@ -720,6 +720,9 @@ impl Bridge {
     /// by the rules of `ojs-relay` (`admin.rs`), through the relay's connection.
     pub fn admin(&self, command_json: &str) -> Result<ojs_outbox::admin::Report> {
         let command = ojs_outbox::admin::Command::from_json(command_json)?;
+        if !command.writes() && self.running_here().is_none() {
+            return self.admin_read_only(&command);
+        }
         self.with_running(|running| {
             let events = running.outbox.events();
             let target = ojs_outbox::admin::Target {
@@ -732,6 +735,57 @@ impl Bridge {
             running
                 .runtime
                 .block_on(ojs_outbox::admin::execute(&target, &command))
+        })
+    }
+
+    /// A command that only reads (`status`, `dead list`, a purge without `yes`) in a process
+    /// that has not opened the relay's pool: on a store opened read-only, closed after, so a
+    /// dry run writes nothing, not even a SQLite file's journal mode (`ojs-relay` does the same).
+    fn admin_read_only(
+        &self,
+        command: &ojs_outbox::admin::Command,
+    ) -> Result<ojs_outbox::admin::Report> {
+        let database_url = self.config.database_url.as_deref().ok_or_else(|| {
+            Error::field(
+                ErrorCode::InvalidConfig,
+                "adapter.database_url",
+                "is required for the relay's own connection",
+            )
+        })?;
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| Error::new(ErrorCode::Database, format!("cannot start a runtime: {e}")))?;
+        runtime.block_on(async {
+            let store = ojs_outbox::Store::connect_read_only(database_url, self.table_name())
+                .await
+                .map_err(|e| match e.code {
+                    // No file, so no outbox table: the framework's migration makes both.
+                    ErrorCode::Database
+                        if e.message.starts_with(ojs_outbox::store::NO_SQLITE_FILE) =>
+                    {
+                        Error::new(
+                            ErrorCode::OutboxTableMissing,
+                            format!(
+                                "the outbox table {:?} does not exist ({}); create it with {}",
+                                self.table_name(),
+                                e.message,
+                                command.create_table_with
+                            ),
+                        )
+                    }
+                    _ => e,
+                })?;
+            let target = ojs_outbox::admin::Target {
+                store: &store,
+                table: self.table_name(),
+                database_url,
+                create_table_with: &command.create_table_with,
+                events: None,
+            };
+            let report = ojs_outbox::admin::execute(&target, command).await;
+            store.close().await;
+            report
         })
     }
 
