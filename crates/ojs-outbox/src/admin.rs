@@ -70,16 +70,11 @@ impl Target<'_> {
     }
 
     fn not_an_outbox_table(&self, why: &str) -> Error {
-        Error {
-            code: ErrorCode::InvalidConfig,
-            field: Some("table_name".to_owned()),
-            message: format!(
-                "the table {:?} in {} is not an outbox table ({why}); name the outbox table, or a table that does not exist yet and create it with {}",
-                self.table,
-                self.database(),
-                self.create_table_with
-            ),
-        }
+        crate::store::not_an_outbox_table(
+            &format!("{:?} in {}", self.table, self.database()),
+            why,
+            self.create_table_with,
+        )
     }
 
     /// The store's missing-table error, naming the table, the database and the fix.
@@ -165,45 +160,45 @@ impl Command {
 
     /// Whether the command writes: `migrate`, `dead replay`, `dead purge` with `yes`. The
     /// others (`status`, `dead list`, a purge without `yes`) can run on a store opened with
-    /// `Store::connect_read_only`, which writes nothing ([`DeadAction::writes`]).
+    /// `Store::connect_read_only`, which writes nothing ([`DeadAction::writes`]). A command
+    /// that is none of these counts as writing (it fails in `execute` either way).
     pub fn writes(&self) -> bool {
         match (self.command.as_str(), self.action.as_deref()) {
             ("status", None) => false,
-            ("dead", Some("list")) => false,
-            ("dead", Some("purge")) => self.yes,
+            ("dead", Some(_)) => self.dead_action().map_or(true, |action| action.writes()),
             _ => true,
+        }
+    }
+
+    /// The dead-letter action of a `dead` command.
+    fn dead_action(&self) -> Result<DeadAction> {
+        let tenant = self.tenant.clone().filter(|t| !t.is_empty());
+        match self.action.as_deref() {
+            Some("list") => Ok(DeadAction::List {
+                tenant,
+                limit: self.limit,
+                json: self.json,
+            }),
+            Some("replay") => Ok(DeadAction::Replay { tenant }),
+            Some("purge") => Ok(DeadAction::Purge {
+                tenant,
+                confirmed: self.yes,
+            }),
+            other => Err(Error::field(
+                ErrorCode::InvalidConfig,
+                "action",
+                format!("{:?} is not list, replay or purge", other.unwrap_or("")),
+            )),
         }
     }
 }
 
 /// Runs one [`Command`].
 pub async fn execute(target: &Target<'_>, command: &Command) -> Result<Report> {
-    let tenant = command.tenant.clone().filter(|t| !t.is_empty());
     match (command.command.as_str(), command.action.as_deref()) {
         ("migrate", None) => migrate(target).await,
         ("status", None) => status(target, command.json).await,
-        ("dead", Some(action)) => {
-            let action = match action {
-                "list" => DeadAction::List {
-                    tenant,
-                    limit: command.limit,
-                    json: command.json,
-                },
-                "replay" => DeadAction::Replay { tenant },
-                "purge" => DeadAction::Purge {
-                    tenant,
-                    confirmed: command.yes,
-                },
-                other => {
-                    return Err(Error::field(
-                        ErrorCode::InvalidConfig,
-                        "action",
-                        format!("{other:?} is not list, replay or purge"),
-                    ));
-                }
-            };
-            dead(target, &action).await
-        }
+        ("dead", Some(_)) => dead(target, &command.dead_action()?).await,
         (other, action) => Err(Error::field(
             ErrorCode::InvalidConfig,
             "command",

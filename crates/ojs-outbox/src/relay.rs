@@ -24,7 +24,7 @@ use crate::events::EventBus;
 use crate::job::{MAX_WIRE_BYTES, wire_json};
 use crate::log_feed::{self, Level};
 use crate::prometheus::{Histogram, HistogramSnapshot};
-use crate::store::{Claim, ClaimedRow, RowStatus, Settlement, Store};
+use crate::store::{Claim, ClaimedRow, Rejection, RowStatus, Settlement, Store};
 
 const PRUNE_CHUNK: usize = 10_000;
 const METRICS_REFRESH: Duration = Duration::from_secs(5);
@@ -686,7 +686,7 @@ impl Engine {
             settlements.iter().filter(|s| wanted(s)).count() as u64
         };
         let counters = &self.counters;
-        let rejected = count(is_unique_rejected);
+        let rejected = count(|s| s.rejected.is_some());
         counters
             .unique_rejected
             .fetch_add(rejected, Ordering::Relaxed);
@@ -717,6 +717,10 @@ impl Engine {
             let queue = top_level_string(&row.options_json, "queue");
             let queue = queue.as_deref().unwrap_or("default");
             let tenant = top_level_string(&row.meta_json, "tenant_id");
+            let existing_job_id = settlement
+                .rejected
+                .as_ref()
+                .and_then(|r| r.existing_job_id.clone());
             let event =
                 |kind: &str, error: Option<String>, next: Option<i64>, dedupe: Option<bool>| {
                     let data = EventData::Job {
@@ -725,25 +729,15 @@ impl Engine {
                         error,
                         next_attempt_at_ms: next,
                         deduplicated: dedupe,
-                        existing_job_id: None,
+                        existing_job_id: existing_job_id.clone(),
                     };
                     self.events
                         .job_event(kind, &row.job_id, queue, tenant.as_deref(), data)
                 };
             let error = settlement.error.clone();
-            if let Some(existing) = error.as_deref().and_then(unique_rejected_existing_id) {
+            if settlement.rejected.is_some() {
                 // Not `job.enqueued`: this job id was not created.
-                let data = EventData::Job {
-                    job_type: row.job_type.clone(),
-                    attempt,
-                    error: error.clone(),
-                    next_attempt_at_ms: None,
-                    deduplicated: None,
-                    existing_job_id: Some(existing.to_owned()).filter(|id| !id.is_empty()),
-                };
-                let kind = "job.unique_rejected";
-                self.events
-                    .job_event(kind, &row.job_id, queue, tenant.as_deref(), data);
+                event("job.unique_rejected", error, None, None);
                 continue;
             }
             match settlement.status {
@@ -769,7 +763,7 @@ impl Engine {
     fn record_lag(&self, settled: &[(&ClaimedRow, &Settlement)]) {
         let now = crate::events::now_ms();
         for (row, settlement) in settled {
-            if settlement.status != Some(RowStatus::Sent) || is_unique_rejected(settlement) {
+            if settlement.status != Some(RowStatus::Sent) || settlement.rejected.is_some() {
                 continue;
             }
             if let Some(staged) = crate::prometheus::staged_at_ms(&row.job_id) {
@@ -916,7 +910,10 @@ impl Engine {
                                 row.job_id, row.job_type
                             ),
                         );
-                        settled(row, RowStatus::Sent, None, Some(note), false)
+                        Settlement {
+                            rejected: Some(Rejection { existing_job_id }),
+                            ..settled(row, RowStatus::Sent, None, Some(note), false)
+                        }
                     }
                     Err(reason) => {
                         self.pause_for(&Outcome::Unavailable {
@@ -957,6 +954,7 @@ impl Engine {
                     consumed_attempt: false,
                     retry_in: Some(delay),
                     error: Some(reason),
+                    rejected: None,
                 }
             }
             Outcome::Terminal { reason } => {
@@ -1220,6 +1218,7 @@ fn settled(
         consumed_attempt,
         retry_in,
         error,
+        rejected: None,
     }
 }
 
@@ -1237,25 +1236,6 @@ fn unique_rejected_note(existing_job_id: Option<&str>) -> String {
     )
 }
 
-fn is_unique_rejected(settlement: &Settlement) -> bool {
-    settlement.status == Some(RowStatus::Sent)
-        && settlement
-            .error
-            .as_deref()
-            .is_some_and(|note| note.starts_with(UNIQUE_REJECTED_NOTE))
-}
-
-/// The existing job's id in a unique-rejected note (`""` when the backend named none); `None`
-/// for any other note.
-fn unique_rejected_existing_id(note: &str) -> Option<&str> {
-    let rest = note.strip_prefix(UNIQUE_REJECTED_NOTE)?;
-    Some(
-        rest.split_once("holds job ")
-            .and_then(|(_, tail)| tail.split_whitespace().next())
-            .unwrap_or(""),
-    )
-}
-
 fn release(row: &ClaimedRow) -> Settlement {
     Settlement {
         id: row.id,
@@ -1263,6 +1243,7 @@ fn release(row: &ClaimedRow) -> Settlement {
         consumed_attempt: false,
         retry_in: None,
         error: None,
+        rejected: None,
     }
 }
 

@@ -129,6 +129,17 @@ pub struct Settlement {
     /// Delay before the row is due again; `None` keeps `available_at`.
     pub retry_in: Option<Duration>,
     pub error: Option<String>,
+    /// Set when the backend's unique policy refused the job: the row ends `sent` with a note
+    /// (`error`), but this job id was not created. Not a column: the relay's events and
+    /// counters read it.
+    pub rejected: Option<Rejection>,
+}
+
+/// A job the backend's unique policy (`on_conflict: reject`) refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rejection {
+    /// The job the backend holds instead (`details.existing_job_id` of its 409), when named.
+    pub existing_job_id: Option<String>,
 }
 
 /// How the error of a read-only open of a SQLite file that does not exist begins (a framework's
@@ -450,14 +461,11 @@ impl Store {
     pub async fn check_table(&self) -> Result<()> {
         match self.missing_column().await? {
             None => Ok(()),
-            Some(why) => Err(Error {
-                code: ErrorCode::InvalidConfig,
-                field: Some("table_name".to_owned()),
-                message: format!(
-                    "the table {:?} is not an outbox table ({why}); name the outbox table, or a table that does not exist yet and create it with the migration",
-                    self.sql.table
-                ),
-            }),
+            Some(why) => Err(not_an_outbox_table(
+                &format!("{:?}", self.sql.table),
+                &why,
+                "the migration",
+            )),
         }
     }
 
@@ -925,6 +933,18 @@ pub(crate) async fn count_rows_sqlite<'e, E: sqlx::SqliteExecutor<'e>>(
         .fetch_one(executor)
         .await?;
     Ok(count)
+}
+
+/// `INVALID_CONFIG` (field `table_name`): `table` (as a message names it) exists without the
+/// outbox's columns; `why` is the database's words.
+pub(crate) fn not_an_outbox_table(table: &str, why: &str, create_table_with: &str) -> Error {
+    Error {
+        code: ErrorCode::InvalidConfig,
+        field: Some("table_name".to_owned()),
+        message: format!(
+            "the table {table} is not an outbox table ({why}); name the outbox table, or a table that does not exist yet and create it with {create_table_with}"
+        ),
+    }
 }
 
 /// A SQLite file that could not be opened: a file that is no database names its path (SQLite's

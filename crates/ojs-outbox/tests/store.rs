@@ -36,6 +36,7 @@ fn releases(rows: &[ojs_outbox::store::ClaimedRow]) -> Vec<Settlement> {
             consumed_attempt: false,
             retry_in: None,
             error: None,
+            rejected: None,
         })
         .collect()
 }
@@ -128,6 +129,7 @@ async fn stage_claim_settle(url: &str, table: &str) {
         consumed_attempt: status.is_some(),
         retry_in: Some(Duration::from_secs(60)),
         error: (status != Some(RowStatus::Sent)).then(|| "boom".to_owned()),
+        rejected: None,
     };
     let done = store
         .settle(
@@ -201,6 +203,7 @@ async fn stage_claim_settle(url: &str, table: &str) {
         consumed_attempt: false,
         retry_in: None,
         error: None,
+        rejected: None,
     }];
     assert_eq!(store.settle("token-5", hot, &sent).await.unwrap(), 1);
     let states = store.rows_by_job_id(&ids).await.unwrap();
