@@ -5,12 +5,16 @@
 //! the child's own relay hangs on its first SQLite call. A `pthread_atfork` handler therefore
 //! takes every static mutex before the fork (in SQLite's own nesting order: `OPEN` before
 //! `MAIN`, the memory mutex last) and releases them after it, in the parent and in the child.
-//! What it cannot cover is each open file's own lock state, which a child inherits too: a child
-//! that opens the file its parent's relay was writing at the fork may fail or hang on it, so a
-//! process forks only while its relay is stopped (docs/django.md, "SQLite").
+//!
+//! Each open file's own lock state is inherited too, and no handler can release it: a child
+//! that opens the file its parent's relay was writing at the fork would find it locked by a
+//! connection that no longer runs ("database is locked", for good). So every statement of the
+//! store on SQLite runs inside `statement()`, and the handler first waits (up to
+//! `FORK_WAIT`) until none runs, holding new ones back until the fork is done.
 
 use std::ffi::c_void;
-use std::sync::Once;
+use std::sync::{Condvar, Mutex, Once};
+use std::time::Duration;
 
 unsafe extern "C" {
     // SQLite's public mutex API (https://sqlite.org/c3ref/mutex_alloc.html), from the
@@ -26,7 +30,62 @@ const STATIC_MUTEXES: [i32; 12] = [4, 2, 6, 5, 11, 12, 13, 8, 9, 10, 7, 3];
 
 static REGISTER: Once = Once::new();
 
+/// How long a fork waits for the statements in progress: a statement waits at most its
+/// `busy_timeout` for a lock, so this is only reached when something else holds the file.
+const FORK_WAIT: Duration = Duration::from_secs(15);
+/// How often a statement held back by a fork looks again (forks take microseconds).
+const HELD_BACK_RETRY: Duration = Duration::from_millis(1);
+
+struct Gate {
+    /// Statements running now.
+    running: usize,
+    /// A fork is being prepared: no statement starts.
+    forking: bool,
+}
+
+static GATE: Mutex<Gate> = Mutex::new(Gate {
+    running: 0,
+    forking: false,
+});
+static NONE_RUNNING: Condvar = Condvar::new();
+
+/// Held while one SQLite statement of the store runs (`statement`).
+pub(crate) struct Running(());
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let mut gate = GATE.lock().unwrap_or_else(|e| e.into_inner());
+        gate.running -= 1;
+        if gate.running == 0 {
+            NONE_RUNNING.notify_all();
+        }
+    }
+}
+
+/// Marks a SQLite statement as running until the result is dropped; while a fork is being
+/// prepared it waits (asynchronously: the statement a fork waits for may need this thread).
+pub(crate) async fn statement() -> Running {
+    loop {
+        {
+            let mut gate = GATE.lock().unwrap_or_else(|e| e.into_inner());
+            if !gate.forking {
+                gate.running += 1;
+                return Running(());
+            }
+        }
+        tokio::time::sleep(HELD_BACK_RETRY).await;
+    }
+}
+
 extern "C" fn before_fork() {
+    {
+        let mut gate = GATE.lock().unwrap_or_else(|e| e.into_inner());
+        gate.forking = true;
+        let (gate, _) = NONE_RUNNING
+            .wait_timeout_while(gate, FORK_WAIT, |gate| gate.running > 0)
+            .unwrap_or_else(|e| e.into_inner());
+        drop(gate);
+    }
     for kind in STATIC_MUTEXES {
         // SAFETY: static mutexes exist for the life of the process; a null pointer (SQLite
         // built without mutexes) is skipped.
@@ -39,7 +98,20 @@ extern "C" fn before_fork() {
     }
 }
 
-extern "C" fn after_fork() {
+extern "C" fn after_fork_in_parent() {
+    release_mutexes();
+    GATE.lock().unwrap_or_else(|e| e.into_inner()).forking = false;
+}
+
+extern "C" fn after_fork_in_child() {
+    release_mutexes();
+    // The child has none of the parent's other threads: nothing of theirs runs here.
+    let mut gate = GATE.lock().unwrap_or_else(|e| e.into_inner());
+    gate.forking = false;
+    gate.running = 0;
+}
+
+fn release_mutexes() {
     for kind in STATIC_MUTEXES.iter().rev() {
         // SAFETY: this thread took each of them in `before_fork`.
         unsafe {
@@ -54,7 +126,13 @@ extern "C" fn after_fork() {
 /// Registers the handlers, once per process (called before the first SQLite connection).
 pub fn guard_forks() {
     REGISTER.call_once(|| {
-        // SAFETY: the handlers only take and release SQLite's own mutexes.
-        unsafe { libc::pthread_atfork(Some(before_fork), Some(after_fork), Some(after_fork)) };
+        // SAFETY: the handlers only take and release SQLite's own mutexes and the gate.
+        unsafe {
+            libc::pthread_atfork(
+                Some(before_fork),
+                Some(after_fork_in_parent),
+                Some(after_fork_in_child),
+            )
+        };
     });
 }

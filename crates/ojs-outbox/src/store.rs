@@ -184,12 +184,15 @@ pub struct RowState {
 }
 
 /// Runs the same sqlx expression on whichever pool the store holds: the statements differ by
-/// dialect (sql.rs), the calls do not.
+/// dialect (sql.rs), the calls do not. A SQLite statement holds back a fork (`sqlite_fork`).
 macro_rules! on_pool {
     ($pool:expr, |$p:ident| $body:expr) => {
         match $pool {
             Pool::Postgres($p) => $body,
-            Pool::Sqlite($p) => $body,
+            Pool::Sqlite($p) => {
+                let _running = crate::sqlite_fork::statement().await;
+                $body
+            }
         }
     };
 }
@@ -519,6 +522,7 @@ impl Store {
                 held(pool, claim).await
             }
             Pool::Sqlite(pool) => {
+                let _running = crate::sqlite_fork::statement().await;
                 let rows = sqlx::query(self.sqlite_statements().claim_due.clone())
                     .bind(lease_token)
                     .bind(lease_ms)
@@ -557,6 +561,7 @@ impl Store {
                 held(pool, claim).await
             }
             Pool::Sqlite(pool) => {
+                let _running = crate::sqlite_fork::statement().await;
                 let rows = sqlx::query(self.sqlite_statements().claim_ids.clone())
                     .bind(lease_token)
                     .bind(lease_ms)
@@ -635,6 +640,7 @@ impl Store {
         let Pool::Sqlite(pool) = &self.pool else {
             unreachable!("a PostgreSQL claim holds its transaction");
         };
+        let _running = crate::sqlite_fork::statement().await;
         if settlements.iter().all(delivered_as_is) {
             let ids: Vec<i64> = settlements.iter().map(|s| s.id).collect();
             return Ok(sqlx::query(self.sqlite_statements().settle_sent.clone())
@@ -783,14 +789,20 @@ impl Store {
     pub async fn rows_by_job_id(&self, job_ids: &[String]) -> Result<HashMap<String, RowState>> {
         match &self.pool {
             Pool::Postgres(pool) => rows_by_job_id_pg(&self.sql, pool, job_ids).await,
-            Pool::Sqlite(pool) => rows_by_job_id_sqlite(&self.sql, pool, job_ids).await,
+            Pool::Sqlite(pool) => {
+                let _running = crate::sqlite_fork::statement().await;
+                rows_by_job_id_sqlite(&self.sql, pool, job_ids).await
+            }
         }
     }
 
     pub async fn count_rows(&self) -> Result<i64> {
         match &self.pool {
             Pool::Postgres(pool) => count_rows_pg(&self.sql, pool).await,
-            Pool::Sqlite(pool) => count_rows_sqlite(&self.sql, pool).await,
+            Pool::Sqlite(pool) => {
+                let _running = crate::sqlite_fork::statement().await;
+                count_rows_sqlite(&self.sql, pool).await
+            }
         }
     }
 

@@ -2,11 +2,10 @@
 //! each child opens SQLite and uses an outbox at once: no child may hang on a process-wide mutex
 //! the parent's relay thread held at the moment of the fork (`sqlite_fork.rs`).
 //!
-//! Each child opens a file of its own. A child that opens the parent's file can also inherit
-//! that file's own lock state (held by a connection that no longer runs in the child), which no
-//! handler can release: that is why a process forks only while its relay is stopped
-//! (docs/django.md, "SQLite"). This test forked into the parent's file before, and one child in
-//! thousands hung there on a busy machine.
+//! A child that opens the parent's file could also inherit that file's own lock state (held by
+//! a connection that no longer runs in the child), which no handler can release: so a fork
+//! waits until no statement of the store runs. The second test's children stage a job in the
+//! very file the parent's relay keeps writing.
 
 use std::time::{Duration, Instant};
 
@@ -15,8 +14,31 @@ use serde_json::json;
 
 #[test]
 fn children_forked_from_a_busy_sqlite_relay_can_use_sqlite() {
+    fork_from_a_busy_relay(|dir, child| {
+        let url = format!(
+            "sqlite://{}",
+            dir.join(format!("child-{child}.db")).display()
+        );
+        (url, false)
+    });
+}
+
+#[test]
+fn children_forked_from_a_busy_sqlite_relay_can_write_its_file() {
+    fork_from_a_busy_relay(|dir, _| (format!("sqlite://{}", dir.join("fork.db").display()), true));
+}
+
+/// Forks 60 children from a process whose relay claims, pauses and probes every 10 ms on
+/// SQLite; each opens the database `child_db` names (and stages a job there when it says so)
+/// within 20 s, or counts as hung.
+fn fork_from_a_busy_relay(child_db: impl Fn(&std::path::Path, usize) -> (String, bool)) {
     let runtime = tokio::runtime::Runtime::new().unwrap();
-    let dir = std::env::temp_dir().join(format!("ojs-fork-{}", std::process::id()));
+    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let dir = std::env::temp_dir().join(format!(
+        "ojs-fork-{}-{}",
+        std::process::id(),
+        NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    ));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     let url = format!("sqlite://{}", dir.join("fork.db").display());
@@ -46,10 +68,7 @@ fn children_forked_from_a_busy_sqlite_relay_can_use_sqlite() {
     }
     let mut hung = 0;
     for child in 0..60 {
-        let child_url = format!(
-            "sqlite://{}",
-            dir.join(format!("child-{child}.db")).display()
-        );
+        let (child_url, stage) = child_db(&dir, child);
         // SAFETY: the child only builds its own runtime, uses SQLite and exits with _exit.
         let pid = unsafe { libc::fork() };
         if pid == 0 {
@@ -60,6 +79,17 @@ fn children_forked_from_a_busy_sqlite_relay_can_use_sqlite() {
                     child.block_on(async {
                         let store = Store::connect(&child_url, "ojs_outbox").await.ok()?;
                         store.migrate().await.ok()?;
+                        if stage {
+                            let config = Config::from_value(&json!({"adapter": {
+                                "ojs_url": "http://127.0.0.1:9", "database_url": child_url}}))
+                            .ok()?;
+                            let outbox = Outbox::connect(config).await.ok()?;
+                            let mut tx = outbox.begin().await.ok()?;
+                            tx.enqueue_after_commit(NewJob::new("fork.child", json!([1])))
+                                .await
+                                .ok()?;
+                            tx.commit_without_hook().await.ok()?;
+                        }
                         store.status().await.ok()
                     })
                 })
