@@ -267,7 +267,7 @@ impl Bridge {
         jobs_json: &str,
         context_json: Option<&str>,
     ) -> Result<Staged> {
-        let sql = OutboxSql::new(parse_dialect(dialect)?, self.table_name());
+        let sql = OutboxSql::for_config(parse_dialect(dialect)?, &self.config);
         let placeholder = parse_placeholder(placeholder)?;
         let context = parse_context(context_json, self.trust_tenant_header())?;
         let context = context.as_ref();
@@ -328,7 +328,7 @@ impl Bridge {
         let slot = &self.insert_one[dialect as usize * 3 + placeholder as usize];
         let sql = slot
             .get_or_init(|| {
-                let mut statements = OutboxSql::new(dialect, self.table_name())
+                let mut statements = OutboxSql::for_config(dialect, &self.config)
                     .insert(placeholder, std::slice::from_ref(&job));
                 Arc::from(statements.remove(0).sql)
             })

@@ -54,6 +54,11 @@ pub struct RelayConfig {
     pub lease: Duration,
     /// The poller leaves rows younger than this to the hot path (only while a hot path exists).
     pub skip_recent: Duration,
+    /// Commits in other processes wake a relay without a hot path (a separate relay): on
+    /// PostgreSQL a staging transaction of an `external`-mode process sends NOTIFY and the
+    /// relay LISTENs; on SQLite the relay watches the database's files (`wake.rs`). `false`:
+    /// polling only (PgBouncer in transaction pooling cannot LISTEN).
+    pub notify: bool,
     /// `sent` rows older than this are pruned.
     pub retention: Duration,
     pub prune_interval: Duration,
@@ -140,6 +145,7 @@ impl Default for Config {
                 max_backoff: Duration::from_secs(300),
                 lease: Duration::from_secs(30),
                 skip_recent: Duration::from_secs(1),
+                notify: true,
                 retention: Duration::from_secs(24 * 3600),
                 prune_interval: Duration::from_secs(60),
                 hot_queue_capacity: 10_000,
@@ -336,6 +342,11 @@ fn apply_relay(relay: &mut RelayConfig, value: &Value) -> Result<()> {
             }
             "lease" => relay.lease = positive_duration(value, field, Duration::from_millis(100))?,
             "skip_recent" => relay.skip_recent = duration_value(value, field)?,
+            "notify" => {
+                relay.notify = value
+                    .as_bool()
+                    .ok_or_else(|| invalid(field, &format!("must be true or false, got {value}")))?
+            }
             "retention" => relay.retention = duration_value(value, field)?,
             "prune_interval" => {
                 relay.prune_interval = positive_duration(value, field, Duration::from_millis(10))?

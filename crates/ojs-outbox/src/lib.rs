@@ -26,6 +26,7 @@ pub mod sql;
 mod sqlite_fork;
 pub mod stop_signal;
 pub mod store;
+mod wake;
 pub mod worker;
 
 pub use config::{Config, DEVELOPMENT_OJS_URL, Host, Loaded, RelayMode};

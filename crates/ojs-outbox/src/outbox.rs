@@ -23,6 +23,8 @@ pub struct Outbox {
     store: Store,
     backend: Backend,
     relay: Mutex<Option<Relay>>,
+    /// The staging statements of this configuration (`OutboxSql::for_config`).
+    staging: crate::sql::OutboxSql,
 }
 
 impl Outbox {
@@ -37,11 +39,13 @@ impl Outbox {
         })?;
         let store = Store::connect(&url, &config.outbox.table_name).await?;
         let backend = Backend::new(&config)?;
+        let staging = crate::sql::OutboxSql::for_config(store.dialect(), &config);
         Ok(Outbox {
             config,
             store,
             backend,
             relay: Mutex::new(None),
+            staging,
         })
     }
 
@@ -259,7 +263,7 @@ impl OutboxTransaction<'_> {
 
     /// Writes the jobs' rows and records their ids at the current level; returns the ids.
     async fn stage(&mut self, jobs: Vec<PreparedJob>) -> Result<Vec<String>> {
-        let sql = self.outbox.store.sql();
+        let sql = &self.outbox.staging;
         let (ids, statements) = sql.insert_jobs(sql.dialect.native_placeholders(), jobs);
         // Several INSERTs (a very large bulk) are all or nothing, like a single one.
         let guarded = needs_savepoint(statements.len());

@@ -7,7 +7,7 @@
 //! claim (one statement, with a lease) -> send (batch when the manifest allows) -> settle (one
 //! statement). No database transaction is held across an HTTP call.
 
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -25,6 +25,7 @@ use crate::job::{MAX_WIRE_BYTES, wire_json};
 use crate::log_feed::{self, Level};
 use crate::prometheus::{Histogram, HistogramSnapshot};
 use crate::store::{Claim, ClaimedRow, Rejection, RowStatus, Settlement, Store};
+use crate::wake::Wake;
 
 const PRUNE_CHUNK: usize = 10_000;
 const METRICS_REFRESH: Duration = Duration::from_secs(5);
@@ -102,6 +103,9 @@ pub struct Relay {
     events: Arc<EventBus>,
     stop: watch::Sender<bool>,
     task: Mutex<Option<JoinHandle<()>>>,
+    /// Set once a commit in another process wakes this relay (`wake.rs`); `None`: it has no
+    /// such wake-up (a hot path, `relay.notify` off, or no source on this system).
+    wake_ready: Option<Arc<AtomicBool>>,
 }
 
 impl Relay {
@@ -118,7 +122,14 @@ impl Relay {
             config.relay.event_retention,
             config.relay.event_history,
         ));
+        // A relay with a hot path is woken by its own process's commits; one without is woken
+        // by everyone's (a separate relay).
+        let wake = (!hot_path && config.relay.notify)
+            .then(|| Wake::start(&store, &config.outbox.table_name))
+            .flatten();
+        let wake_ready = wake.as_ref().map(|wake| wake.ready.clone());
         let engine = Engine {
+            wake,
             events: events.clone(),
             store: store.for_relay(),
             backend,
@@ -152,7 +163,16 @@ impl Relay {
             events,
             stop,
             task: Mutex::new(Some(task)),
+            wake_ready,
         }
+    }
+
+    /// Whether a commit in another process wakes this relay now (its LISTEN is in place, or
+    /// its file watch): what a test waits for before it stages.
+    pub fn woken_by_commits(&self) -> bool {
+        self.wake_ready
+            .as_ref()
+            .is_some_and(|ready| ready.load(Ordering::Acquire))
     }
 
     /// Wakes the relay for rows just committed. Never blocks and never fails: when the hot
@@ -256,6 +276,8 @@ impl Drop for Relay {
 }
 
 struct Engine {
+    /// The cross-process wake-up, for a relay without a hot path (`wake.rs`).
+    wake: Option<Wake>,
     events: Arc<EventBus>,
     store: Store,
     backend: Backend,
@@ -308,6 +330,8 @@ struct Settling {
 enum Woke {
     /// Hot ids arrived (0: every sender is gone).
     Hot(usize),
+    /// Another process committed staged rows: the poller's next round is due now.
+    Staged,
     /// The settlement running beside the relay is in.
     Settled(Result<Settled, tokio::task::JoinError>),
     /// A timer or the stop signal: the loop looks at what is due.
@@ -390,12 +414,15 @@ impl Engine {
                     received = self.hot_rx.recv_many(&mut hot_ids, batch_size) => Woke::Hot(received),
                     done = async { (&mut settling.as_mut().expect("checked").task.0).await },
                         if settling.is_some() => Woke::Settled(done),
+                    _ = async { self.wake.as_ref().expect("checked").staged.notified().await },
+                        if self.wake.is_some() => Woke::Staged,
                     _ = tokio::time::sleep_until(next_poll.min(next_prune).min(next_refresh)) => Woke::Timer,
                 }
             };
             match woke {
                 Woke::Hot(0) => break, // every sender is gone: the relay handle was dropped
                 Woke::Hot(_) => self.deliver_hot(std::mem::take(&mut hot_ids)).await,
+                Woke::Staged => next_poll = Instant::now(),
                 Woke::Settled(done) => {
                     let rows = self.settling.take().expect("settling").rows;
                     self.take_settled(&rows, done).await;

@@ -98,13 +98,32 @@ const SQLITE_NOW_MS: &str = "CAST((julianday('now') - 2440587.5) * 86400000.0 AS
 pub struct OutboxSql {
     pub dialect: Dialect,
     pub table: String,
+    /// Staging statements announce themselves (PostgreSQL NOTIFY, delivered at COMMIT only).
+    pub notify: bool,
 }
+
+/// The channel of the staging NOTIFY; the payload is the table's name (`OutboxSql::insert`).
+pub const STAGED_CHANNEL: &str = "ojs_staged";
 
 impl OutboxSql {
     pub fn new(dialect: Dialect, table: &str) -> Self {
         OutboxSql {
             dialect,
             table: table.to_owned(),
+            notify: false,
+        }
+    }
+
+    /// The statements of a process with this configuration: its staging announces the commit
+    /// to relays in other processes when it has no relay of its own (`relay.mode` external)
+    /// and `relay.notify` is on. A process with an in-process relay wakes it itself (the hot
+    /// path), so its commits pay for no NOTIFY.
+    pub fn for_config(dialect: Dialect, config: &crate::Config) -> Self {
+        OutboxSql {
+            notify: dialect == Dialect::Postgres
+                && config.relay.notify
+                && config.relay.mode == crate::config::RelayMode::External,
+            ..OutboxSql::new(dialect, &config.outbox.table_name)
         }
     }
 
@@ -219,7 +238,17 @@ impl OutboxSql {
             Dialect::Postgres => (("CAST(", " AS uuid)"), ("CAST(", " AS jsonb)")),
             Dialect::Sqlite => (("", ""), ("", "")),
         };
-        let mut sql = format!("INSERT INTO {} ({INSERT_COLUMNS}) VALUES ", self.table);
+        // A data-modifying WITH runs to completion whatever its SELECT reads; the NOTIFY is
+        // queued in the host's transaction and delivered only if it commits (FA-001), once per
+        // transaction however many statements staged (PostgreSQL folds equal notifications).
+        let mut sql = if self.notify {
+            format!(
+                "WITH staged AS (INSERT INTO {} ({INSERT_COLUMNS}) VALUES ",
+                self.table
+            )
+        } else {
+            format!("INSERT INTO {} ({INSERT_COLUMNS}) VALUES ", self.table)
+        };
         let mut params = Vec::new();
         let mut index = 0;
         let mut param = |sql: &mut String, wrap: (&str, &str)| {
@@ -257,6 +286,13 @@ impl OutboxSql {
                     params.push(tenant);
                 }
             }
+        }
+        if self.notify {
+            // The table name is a checked identifier (`validate_table_name`): no quote in it.
+            sql.push_str(&format!(
+                ") SELECT pg_notify('{STAGED_CHANNEL}', '{}')",
+                self.table
+            ));
         }
         Statement { sql, params }
     }
