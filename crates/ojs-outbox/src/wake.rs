@@ -22,6 +22,7 @@ use std::time::Duration;
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
+use crate::log_feed::{self, Level};
 use crate::sql::STAGED_CHANNEL;
 use crate::store::{Pool, Store};
 
@@ -61,7 +62,17 @@ impl Wake {
             }
             Pool::Sqlite(pool) => {
                 let file = pool.connect_options().get_filename().to_path_buf();
-                sqlite::watch(&file, staged.clone(), ready.clone())?
+                let task = sqlite::watch(&file, staged.clone(), ready.clone())?;
+                log_feed::emit(
+                    Level::Info,
+                    table,
+                    None,
+                    format!(
+                        "outbox relay: woken by commits in other processes (watching {}-wal)",
+                        file.display()
+                    ),
+                );
+                task
             }
         };
         Some(Wake {
@@ -88,6 +99,12 @@ async fn listen(pool: sqlx::PgPool, table: String, staged: Arc<Notify>, ready: A
             continue;
         }
         ready.store(true, Ordering::Release);
+        log_feed::emit(
+            Level::Info,
+            &table,
+            None,
+            format!("outbox relay: woken by commits in other processes (LISTEN {STAGED_CHANNEL})"),
+        );
         // Rows staged before the LISTEN took effect are the poller's; one round now finds them.
         staged.notify_one();
         loop {
@@ -100,7 +117,14 @@ async fn listen(pool: sqlx::PgPool, table: String, staged: Arc<Notify>, ready: A
                 // Reconnected: what was sent meanwhile is lost, so look once.
                 Ok(None) => staged.notify_one(),
                 Err(error) => {
-                    tracing::debug!(%error, "outbox relay: LISTEN connection lost");
+                    log_feed::emit(
+                        Level::Warning,
+                        &table,
+                        None,
+                        format!(
+                            "outbox relay: its LISTEN connection failed ({error}); until it is back, rows wait for the poller"
+                        ),
+                    );
                     ready.store(false, Ordering::Release);
                     tokio::time::sleep(RECONNECT_PAUSE).await;
                     break;

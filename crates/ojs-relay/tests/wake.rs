@@ -1,0 +1,115 @@
+//! A commit in any process wakes a separate relay (`wake.rs` of the core): two `ojs-relay run`
+//! processes that poll once an hour deliver, within seconds, every job that four application
+//! connections (external relay mode: no relay of their own) stage, each job once.
+//! Their first poll round runs at start; staging happens in rounds, each after the last was
+//! delivered, so every round after the first can only have been found by a wake-up.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{Db, Kind, RelayProcess};
+use ojs_devserver::DevServer;
+use ojs_outbox::{Config, NewJob, Outbox};
+use serde_json::json;
+
+const APPS: usize = 4;
+const ROUNDS: usize = 3;
+const PER_ROUND: usize = 10;
+/// Far beyond any wake-up; a relay that only polled (once an hour) would miss it.
+const DELIVERED_WITHIN: Duration = Duration::from_secs(60);
+
+async fn wait_for(what: &str, relays: &[RelayProcess], done: impl Fn() -> bool) {
+    let deadline = Instant::now() + DELIVERED_WITHIN;
+    while !done() {
+        if Instant::now() > deadline {
+            let logs: Vec<String> = relays.iter().map(RelayProcess::log).collect();
+            panic!(
+                "timed out waiting for {what}; relay logs:\n{}",
+                logs.join("\n---\n")
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+async fn separate_relays_are_woken_by_commits(kind: Kind, name: &str) {
+    let Some(db) = Db::new(kind, name).await else {
+        return;
+    };
+    db.migrate().await;
+    let backend = DevServer::start(0).await.unwrap();
+    let url = backend.url();
+    let relays = vec![
+        db.spawn_run(&url, &["--poll-interval", "PT1H"]),
+        db.spawn_run(&url, &["--poll-interval", "PT1H"]),
+    ];
+    wait_for("both relays to listen for commits", &relays, || {
+        relays
+            .iter()
+            .all(|relay| relay.log().contains("woken by commits in other processes"))
+    })
+    .await;
+
+    // The applications: connections of their own, in a process with no relay.
+    let config = Config::from_value(&json!({"adapter": {
+        "ojs_url": url, "database_url": db.url,
+        "outbox": {"table_name": db.table}, "relay": {"mode": "external"}}}))
+    .unwrap();
+    let mut apps = Vec::new();
+    for _ in 0..APPS {
+        apps.push(Outbox::connect(config.clone()).await.unwrap());
+    }
+    let mut staged = Vec::new();
+    for round in 0..ROUNDS {
+        let mut commits = Vec::new();
+        for (app, outbox) in apps.iter().enumerate() {
+            commits.push(async move {
+                let mut ids = Vec::new();
+                for i in 0..PER_ROUND / 2 {
+                    let mut tx = outbox.begin().await.unwrap();
+                    for j in 0..2 {
+                        let job = NewJob::new("wake.job", json!([round, app, i, j]));
+                        ids.push(tx.enqueue_after_commit(job).await.unwrap());
+                    }
+                    tx.commit().await.unwrap();
+                }
+                ids
+            });
+        }
+        for ids in futures_util::future::join_all(commits).await {
+            staged.extend(ids);
+        }
+        let expected = staged.len() as u64;
+        wait_for(&format!("round {round}'s jobs"), &relays, || {
+            backend.stats().jobs >= expected
+        })
+        .await;
+    }
+
+    let received = backend.snapshot();
+    let mut delivered: Vec<&str> = received.jobs.iter().map(|job| job.id.as_str()).collect();
+    delivered.sort_unstable();
+    let mut expected: Vec<&str> = staged.iter().map(String::as_str).collect();
+    expected.sort_unstable();
+    assert_eq!(delivered, expected, "every staged job, and nothing else");
+    let resent: Vec<_> = received
+        .deliveries
+        .iter()
+        .filter(|(_, n)| **n != 1)
+        .collect();
+    assert!(resent.is_empty(), "sent more than once: {resent:?}");
+    for mut relay in relays {
+        relay.terminate(Duration::from_secs(30)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_separate_relays_are_woken_by_commits() {
+    separate_relays_are_woken_by_commits(Kind::Sqlite, "wake_sqlite").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_separate_relays_are_woken_by_commits() {
+    separate_relays_are_woken_by_commits(Kind::Postgres, "wake_pg").await;
+}
