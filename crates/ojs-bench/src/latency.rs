@@ -11,6 +11,10 @@
 //! before sending it: one round trip to the same PostgreSQL (`SELECT 1`, cheaper than a
 //! claim) followed by one HTTP request to the same devserver (`GET /ojs/v1/health`, cheaper
 //! than a job), from this process, at `--probe-rate`. It excludes the wake-up after the commit.
+//! Then, unless `--separate-seconds 0`, the same commits from an application in `external`
+//! relay mode, delivered by `ojs-relay run` in another process with the default config (woken
+//! by the commits: NOTIFY on PostgreSQL, the WAL watch on SQLite): issue 26's target is its
+//! p50 at most 2x, and its p99 at most 3x, the in-process relay's of the same run.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -44,9 +48,15 @@ pub struct LatencyArgs {
     /// Floor probes per second during the measured run (PostgreSQL; 0: none).
     #[arg(long, default_value_t = 100.0)]
     pub probe_rate: f64,
+    /// Measured seconds with a separate relay process instead (0: skipped).
+    #[arg(long, default_value_t = 20.0)]
+    pub separate_seconds: f64,
     /// ojs-devserver binary (default: beside this one).
     #[arg(long)]
     pub devserver_bin: Option<PathBuf>,
+    /// ojs-relay binary, for the separate relay (default: beside this one).
+    #[arg(long)]
+    pub relay_bin: Option<PathBuf>,
     /// JSON lines are appended here.
     #[arg(long, default_value = "target/bench/results.jsonl")]
     pub out: PathBuf,
@@ -112,7 +122,7 @@ pub async fn run(args: LatencyArgs) -> BoxResult<()> {
     } else {
         None
     };
-    let outbox = Arc::new(Outbox::connect(config).await?);
+    let outbox = Arc::new(Outbox::connect(config.clone()).await?);
     outbox.start_relay();
 
     let warmup = (args.rate * args.warmup_seconds).round() as usize;
@@ -146,21 +156,19 @@ pub async fn run(args: LatencyArgs) -> BoxResult<()> {
     let phases = outbox.histograms().as_ref().map(phases_json);
     outbox.stop_relay().await;
 
-    let mut latency_ms = Vec::with_capacity(commits.len());
-    let mut commit_ms = Vec::with_capacity(commits.len());
-    let mut start_lag_ms = Vec::with_capacity(commits.len());
-    let mut missing = 0usize;
-    for commit in &commits {
-        commit_ms.push((commit.committed_us - commit.started_us) as f64 / 1000.0);
-        start_lag_ms.push((commit.started_us - commit.scheduled_us) as f64 / 1000.0);
-        match received.get(&commit.job_id) {
-            Some(at) => latency_ms.push((at - commit.committed_us) as f64 / 1000.0),
-            None => missing += 1,
-        }
-    }
-    for values in [&mut latency_ms, &mut commit_ms, &mut start_lag_ms] {
-        values.sort_by(f64::total_cmp);
-    }
+    let Measured {
+        latency_ms,
+        commit_ms,
+        start_lag_ms,
+        missing,
+    } = measured(&commits, &received);
+    let separate = if args.separate_seconds > 0.0 {
+        empty_table(&app).await?;
+        devserver.reset().await?;
+        Some(separate_relay(&args, &devserver, config).await?)
+    } else {
+        None
+    };
     let first = commits.iter().map(|c| c.scheduled_us).min().unwrap_or(0);
     let last = commits.iter().map(|c| c.committed_us).max().unwrap_or(0);
     let achieved = commits.len() as f64 / ((last - first) as f64 / 1e6);
@@ -191,6 +199,10 @@ pub async fn run(args: LatencyArgs) -> BoxResult<()> {
         "floor_without_relay_ms": (!floor_without_relay_ms.is_empty()).then(|| summary(&floor_without_relay_ms)),
         "latency_p50_over_floor_p50": over_floor.map(round3),
         "hot_dropped": metrics.as_ref().map(|m| m.hot_dropped),
+        "separate_relay_latency_ms": separate.as_ref().map(|s| summary(&s.latency_ms)),
+        "separate_relay_missing": separate.as_ref().map(|s| s.missing),
+        "separate_over_in_process_p50": separate.as_ref().map(|s| round3(percentile(&s.latency_ms, 50.0) / percentile(&latency_ms, 50.0))),
+        "separate_over_in_process_p99": separate.as_ref().map(|s| round3(percentile(&s.latency_ms, 99.0) / percentile(&latency_ms, 99.0))),
         "phases": phases,
         "transaction_p99_ms_without_relay": baseline_p99.map(round3),
         "transaction_p99_ratio_with_relay": baseline_p99.map(|b| round3(percentile(&commit_ms, 99.0) / b)),
@@ -208,11 +220,14 @@ pub async fn run(args: LatencyArgs) -> BoxResult<()> {
             format!("{:.2}", v.last().copied().unwrap_or(f64::NAN)),
         ]
     };
-    let mut rows = vec![
-        row("commit -> delivered", &latency_ms),
+    let mut rows = vec![row("commit -> delivered", &latency_ms)];
+    if let Some(separate) = &separate {
+        rows.push(row("  by a separate relay process", &separate.latency_ms));
+    }
+    rows.extend([
         row("transaction (begin..commit)", &commit_ms),
         row("tick -> transaction start", &start_lag_ms),
-    ];
+    ]);
     if !floor_ms.is_empty() {
         rows.push(row("floor: SELECT 1 + GET health", &floor_ms));
     }
@@ -234,6 +249,17 @@ pub async fn run(args: LatencyArgs) -> BoxResult<()> {
              'no relay': the same probes during the no-relay run before): commit -> delivered p50 is {ratio:.2}x the floor's p50",
             floor_ms.len(),
             args.probe_rate,
+        );
+    }
+    if let Some(separate) = &separate {
+        let p50 = percentile(&separate.latency_ms, 50.0) / percentile(&latency_ms, 50.0);
+        let p99 = percentile(&separate.latency_ms, 99.0) / percentile(&latency_ms, 99.0);
+        println!(
+            "separate relay (ojs-relay run, another process, {}s at the same rate) over the in-process relay: \
+             p50 {p50:.2}x (issue 26 target <= 2: {}), p99 {p99:.2}x (target <= 3: {})",
+            args.separate_seconds,
+            if p50 <= 2.0 { "met" } else { "NOT met" },
+            if p99 <= 3.0 { "met" } else { "NOT met" },
         );
     }
     if let Some(baseline) = baseline_p99 {
@@ -265,12 +291,111 @@ pub async fn run(args: LatencyArgs) -> BoxResult<()> {
         "CPU during the measured run (s): bench process (app + relay) {}, devserver {}, PostgreSQL {}, other processes {}",
         cpu["relay_cpu_s"], cpu["devserver_cpu_s"], cpu["postgres_cpu_s"], cpu["other_cpu_s"]
     );
+    let missing = missing + separate.as_ref().map_or(0, |s| s.missing);
     if missing > 0 || failures > 0 {
         return Err(err(format!(
             "{missing} committed jobs never reached the devserver, {failures} commits failed"
         )));
     }
     Ok(())
+}
+
+/// Commit -> delivered, commit and schedule-lag durations (ms, sorted), and the commits the
+/// devserver never received.
+struct Measured {
+    latency_ms: Vec<f64>,
+    commit_ms: Vec<f64>,
+    start_lag_ms: Vec<f64>,
+    missing: usize,
+}
+
+fn measured(commits: &[Commit], received: &std::collections::HashMap<String, i64>) -> Measured {
+    let mut m = Measured {
+        latency_ms: Vec::with_capacity(commits.len()),
+        commit_ms: Vec::with_capacity(commits.len()),
+        start_lag_ms: Vec::with_capacity(commits.len()),
+        missing: 0,
+    };
+    for commit in commits {
+        m.commit_ms
+            .push((commit.committed_us - commit.started_us) as f64 / 1000.0);
+        m.start_lag_ms
+            .push((commit.started_us - commit.scheduled_us) as f64 / 1000.0);
+        match received.get(&commit.job_id) {
+            Some(at) => m
+                .latency_ms
+                .push((at - commit.committed_us) as f64 / 1000.0),
+            None => m.missing += 1,
+        }
+    }
+    for values in [&mut m.latency_ms, &mut m.commit_ms, &mut m.start_lag_ms] {
+        values.sort_by(f64::total_cmp);
+    }
+    m
+}
+
+/// The same commits from an application with no relay of its own (`relay.mode` external),
+/// delivered by `ojs-relay run` in a process of its own with the default settings.
+async fn separate_relay(
+    args: &LatencyArgs,
+    devserver: &DevServer,
+    mut config: ojs_outbox::Config,
+) -> BoxResult<Measured> {
+    config.relay.mode = ojs_outbox::RelayMode::External;
+    let app = Arc::new(Outbox::connect(config).await?);
+    let log = std::env::temp_dir().join(format!("ojs-bench-relay-{}.log", std::process::id()));
+    let mut relay =
+        std::process::Command::new(sibling_binary(args.relay_bin.as_deref(), "ojs-relay")?)
+            .args(["--database-url", &args.database_url, "--table", TABLE])
+            .args(["run", "--ojs-url", &devserver.url])
+            .env("OJS_LOG", "info")
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::fs::File::create(&log)?)
+            .spawn()?;
+    // Measured once its wake-up is in place (it says so).
+    let ready = std::time::Instant::now();
+    while !std::fs::read_to_string(&log)
+        .unwrap_or_default()
+        .contains("woken by commits in other processes")
+    {
+        if ready.elapsed() > Duration::from_secs(30) || relay.try_wait()?.is_some() {
+            let _ = relay.kill();
+            return Err(err(format!(
+                "the separate relay never said it is woken by commits: {}",
+                std::fs::read_to_string(&log).unwrap_or_default()
+            )));
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let warmup = (args.rate * args.warmup_seconds).round() as usize;
+    if warmup > 0 {
+        commit_at_rate(&app, None, args.rate, warmup).await?;
+        devserver
+            .wait_for_jobs(
+                warmup as u64,
+                Duration::from_millis(20),
+                Duration::from_secs(60),
+            )
+            .await?;
+        devserver.reset().await?;
+    }
+    let total = (args.rate * args.separate_seconds).round() as usize;
+    let (commits, _) = commit_at_rate(&app, None, args.rate, total).await?;
+    devserver
+        .wait_for_jobs(
+            commits.len() as u64,
+            Duration::from_millis(20),
+            Duration::from_secs(120),
+        )
+        .await?;
+    let received = devserver.received_times().await?;
+    std::process::Command::new("kill")
+        .args(["-TERM", &relay.id().to_string()])
+        .status()?;
+    relay.wait()?;
+    let _ = std::fs::remove_file(&log);
+    Ok(measured(&commits, &received))
 }
 
 /// Empties the benchmark table (drops it on PostgreSQL, deletes the file on SQLite).
