@@ -45,9 +45,9 @@ pub struct Target<'a> {
 }
 
 impl Target<'_> {
-    fn announce(&self, kind: &str, tenant: Option<&str>, count: u64) {
+    async fn announce(&self, kind: &str, tenant: Option<&str>, count: u64) {
         if let Some(events) = self.events {
-            events.operator_event(kind, tenant, count);
+            events.operator_event(kind, tenant, count).await;
         }
     }
 
@@ -302,7 +302,9 @@ pub async fn dead(target: &Target<'_>, action: &DeadAction) -> Result<Report> {
                 .dead_replay(tenant.as_deref())
                 .await
                 .map_err(explain)?;
-            target.announce("ojs.outbox.dead_replayed", tenant.as_deref(), n);
+            target
+                .announce("ojs.outbox.dead_replayed", tenant.as_deref(), n)
+                .await;
             Ok(Report::ok(format!(
                 "replayed {n} dead row(s) of {} back to pending with fresh attempts; a running relay sends them at its next poll",
                 tenant_scope(tenant.as_deref())
@@ -313,7 +315,9 @@ pub async fn dead(target: &Target<'_>, action: &DeadAction) -> Result<Report> {
             confirmed: true,
         } => {
             let n = store.dead_purge(tenant.as_deref()).await.map_err(explain)?;
-            target.announce("ojs.outbox.dead_purged", tenant.as_deref(), n);
+            target
+                .announce("ojs.outbox.dead_purged", tenant.as_deref(), n)
+                .await;
             Ok(Report::ok(format!(
                 "purged {n} dead row(s) of {}",
                 tenant_scope(tenant.as_deref())

@@ -70,10 +70,10 @@ pub struct RelayConfig {
     pub shutdown_timeout: Duration,
     /// Events a subscriber may fall behind before it is cut off (`events.rs`, tier 1).
     pub event_buffer: usize,
-    /// Keep events this long for replay (`Last-Event-ID`, `since`; tier 2); `None`: live only.
+    /// Keep events this long in the table's event log, for every process's subscribers and
+    /// for replay (`Last-Event-ID`, `since`; tier 2); `None`: live only, in the process that
+    /// made them (tier 1).
     pub event_retention: Option<Duration>,
-    /// At most this many events kept for replay, the oldest dropped first (memory bound).
-    pub event_history: usize,
 }
 
 pub const MAX_BATCH_SIZE: usize = 1000;
@@ -152,8 +152,7 @@ impl Default for Config {
                 request_timeout: Duration::from_secs(10),
                 shutdown_timeout: Duration::from_secs(5),
                 event_buffer: 1024,
-                event_retention: None,
-                event_history: 100_000,
+                event_retention: Some(Duration::from_secs(3600)),
             },
         }
     }
@@ -356,10 +355,8 @@ fn apply_relay(relay: &mut RelayConfig, value: &Value) -> Result<()> {
             }
             "shutdown_timeout" => relay.shutdown_timeout = duration_value(value, field)?,
             "event_buffer" => relay.event_buffer = integer_in(value, field, 1, 1_000_000)? as usize,
-            "event_history" => {
-                relay.event_history = integer_in(value, field, 1, 10_000_000)? as usize
-            }
-            // `null` keeps events live only (tier 1); RFC-0005's default retention is PT1H.
+            // RFC-0005's default retention, PT1H, is the default; `null` keeps events live only,
+            // in the process that made them (tier 1).
             "event_retention" if value.is_null() => relay.event_retention = None,
             "event_retention" => {
                 relay.event_retention =

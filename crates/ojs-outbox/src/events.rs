@@ -9,22 +9,25 @@
 //! - Relay and operator events, under our namespace: `ojs.relay.paused`, `ojs.relay.resumed`,
 //!   `ojs.outbox.dead_replayed`, `ojs.outbox.dead_purged` (subject: the outbox table).
 //!
-//! Delivery (RFC §5): tier 1, best effort, always on: subscribers get events live, each through
-//! a bounded buffer; a subscriber that falls behind by more than the buffer is cut off with a
-//! final `ojs.stream.overflow` event (the relay never waits for a subscriber and memory stays
-//! bounded). Tier 2, opt-in (`relay.event_retention`): events are also kept in memory for the
-//! retention (at most `relay.event_history` of them, the oldest dropped first), and a
-//! subscriber can replay from `Last-Event-ID` or `since`. In memory, not in
-//! the database: a table would add writes to every delivered row, the cost the relay exists to
-//! avoid (docs/benchmarks.md); the price is that a restarted relay's history starts empty.
-//! Nothing is built when nobody listens and no history is kept: [`EventBus::active`].
+//! Delivery (RFC §5). With `relay.event_retention` (default `PT1H`, RFC-0005's default) the
+//! events are kept in the table's event log (`<table>_events`, [`EventLog`]): each settlement
+//! appends its round's events, as one row, in its own transaction (`Store::settle`), and
+//! relay and operator events append a row of their own. Every subscriber, in any process,
+//! reads the log from a cursor: it sees the events of every relay of the table, each once, in
+//! commit order, and replays from `Last-Event-ID` or `since` within the retention, across
+//! relay restarts (tier 2); the relay prunes older rows. With `event_retention: null` the
+//! events stay in the process that made them, live only (tier 1): subscribers get them through
+//! a bounded buffer, and one that falls behind by more than the buffer is cut off with a final
+//! `ojs.stream.overflow` event; nothing is built when nobody listens ([`EventBus::active`]).
 
 use std::collections::VecDeque;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{Value, json};
 use tokio::sync::broadcast;
+
+use crate::store::{LoggedEvents, Store};
 
 /// One event.
 #[derive(Debug, Clone, PartialEq)]
@@ -231,87 +234,75 @@ pub enum ReplayFrom {
     Since(i64),
 }
 
-/// The in-process bus of one relay.
+/// The events of one outbox table as one process sees them: its live bus (tier 1), or the
+/// table's event log (tier 2, `log`).
 #[derive(Debug)]
 pub struct EventBus {
     source: Arc<str>,
     table: String,
     sender: broadcast::Sender<Arc<Event>>,
-    history: Option<Mutex<VecDeque<Arc<Event>>>>,
-    retention: Duration,
-    history_limit: usize,
+    log: Option<EventLog>,
 }
 
+/// The table's event log (`<table>_events`) and how long it keeps events.
+#[derive(Debug, Clone)]
+pub struct EventLog {
+    pub store: Store,
+    pub retention: Duration,
+}
+
+/// How often a subscriber of the log looks for new rows once it has read them all.
+const LOG_POLL: Duration = Duration::from_millis(100);
+/// Rows a subscriber of the log reads at once.
+const LOG_PAGE: usize = 100;
+
 impl EventBus {
-    /// `buffer`: how many events a subscriber may fall behind before it is cut off;
-    /// `retention`: keep events for replay this long (tier 2), or `None` (tier 1 only), and at
-    /// most `history_limit` of them.
-    pub fn new(
-        table: &str,
-        buffer: usize,
-        retention: Option<Duration>,
-        history_limit: usize,
-    ) -> EventBus {
+    /// `buffer`: how many events a subscriber may fall behind before it is cut off (tier 1);
+    /// `log`: the table's event log, which then carries every event instead (tier 2).
+    pub fn new(table: &str, buffer: usize, log: Option<EventLog>) -> EventBus {
         let (sender, _) = broadcast::channel(buffer.max(1));
         EventBus {
             source: Arc::from(format!("/ojs/outbox/{table}")),
             table: table.to_owned(),
             sender,
-            history: retention.map(|_| Mutex::new(VecDeque::new())),
-            retention: retention.unwrap_or_default(),
-            history_limit: history_limit.max(1),
+            log,
         }
     }
 
-    /// Whether an event would reach anyone (a subscriber, or the replay history). The relay
-    /// builds events only then, so events cost nothing when nobody listens.
+    /// Whether an event would reach anyone (a subscriber, or the log). The relay builds events
+    /// only then, so live-only events cost nothing when nobody listens.
     pub fn active(&self) -> bool {
-        self.history.is_some() || self.sender.receiver_count() > 0
+        self.log.is_some() || self.sender.receiver_count() > 0
     }
 
-    /// Whether events are kept for replay (tier 2).
+    /// Whether events go to the table's event log (tier 2).
     pub fn replays(&self) -> bool {
-        self.history.is_some()
+        self.log.is_some()
+    }
+
+    /// The table's event log, when events go there.
+    pub fn log(&self) -> Option<&EventLog> {
+        self.log.as_ref()
     }
 
     pub fn subscribe(&self) -> broadcast::Receiver<Arc<Event>> {
         self.sender.subscribe()
     }
 
-    /// The kept events after `from`, oldest first (empty without tier 2). An id no longer kept
-    /// (older than the retention) replays everything kept.
-    pub fn replay(&self, from: &ReplayFrom) -> Vec<Arc<Event>> {
-        let Some(history) = &self.history else {
-            return Vec::new();
-        };
-        let history = history.lock().unwrap_or_else(|p| p.into_inner());
-        match from {
-            ReplayFrom::AfterId(id) => match history.iter().position(|e| e.id == *id) {
-                Some(at) => history.iter().skip(at + 1).cloned().collect(),
-                None => history.iter().cloned().collect(),
-            },
-            ReplayFrom::Since(ms) => history
-                .iter()
-                .filter(|e| e.time_ms >= *ms)
-                .cloned()
-                .collect(),
-        }
-    }
-
-    /// A job event (`data` is [`EventData::Job`]).
-    pub fn job_event(
+    /// A job event, built (not published): `Relay` logs or publishes it.
+    pub fn make_job_event(
         &self,
         kind: &str,
         job_id: &str,
         queue: &str,
         tenant: Option<&str>,
         data: EventData,
-    ) {
+    ) -> Event {
         let job_type = match &data {
             EventData::Job { job_type, .. } => Some(job_type.clone()),
             EventData::Other(_) => None,
         };
-        self.publish(Event {
+        Event {
             id: crate::id::new_job_id().to_string(),
             kind: kind.to_owned(),
             source: self.source.clone(),
@@ -321,25 +312,12 @@ impl EventBus {
             queue: Some(queue.to_owned()),
             job_type,
             tenant: tenant.map(str::to_owned),
-        });
-    }
-
-    /// An operator's dead-row action (`ojs.outbox.dead_replayed` / `dead_purged`), with its
-    /// tenant and count; nothing when nobody listens.
-    pub fn operator_event(&self, kind: &str, tenant: Option<&str>, count: u64) {
-        if self.active() {
-            self.relay_event(
-                kind,
-                tenant,
-                serde_json::json!({"tenant": tenant, "count": count}),
-            );
         }
     }
 
-    /// A relay or operator event (subject: the outbox table). `tenant`: the tenant an
-    /// operator command was scoped to, if any.
-    pub fn relay_event(&self, kind: &str, tenant: Option<&str>, data: Value) {
-        self.publish(Event {
+    /// A relay or operator event, built (not published).
+    pub fn make_relay_event(&self, kind: &str, tenant: Option<&str>, data: Value) -> Event {
+        Event {
             id: crate::id::new_job_id().to_string(),
             kind: kind.to_owned(),
             source: self.source.clone(),
@@ -349,23 +327,43 @@ impl EventBus {
             queue: None,
             job_type: None,
             tenant: tenant.map(str::to_owned),
-        });
+        }
     }
 
-    fn publish(&self, event: Event) {
-        let event = Arc::new(event);
-        if let Some(history) = &self.history {
-            let mut history = history.lock().unwrap_or_else(|p| p.into_inner());
-            let oldest = event.time_ms - self.retention.as_millis() as i64;
-            while history.front().is_some_and(|e| e.time_ms < oldest)
-                || history.len() >= self.history_limit
-            {
-                history.pop_front();
-            }
-            history.push_back(event.clone());
+    /// Sends an event to this process's live subscribers (tier 1; no subscriber is no error).
+    pub fn send_live(&self, event: Event) {
+        let _ = self.sender.send(Arc::new(event));
+    }
+
+    /// Publishes events made here: appended to the log as one row (tier 2), or sent live.
+    pub async fn publish_all(&self, events: Vec<Event>) -> crate::Result<()> {
+        if events.is_empty() {
+            return Ok(());
         }
-        // No subscriber is no error.
-        let _ = self.sender.send(event);
+        match &self.log {
+            Some(log) => log.store.append_events(&logged(&events)).await,
+            None => {
+                for event in events {
+                    self.send_live(event);
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// An operator's dead-row action (`ojs.outbox.dead_replayed` / `dead_purged`), with its
+    /// tenant and count; nothing when nobody listens.
+    pub async fn operator_event(&self, kind: &str, tenant: Option<&str>, count: u64) {
+        if self.active() {
+            let event = self.make_relay_event(
+                kind,
+                tenant,
+                serde_json::json!({"tenant": tenant, "count": count}),
+            );
+            if let Err(error) = self.publish_all(vec![event]).await {
+                tracing::warn!(%error, "outbox: the operator's event was not logged");
+            }
+        }
     }
 
     /// The event that ends a stream whose subscriber fell `missed` events behind.
@@ -391,78 +389,263 @@ fn overflow(source: &Arc<str>, table: &str, missed: u64) -> Event {
     }
 }
 
-/// One subscriber's stream: the replayed events first (tier 2), then live ones, filtered, as
-/// SSE frames; after it fell behind, one `ojs.stream.overflow` frame and the end. What every
-/// server of `GET /v1/events/stream` (the relay's, each framework's mount) sends.
+/// One subscriber's stream, filtered, as SSE frames. From the event log (tier 2): the events
+/// after `Last-Event-ID` or from `since` first, then each new row as it commits, for as long
+/// as the subscriber stays. Live only (tier 1): the events from now on; after it fell behind,
+/// one `ojs.stream.overflow` frame and the end. What every server of `GET /v1/events/stream`
+/// (the relay's, each framework's mount) sends.
 pub struct Subscription {
     /// Names the stream's own last event; not the bus (the stream ends when the relay does).
     source: Arc<str>,
     table: String,
-    live: broadcast::Receiver<Arc<Event>>,
     filter: Filter,
-    backlog: VecDeque<Arc<Event>>,
-    /// Ids already sent from the backlog, skipped when they also arrive live.
-    replayed: std::collections::HashSet<String>,
+    from: Option<ReplayFrom>,
+    /// When it subscribed (Unix ms): a live stream of the log starts at the rows written since.
+    subscribed_ms: i64,
+    feed: Feed,
     ended: bool,
 }
 
+enum Feed {
+    Live(broadcast::Receiver<Arc<Event>>),
+    Log {
+        store: Store,
+        /// The `seq` of the last row read; `None` until the start is found (first `next_frame`).
+        cursor: Option<i64>,
+        read: VecDeque<Event>,
+        /// Replay after an id: events are skipped until it passes (or a row too late to hold it).
+        skip_until: Option<(String, i64)>,
+    },
+}
+
 impl Subscription {
-    /// Subscribes before reading the history, so no event falls between the two (one may
-    /// come twice: consumers deduplicate by id, RFC §5).
     pub fn new(bus: Arc<EventBus>, filter: Filter, from: Option<&ReplayFrom>) -> Subscription {
-        let live = bus.subscribe();
-        let backlog: VecDeque<Arc<Event>> = from
-            .map(|from| bus.replay(from))
-            .unwrap_or_default()
-            .into_iter()
-            .filter(|event| filter.matches(event))
-            .collect();
-        let replayed = backlog.iter().map(|event| event.id.clone()).collect();
+        let feed = match &bus.log {
+            Some(log) => Feed::Log {
+                store: log.store.clone(),
+                cursor: None,
+                read: VecDeque::new(),
+                skip_until: None,
+            },
+            None => Feed::Live(bus.subscribe()),
+        };
         Subscription {
             source: bus.source.clone(),
             table: bus.table.clone(),
-            live,
             filter,
-            backlog,
-            replayed,
+            from: from.cloned(),
+            subscribed_ms: now_ms(),
+            feed,
             ended: false,
         }
     }
 
     /// The next frame, waiting for one; `None` once the stream has ended.
     pub async fn next_frame(&mut self) -> Option<String> {
-        if let Some(event) = self.backlog.pop_front() {
-            return Some(event.sse_frame());
-        }
         if self.ended {
             return None;
         }
-        loop {
-            match self.live.recv().await {
-                Ok(event) => {
-                    if self.replayed.remove(&event.id) || !self.filter.matches(&event) {
+        match &mut self.feed {
+            Feed::Live(live) => loop {
+                match live.recv().await {
+                    Ok(event) => {
+                        if self.filter.matches(&event) {
+                            return Some(event.sse_frame());
+                        }
+                    }
+                    Err(broadcast::error::RecvError::Lagged(missed)) => {
+                        self.ended = true;
+                        // No `id:` line: the client's Last-Event-ID stays on the last event it
+                        // got, so its resume replays what it missed (with the event log).
+                        let last = overflow(&self.source, &self.table, missed);
+                        return Some(format!(
+                            "event: {}\ndata: {}\n\n",
+                            last.kind,
+                            last.to_json()
+                        ));
+                    }
+                    Err(broadcast::error::RecvError::Closed) => {
+                        self.ended = true;
+                        return None;
+                    }
+                }
+            },
+            Feed::Log {
+                store,
+                cursor,
+                read,
+                skip_until,
+            } => loop {
+                while let Some(event) = read.pop_front() {
+                    if let Some((id, until_ms)) = skip_until {
+                        if event.id == *id {
+                            *skip_until = None;
+                            continue;
+                        }
+                        if event.time_ms <= *until_ms {
+                            continue;
+                        }
+                        *skip_until = None;
+                    }
+                    if let Some(ReplayFrom::Since(ms)) = &self.from
+                        && event.time_ms < *ms
+                    {
                         continue;
                     }
-                    return Some(event.sse_frame());
+                    if self.filter.matches(&event) {
+                        return Some(event.sse_frame());
+                    }
                 }
-                Err(broadcast::error::RecvError::Lagged(missed)) => {
-                    self.ended = true;
-                    // No `id:` line: the client's Last-Event-ID stays on the last event it got,
-                    // so its resume replays what it missed.
-                    let last = overflow(&self.source, &self.table, missed);
-                    return Some(format!(
-                        "event: {}\ndata: {}\n\n",
-                        last.kind,
-                        last.to_json()
-                    ));
+                let at = match *cursor {
+                    Some(at) => at,
+                    None => {
+                        let start = match &self.from {
+                            None => self.subscribed_ms,
+                            Some(ReplayFrom::Since(ms)) => *ms,
+                            Some(ReplayFrom::AfterId(id)) => {
+                                let ms = crate::prometheus::staged_at_ms(id).unwrap_or(0);
+                                // An id of another clock's millisecond may sit a little later.
+                                *skip_until = Some((id.clone(), ms + 1000));
+                                ms
+                            }
+                        };
+                        match store.events_cursor_at(start).await {
+                            Ok(at) => {
+                                *cursor = Some(at);
+                                at
+                            }
+                            Err(error) => {
+                                tracing::debug!(%error, "events: the event log cannot be read");
+                                tokio::time::sleep(LOG_POLL).await;
+                                continue;
+                            }
+                        }
+                    }
+                };
+                match store.events_after(at, LOG_PAGE).await {
+                    Ok(rows) if rows.is_empty() => tokio::time::sleep(LOG_POLL).await,
+                    Ok(rows) => {
+                        for (seq, json) in rows {
+                            *cursor = Some(seq);
+                            read.extend(from_logged(&json, &self.source));
+                        }
+                    }
+                    Err(error) => {
+                        tracing::debug!(%error, "events: the event log cannot be read");
+                        tokio::time::sleep(LOG_POLL).await;
+                    }
                 }
-                Err(broadcast::error::RecvError::Closed) => {
-                    self.ended = true;
-                    return None;
-                }
-            }
+            },
         }
     }
+}
+
+/// One event as the log keeps it (short keys: a round's row holds many).
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Logged {
+    i: String,
+    k: String,
+    s: String,
+    t: i64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    q: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    n: Option<String>,
+    /// A job event's type and attempt.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    j: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    a: Option<i32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    e: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    x: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    d: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    u: Option<String>,
+    /// A relay or operator event's data.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    o: Option<Value>,
+}
+
+/// Events as one row of the log.
+pub fn logged(events: &[Event]) -> LoggedEvents {
+    let records: Vec<Logged> = events
+        .iter()
+        .map(|event| {
+            let mut record = Logged {
+                i: event.id.clone(),
+                k: event.kind.clone(),
+                s: event.subject.clone(),
+                t: event.time_ms,
+                q: event.queue.clone(),
+                n: event.tenant.clone(),
+                j: None,
+                a: None,
+                e: None,
+                x: None,
+                d: None,
+                u: None,
+                o: None,
+            };
+            match &event.data {
+                EventData::Job {
+                    job_type,
+                    attempt,
+                    error,
+                    next_attempt_at_ms,
+                    deduplicated,
+                    existing_job_id,
+                } => {
+                    record.j = Some(job_type.clone());
+                    record.a = Some(*attempt);
+                    record.e = error.clone();
+                    record.x = *next_attempt_at_ms;
+                    record.d = *deduplicated;
+                    record.u = existing_job_id.clone();
+                }
+                EventData::Other(value) => record.o = Some(value.clone()),
+            }
+            record
+        })
+        .collect();
+    LoggedEvents {
+        time_ms: now_ms(),
+        json: serde_json::to_string(&records).expect("events serialize"),
+    }
+}
+
+/// The events of one row of the log (none when the row is not ours to read).
+fn from_logged(json: &str, source: &Arc<str>) -> Vec<Event> {
+    let records: Vec<Logged> = serde_json::from_str(json).unwrap_or_default();
+    records
+        .into_iter()
+        .map(|r| {
+            let data = match r.o {
+                Some(value) => EventData::Other(value),
+                None => EventData::Job {
+                    job_type: r.j.clone().unwrap_or_default(),
+                    attempt: r.a.unwrap_or(0),
+                    error: r.e,
+                    next_attempt_at_ms: r.x,
+                    deduplicated: r.d,
+                    existing_job_id: r.u,
+                },
+            };
+            Event {
+                id: r.i,
+                kind: r.k,
+                source: source.clone(),
+                subject: r.s,
+                time_ms: r.t,
+                data,
+                queue: r.q,
+                job_type: r.j,
+                tenant: r.n,
+            }
+        })
+        .collect()
 }
 
 pub fn now_ms() -> i64 {
@@ -498,7 +681,7 @@ pub fn parse_rfc3339_ms(text: &str) -> Option<i64> {
 mod tests {
     use super::*;
 
-    fn job(bus: &EventBus, kind: &str, queue: &str, tenant: Option<&str>) {
+    fn job(bus: &EventBus, kind: &str, queue: &str, tenant: Option<&str>) -> Event {
         let data = EventData::Job {
             job_type: "email.send".into(),
             attempt: 1,
@@ -507,14 +690,13 @@ mod tests {
             deduplicated: None,
             existing_job_id: None,
         };
-        bus.job_event(kind, "j1", queue, tenant, data);
+        bus.make_job_event(kind, "j1", queue, tenant, data)
     }
 
     #[test]
     fn the_envelope_is_cloudevents_1_0() {
-        let bus = EventBus::new("ojs_outbox", 8, Some(Duration::from_secs(60)), 100);
-        job(&bus, "job.enqueued", "email", Some("acme"));
-        let event = bus.replay(&ReplayFrom::Since(0)).remove(0);
+        let bus = EventBus::new("ojs_outbox", 8, None);
+        let event = job(&bus, "job.enqueued", "email", Some("acme"));
         let value: Value = serde_json::from_str(&event.to_json()).unwrap();
         assert_eq!(value["specversion"], "1.0");
         assert_eq!(value["type"], "job.enqueued");
@@ -529,54 +711,53 @@ mod tests {
     }
 
     #[test]
-    fn filters_match_type_prefixes_queues_job_types_and_tenants() {
-        let bus = EventBus::new("t", 8, Some(Duration::from_secs(60)), 100);
-        job(&bus, "job.enqueued", "email", Some("acme"));
-        bus.relay_event("ojs.relay.paused", None, json!({}));
-        let events = bus.replay(&ReplayFrom::Since(0));
-        let (enqueued, paused) = (&events[0], &events[1]);
-        let f = |types: &str, queues: &str, tenant: Option<&str>| {
-            Filter::from_lists(Some(types), Some(queues), None, tenant)
-        };
-        assert!(f("job.*", "", None).matches(enqueued));
-        assert!(!f("job.*", "", None).matches(paused));
-        assert!(f("job.enqueued,job.failed", "email", None).matches(enqueued));
-        assert!(!f("job.failed", "", None).matches(enqueued));
-        assert!(!f("", "reports", None).matches(enqueued));
-        assert!(f("", "", Some("acme")).matches(enqueued));
-        assert!(!f("", "", Some("other")).matches(enqueued));
-        assert!(
-            !f("", "", Some("acme")).matches(paused),
-            "relay events belong to no tenant"
-        );
-        assert!(Filter::default().matches(paused));
+    fn an_event_log_row_gives_back_the_same_events() {
+        let bus = EventBus::new("t", 8, None);
+        let mut retried = job(&bus, "job.retrying", "q", None);
+        if let EventData::Job {
+            next_attempt_at_ms,
+            error,
+            ..
+        } = &mut retried.data
+        {
+            *next_attempt_at_ms = Some(1_764_000_000_000);
+            *error = Some("it's \"quoted\"".into());
+        }
+        let events = vec![
+            job(&bus, "job.enqueued", "email", Some("acme")),
+            retried,
+            bus.make_relay_event("ojs.relay.paused", None, json!({"reason": "down"})),
+        ];
+        let row = logged(&events);
+        let back = from_logged(&row.json, &bus.source);
+        assert_eq!(back, events);
     }
 
     #[test]
-    fn replay_from_an_id_or_a_time_and_only_within_the_retention() {
-        let bus = EventBus::new("t", 8, Some(Duration::from_secs(3600)), 100);
-        for kind in ["job.failed", "job.retrying", "job.enqueued"] {
-            job(&bus, kind, "q", None);
-        }
-        let all = bus.replay(&ReplayFrom::Since(0));
-        assert_eq!(all.len(), 3);
-        let after_first = bus.replay(&ReplayFrom::AfterId(all[0].id.clone()));
-        let kinds: Vec<&str> = after_first.iter().map(|e| e.kind.as_str()).collect();
-        assert_eq!(kinds, ["job.retrying", "job.enqueued"]);
-        assert_eq!(bus.replay(&ReplayFrom::AfterId("gone".into())).len(), 3);
-        let capped = EventBus::new("t", 8, Some(Duration::from_secs(3600)), 2);
-        for kind in ["a", "b", "c"] {
-            job(&capped, kind, "q", None);
-        }
-        let kept: Vec<String> = capped
-            .replay(&ReplayFrom::Since(0))
-            .iter()
-            .map(|e| e.kind.clone())
-            .collect();
-        assert_eq!(kept, ["b", "c"], "the oldest goes beyond the limit");
-        let tier1 = EventBus::new("t", 8, None, 100);
-        job(&tier1, "job.enqueued", "q", None);
-        assert!(tier1.replay(&ReplayFrom::Since(0)).is_empty());
+    fn filters_match_type_prefixes_queues_job_types_and_tenants() {
+        let bus = EventBus::new("t", 8, None);
+        let enqueued = job(&bus, "job.enqueued", "email", Some("acme"));
+        let paused = bus.make_relay_event("ojs.relay.paused", None, json!({}));
+        let f = |types: &str, queues: &str, tenant: Option<&str>| {
+            Filter::from_lists(Some(types), Some(queues), None, tenant)
+        };
+        assert!(f("job.*", "", None).matches(&enqueued));
+        assert!(!f("job.*", "", None).matches(&paused));
+        assert!(f("job.enqueued,job.failed", "email", None).matches(&enqueued));
+        assert!(!f("job.failed", "", None).matches(&enqueued));
+        assert!(!f("", "reports", None).matches(&enqueued));
+        assert!(f("", "", Some("acme")).matches(&enqueued));
+        assert!(!f("", "", Some("other")).matches(&enqueued));
+        assert!(
+            !f("", "", Some("acme")).matches(&paused),
+            "relay events belong to no tenant"
+        );
+        assert!(Filter::default().matches(&paused));
+    }
+
+    #[test]
+    fn live_only_builds_nothing_without_subscribers() {
+        let tier1 = EventBus::new("t", 8, None);
         assert!(!tier1.active(), "tier 1 without subscribers builds nothing");
         let _subscriber = tier1.subscribe();
         assert!(tier1.active());

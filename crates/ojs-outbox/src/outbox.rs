@@ -118,7 +118,8 @@ impl Outbox {
     pub async fn dead_replay(&self, tenant: Option<&str>) -> Result<u64> {
         let n = self.store.dead_replay(tenant).await?;
         if let Some(bus) = self.events() {
-            bus.operator_event("ojs.outbox.dead_replayed", tenant, n);
+            bus.operator_event("ojs.outbox.dead_replayed", tenant, n)
+                .await;
         }
         Ok(n)
     }
@@ -127,7 +128,8 @@ impl Outbox {
     pub async fn dead_purge(&self, tenant: Option<&str>) -> Result<u64> {
         let n = self.store.dead_purge(tenant).await?;
         if let Some(bus) = self.events() {
-            bus.operator_event("ojs.outbox.dead_purged", tenant, n);
+            bus.operator_event("ojs.outbox.dead_purged", tenant, n)
+                .await;
         }
         Ok(n)
     }

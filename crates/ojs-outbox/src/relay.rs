@@ -20,7 +20,7 @@ use crate::backend::Backend;
 use crate::backoff;
 use crate::classify::Outcome;
 use crate::config::Config;
-use crate::events::EventBus;
+use crate::events::{Event, EventBus, EventLog};
 use crate::job::{MAX_WIRE_BYTES, wire_json};
 use crate::log_feed::{self, Level};
 use crate::prometheus::{Histogram, HistogramSnapshot};
@@ -119,8 +119,10 @@ impl Relay {
         let events = Arc::new(EventBus::new(
             &config.outbox.table_name,
             config.relay.event_buffer,
-            config.relay.event_retention,
-            config.relay.event_history,
+            config.relay.event_retention.map(|retention| EventLog {
+                store: store.clone(),
+                retention,
+            }),
         ));
         // A relay with a hot path is woken by its own process's commits; one without is woken
         // by everyone's (a separate relay).
@@ -130,6 +132,8 @@ impl Relay {
         let wake_ready = wake.as_ref().map(|wake| wake.ready.clone());
         let engine = Engine {
             wake,
+            relay_events: Vec::new(),
+            event_log_failed: false,
             events: events.clone(),
             store: store.for_relay(),
             backend,
@@ -278,6 +282,10 @@ impl Drop for Relay {
 struct Engine {
     /// The cross-process wake-up, for a relay without a hot path (`wake.rs`).
     wake: Option<Wake>,
+    /// Relay events waiting for the event log (`relay_event`).
+    relay_events: Vec<Event>,
+    /// The event log could not be created: no events are written (delivery goes on).
+    event_log_failed: bool,
     events: Arc<EventBus>,
     store: Store,
     backend: Backend,
@@ -355,6 +363,20 @@ impl<T> Drop for AbortOnDrop<T> {
 
 impl Engine {
     async fn run(mut self) {
+        if let Some(log) = self.events.log()
+            && let Err(error) = log.store.ensure_event_log().await
+        {
+            // Delivery must not depend on the log: the relay goes on, without its events.
+            self.log(
+                Level::Error,
+                None,
+                format!(
+                    "outbox relay: its event log {} cannot be created ({error}); the relay delivers, but makes no events (create it with the migration, or set relay.event_retention to null)",
+                    self.store.sql().event_log()
+                ),
+            );
+            self.event_log_failed = true;
+        }
         let poll_interval = self.config.outbox.poll_interval;
         let batch_size = self.config.outbox.batch_size;
         let mut next_poll = Instant::now();
@@ -403,6 +425,7 @@ impl Engine {
                 }
                 continue;
             }
+            self.flush_relay_events().await;
             // Idle: wait for hot ids, the timers, or the last settlement's outcome (taken as
             // soon as it is in, rather than at the next round; a hot id does not wait for it).
             let mut stop = self.stop_rx.clone();
@@ -431,6 +454,8 @@ impl Engine {
             }
         }
         self.flush().await;
+        self.finish_settling().await;
+        self.flush_relay_events().await;
     }
 
     fn stopping(&self) -> bool {
@@ -640,12 +665,23 @@ impl Engine {
         self.counters.in_flight.store(0, Ordering::Relaxed);
         // One settlement at a time, in claim order.
         self.finish_settling().await;
+        // With the event log, the round's events commit with its settlement (each once).
+        let logged = match self.events.log() {
+            Some(_) if !self.event_log_failed => {
+                let mut events = std::mem::take(&mut self.relay_events);
+                events.extend(self.job_events(&pair(&rows, &settlements)));
+                (!events.is_empty()).then(|| crate::events::logged(&events))
+            }
+            _ => None,
+        };
         let store = self.store.clone();
         let token = token.to_owned();
         let held = claim.holds_transaction();
         let settle = async move {
             let started = Instant::now();
-            let result = store.settle(&token, claim, &settlements).await;
+            let result = store
+                .settle(&token, claim, &settlements, logged.as_ref())
+                .await;
             Settled {
                 result,
                 took: started.elapsed(),
@@ -700,8 +736,9 @@ impl Engine {
                 let settled = pair(rows, &settled.settlements);
                 self.record_lag(&settled);
                 self.log_dead_letters(&settled);
-                if self.events.active() {
-                    self.publish_job_events(&settled);
+                if self.events.log().is_none() && self.events.active() {
+                    let events = self.job_events(&settled);
+                    let _ = self.events.publish_all(events).await;
                 }
             }
             Err(error) => self.database_trouble(error).await,
@@ -735,8 +772,10 @@ impl Engine {
     /// The job events of one settled claim, per row in causal order: `job.enqueued`;
     /// `job.failed` then `job.retrying`; (`job.failed` when an attempt was used, then)
     /// `job.dead_lettered`. Releases and deferrals (no attempt, no decision) make none.
-    fn publish_job_events(&self, settled: &[(&ClaimedRow, &Settlement)]) {
+    /// The events of a round's settlements, in order.
+    fn job_events(&self, settled: &[(&ClaimedRow, &Settlement)]) -> Vec<Event> {
         use crate::events::EventData;
+        let mut events = Vec::new();
         for (row, settlement) in settled {
             // The number of the attempt this outcome belongs to (a 2xx uses none).
             let sent = settlement.status == Some(RowStatus::Sent);
@@ -748,7 +787,7 @@ impl Engine {
                 .rejected
                 .as_ref()
                 .and_then(|r| r.existing_job_id.clone());
-            let event =
+            let mut event =
                 |kind: &str, error: Option<String>, next: Option<i64>, dedupe: Option<bool>| {
                     let data = EventData::Job {
                         job_type: row.job_type.clone(),
@@ -758,8 +797,13 @@ impl Engine {
                         deduplicated: dedupe,
                         existing_job_id: existing_job_id.clone(),
                     };
-                    self.events
-                        .job_event(kind, &row.job_id, queue, tenant.as_deref(), data)
+                    events.push(self.events.make_job_event(
+                        kind,
+                        &row.job_id,
+                        queue,
+                        tenant.as_deref(),
+                        data,
+                    ))
                 };
             let error = settlement.error.clone();
             if settlement.rejected.is_some() {
@@ -783,6 +827,37 @@ impl Engine {
                 }
                 _ => {}
             }
+        }
+        events
+    }
+
+    /// A relay event (`ojs.relay.paused`, `resumed`): sent live at once, or for the log kept
+    /// until the next settlement (which writes it ahead of its jobs' events, in order) or until
+    /// the relay is idle.
+    fn relay_event(&mut self, kind: &str, data: serde_json::Value) {
+        if !self.events.active() {
+            return;
+        }
+        let event = self.events.make_relay_event(kind, None, data);
+        if self.events.log().is_some() {
+            self.relay_events.push(event);
+        } else {
+            self.events.send_live(event);
+        }
+    }
+
+    /// Writes the relay events kept for the log, once no settlement is running.
+    async fn flush_relay_events(&mut self) {
+        if self.relay_events.is_empty() || self.settling.is_some() {
+            return;
+        }
+        if self.event_log_failed {
+            self.relay_events.clear();
+            return;
+        }
+        let events = std::mem::take(&mut self.relay_events);
+        if let Err(error) = self.events.publish_all(events).await {
+            tracing::debug!(%error, "outbox relay: relay events were not logged");
         }
     }
 
@@ -1009,13 +1084,10 @@ impl Engine {
                     seconds(paused)
                 ),
             );
-            if self.events.active() {
-                self.events.relay_event(
-                    "ojs.relay.resumed",
-                    None,
-                    serde_json::json!({"paused_ms": paused.as_millis() as u64}),
-                );
-            }
+            self.relay_event(
+                "ojs.relay.resumed",
+                serde_json::json!({"paused_ms": paused.as_millis() as u64}),
+            );
         }
         self.consecutive_pauses = 0;
         self.probe = false;
@@ -1088,17 +1160,14 @@ impl Engine {
                 Trouble::Refused => Level::Error,
             };
             self.log(level, None, message);
-            if self.events.active() {
-                self.events.relay_event(
-                    "ojs.relay.paused",
-                    None,
-                    serde_json::json!({
-                        "reason": reason,
-                        "refused": trouble == Trouble::Refused,
-                        "retry_in_ms": delay.as_millis() as u64,
-                    }),
-                );
-            }
+            self.relay_event(
+                "ojs.relay.paused",
+                serde_json::json!({
+                    "reason": reason,
+                    "refused": trouble == Trouble::Refused,
+                    "retry_in_ms": delay.as_millis() as u64,
+                }),
+            );
         }
         self.record_error(reason.clone(), true);
         self.pause(delay);
@@ -1110,6 +1179,12 @@ impl Engine {
     }
 
     async fn prune(&mut self) {
+        if let Some(log) = self.events.log() {
+            let cutoff = crate::events::now_ms() - log.retention.as_millis() as i64;
+            if let Err(error) = log.store.prune_events(cutoff).await {
+                tracing::debug!(%error, "outbox relay: pruning the event log failed");
+            }
+        }
         loop {
             match self
                 .store

@@ -197,7 +197,99 @@ impl OutboxSql {
             format!(
                 "CREATE INDEX IF NOT EXISTS {p}_dead ON {on} (tenant_id, id) WHERE status = 'dead'"
             ),
+            self.create_event_log(),
+            format!("CREATE INDEX IF NOT EXISTS {p}_events_time ON {on}_events (time_ms)"),
         ]
+    }
+
+    /// The event log of the table (`<table>_events`): one row per settlement (or relay or
+    /// operator event), holding that moment's events as a JSON array (`events::EventLog`).
+    /// `seq` only grows, in commit order (`lock_event_log`), so a reader's cursor is a `seq`.
+    pub fn create_event_log(&self) -> String {
+        let log = self.event_log();
+        match self.dialect {
+            Dialect::Postgres => format!(
+                "CREATE TABLE IF NOT EXISTS {log} (seq BIGSERIAL PRIMARY KEY, time_ms BIGINT NOT NULL, events TEXT NOT NULL)"
+            ),
+            Dialect::Sqlite => format!(
+                "CREATE TABLE IF NOT EXISTS {log} (seq INTEGER PRIMARY KEY AUTOINCREMENT, time_ms INTEGER NOT NULL, events TEXT NOT NULL)"
+            ),
+        }
+    }
+
+    /// `<table>_events`.
+    pub fn event_log(&self) -> String {
+        format!("{}_events", self.table)
+    }
+
+    /// PostgreSQL: serializes the writers of the event log until their COMMIT, so that `seq`
+    /// (taken after the lock) grows in commit order and no reader's cursor can pass a row
+    /// that commits later. SQLite has one writer at a time anyway.
+    pub fn lock_event_log(&self) -> String {
+        // FNV-1a of the log's name: the advisory lock's key.
+        let key = self
+            .event_log()
+            .bytes()
+            .fold(0xcbf29ce484222325u64, |h, b| {
+                (h ^ u64::from(b)).wrapping_mul(0x100000001b3)
+            }) as i64;
+        format!("SELECT pg_advisory_xact_lock({key})")
+    }
+
+    /// Appends one row: parameters `time_ms`, `events` (text).
+    pub fn append_events(&self) -> String {
+        let (a, b) = match self.dialect {
+            Dialect::Postgres => ("$1", "$2"),
+            Dialect::Sqlite => ("?1", "?2"),
+        };
+        format!(
+            "INSERT INTO {} (time_ms, events) VALUES ({a}, {b})",
+            self.event_log()
+        )
+    }
+
+    /// The same with the values in the text, for a message that carries its COMMIT
+    /// (`settle_sent_and_commit_pg`). `events` is JSON: quotes doubled, no NUL (JSON escapes it).
+    pub fn append_events_literal(&self, time_ms: i64, events: &str) -> String {
+        format!(
+            "{}; INSERT INTO {} (time_ms, events) VALUES ({time_ms}, '{}')",
+            self.lock_event_log(),
+            self.event_log(),
+            events.replace('\'', "''")
+        )
+    }
+
+    /// Rows after a cursor, in order: parameters `seq`, limit. Returns `seq, events`.
+    pub fn events_after(&self) -> String {
+        let (a, b) = match self.dialect {
+            Dialect::Postgres => ("$1", "$2"),
+            Dialect::Sqlite => ("?1", "?2"),
+        };
+        format!(
+            "SELECT seq, events FROM {} WHERE seq > {a} ORDER BY seq LIMIT {b}",
+            self.event_log()
+        )
+    }
+
+    /// The cursor just before the first row at or after a time (ms): parameter `time_ms`.
+    pub fn events_cursor_at(&self) -> String {
+        let a = match self.dialect {
+            Dialect::Postgres => "$1",
+            Dialect::Sqlite => "?1",
+        };
+        format!(
+            "SELECT COALESCE(MIN(seq) - 1, (SELECT COALESCE(MAX(seq), 0) FROM {log})) FROM {log} WHERE time_ms >= {a}",
+            log = self.event_log()
+        )
+    }
+
+    /// Deletes the log's rows older than a cutoff (ms): parameter `time_ms`.
+    pub fn prune_events(&self) -> String {
+        let a = match self.dialect {
+            Dialect::Postgres => "$1",
+            Dialect::Sqlite => "?1",
+        };
+        format!("DELETE FROM {} WHERE time_ms < {a}", self.event_log())
     }
 
     /// The staging INSERT for `jobs`, in as few statements as the parameter limits allow
@@ -459,6 +551,22 @@ impl OutboxSql {
         ))
     }
 
+    /// [`settle_sent_and_commit_pg`](Self::settle_sent_and_commit_pg) that also appends the
+    /// round's events to the log, in the same transaction.
+    pub fn settle_sent_log_and_commit_pg(
+        &self,
+        ctids: &[&str],
+        time_ms: i64,
+        events: &str,
+    ) -> Option<String> {
+        let settle = self.settle_sent_and_commit_pg(ctids)?;
+        let update = settle.strip_suffix("; COMMIT")?;
+        Some(format!(
+            "{update}; {}; COMMIT",
+            self.append_events_literal(time_ms, events)
+        ))
+    }
+
     fn sent_columns(&self) -> String {
         format!(
             "status = 'sent', sent_at = {}, error = NULL, locked_until = NULL, lease_token = NULL",
@@ -605,8 +713,15 @@ impl OutboxSql {
     }
 
     /// Removes the table and, with it, its indexes.
+    /// Drops the table; on PostgreSQL its event log too (SQLite drops one table per
+    /// statement: there the log stays, empty of anything the table could still refer to).
     pub fn drop_table(&self) -> String {
-        format!("DROP TABLE IF EXISTS {}", self.table)
+        match self.dialect {
+            Dialect::Postgres => {
+                format!("DROP TABLE IF EXISTS {}, {}", self.table, self.event_log())
+            }
+            Dialect::Sqlite => format!("DROP TABLE IF EXISTS {}", self.table),
+        }
     }
 
     /// Fails when the table does not exist, and when it lacks one of the outbox's columns

@@ -118,6 +118,14 @@ impl Claim {
     }
 }
 
+/// Events as the event log keeps them: one row's `time_ms` and its JSON array
+/// (`events::EventLog`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LoggedEvents {
+    pub time_ms: i64,
+    pub json: String,
+}
+
 /// What happens to one claimed row.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Settlement {
@@ -208,6 +216,8 @@ pub(crate) enum Pool {
 struct Statements {
     settle: SqlStr,
     prune: SqlStr,
+    append_events: SqlStr,
+    events_after: SqlStr,
     /// SQLite's claims and common settlement. PostgreSQL's carry their values in their text
     /// instead (`OutboxSql::begin_and_claim_pg`, `settle_sent_and_commit_pg`).
     sqlite: Option<SqliteStatements>,
@@ -378,6 +388,8 @@ impl Store {
         let statements = Statements {
             settle: shared_sql(sql.settle()),
             prune: shared_sql(sql.prune()),
+            append_events: shared_sql(sql.append_events()),
+            events_after: shared_sql(sql.events_after()),
             sqlite: (dialect == Dialect::Sqlite).then(|| SqliteStatements {
                 claim_due: shared_sql(sql.claim_sqlite(false)),
                 claim_ids: shared_sql(sql.claim_sqlite(true)),
@@ -584,6 +596,7 @@ impl Store {
         lease_token: &str,
         claim: Claim,
         settlements: &[Settlement],
+        events: Option<&LoggedEvents>,
     ) -> Result<u64> {
         let error_of = |s: &Settlement| s.error.as_deref().map(truncate);
         let delay_of = |s: &Settlement| s.retry_in.map(|d| d.as_millis() as i64);
@@ -600,7 +613,14 @@ impl Store {
                 .collect();
             let settle_and_commit = located
                 .filter(|_| settlements.iter().all(|s| delivered_as_is(s)))
-                .and_then(|located| self.sql.settle_sent_and_commit_pg(&located));
+                .and_then(|located| match events {
+                    Some(events) => self.sql.settle_sent_log_and_commit_pg(
+                        &located,
+                        events.time_ms,
+                        &events.json,
+                    ),
+                    None => self.sql.settle_sent_and_commit_pg(&located),
+                });
             if let Some(statements) = settle_and_commit {
                 done = sqlx::raw_sql(AssertSqlSafe(statements))
                     .execute(&mut *tx.conn)
@@ -631,24 +651,42 @@ impl Store {
                     .await?
                     .rows_affected();
             }
+            if let Some(events) = events {
+                self.append_events_pg(&mut tx.conn, events).await?;
+            }
             tx.commit().await?;
             return Ok(done);
         }
         if settlements.is_empty() {
             return Ok(0);
         }
+        if let Some(events) = events {
+            return self
+                .settle_and_log_sqlite(lease_token, settlements, events)
+                .await;
+        }
         let Pool::Sqlite(pool) = &self.pool else {
             unreachable!("a PostgreSQL claim holds its transaction");
         };
         let _running = crate::sqlite_fork::statement().await;
+        let (statement, rows) = self.sqlite_settlement(settlements);
+        Ok(sqlx::query(statement)
+            .bind(rows)
+            .bind(lease_token)
+            .execute(pool)
+            .await?
+            .rows_affected())
+    }
+
+    /// SQLite's settle statement for these settlements and its first parameter (the rows as
+    /// JSON text; the second is the lease token).
+    fn sqlite_settlement(&self, settlements: &[Settlement]) -> (SqlStr, String) {
         if settlements.iter().all(delivered_as_is) {
             let ids: Vec<i64> = settlements.iter().map(|s| s.id).collect();
-            return Ok(sqlx::query(self.sqlite_statements().settle_sent.clone())
-                .bind(serde_json::to_string(&ids).expect("integers serialize"))
-                .bind(lease_token)
-                .execute(pool)
-                .await?
-                .rows_affected());
+            return (
+                self.sqlite_statements().settle_sent.clone(),
+                serde_json::to_string(&ids).expect("integers serialize"),
+            );
         }
         let rows: Vec<serde_json::Value> = settlements
             .iter()
@@ -657,17 +695,139 @@ impl Store {
                     s.id,
                     s.status.map(RowStatus::as_str),
                     s.consumed_attempt as i32,
-                    delay_of(s),
-                    error_of(s)
+                    s.retry_in.map(|d| d.as_millis() as i64),
+                    s.error.as_deref().map(truncate)
                 ])
             })
             .collect();
-        Ok(sqlx::query(self.statements.settle.clone())
-            .bind(serde_json::Value::Array(rows).to_string())
-            .bind(lease_token)
-            .execute(pool)
-            .await?
-            .rows_affected())
+        (
+            self.statements.settle.clone(),
+            serde_json::Value::Array(rows).to_string(),
+        )
+    }
+
+    /// SQLite: the settlement and the round's events in one write transaction.
+    async fn settle_and_log_sqlite(
+        &self,
+        lease_token: &str,
+        settlements: &[Settlement],
+        events: &LoggedEvents,
+    ) -> Result<u64> {
+        let Pool::Sqlite(pool) = &self.pool else {
+            unreachable!("called for SQLite");
+        };
+        let _running = crate::sqlite_fork::statement().await;
+        let mut conn = pool.acquire().await?;
+        sqlx::raw_sql("BEGIN IMMEDIATE").execute(&mut *conn).await?;
+        let (statement, rows) = self.sqlite_settlement(settlements);
+        let written = async {
+            let done = sqlx::query(statement)
+                .bind(rows)
+                .bind(lease_token)
+                .execute(&mut *conn)
+                .await?
+                .rows_affected();
+            sqlx::query(self.statements.append_events.clone())
+                .bind(events.time_ms)
+                .bind(&events.json)
+                .execute(&mut *conn)
+                .await?;
+            Ok::<_, sqlx::Error>(done)
+        }
+        .await;
+        let end = if written.is_ok() {
+            "COMMIT"
+        } else {
+            "ROLLBACK"
+        };
+        if let Err(error) = sqlx::raw_sql(end).execute(&mut *conn).await {
+            conn.close_on_drop();
+            return Err(error.into());
+        }
+        Ok(written?)
+    }
+
+    /// PostgreSQL: appends to the event log inside the caller's transaction.
+    async fn append_events_pg(
+        &self,
+        conn: &mut sqlx::PgConnection,
+        events: &LoggedEvents,
+    ) -> Result<()> {
+        sqlx::raw_sql(AssertSqlSafe(self.sql.lock_event_log()))
+            .execute(&mut *conn)
+            .await?;
+        sqlx::query(self.statements.append_events.clone())
+            .bind(events.time_ms)
+            .bind(&events.json)
+            .execute(&mut *conn)
+            .await?;
+        Ok(())
+    }
+
+    /// Appends events outside a settlement (the relay's pauses, an operator's action).
+    pub async fn append_events(&self, events: &LoggedEvents) -> Result<()> {
+        match &self.pool {
+            Pool::Postgres(pool) => {
+                let mut tx = pool.begin().await?;
+                self.append_events_pg(&mut tx, events).await?;
+                tx.commit().await?;
+            }
+            Pool::Sqlite(pool) => {
+                let _running = crate::sqlite_fork::statement().await;
+                sqlx::query(self.statements.append_events.clone())
+                    .bind(events.time_ms)
+                    .bind(&events.json)
+                    .execute(pool)
+                    .await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Up to `limit` rows of the event log after `seq`: `(seq, events JSON)`, in order.
+    pub async fn events_after(&self, seq: i64, limit: usize) -> Result<Vec<(i64, String)>> {
+        Ok(on_pool!(&self.pool, |pool| sqlx::query_as(
+            self.statements.events_after.clone()
+        )
+        .bind(seq)
+        .bind(limit as i64)
+        .fetch_all(pool)
+        .await?))
+    }
+
+    /// The cursor before the first row of the event log at or after `time_ms` (the end of
+    /// the log when there is none).
+    pub async fn events_cursor_at(&self, time_ms: i64) -> Result<i64> {
+        let (seq,): (i64,) = on_pool!(&self.pool, |pool| sqlx::query_as(AssertSqlSafe(
+            self.sql.events_cursor_at()
+        ))
+        .bind(time_ms)
+        .fetch_one(pool)
+        .await?);
+        Ok(seq)
+    }
+
+    /// Deletes the event log's rows older than `cutoff_ms`.
+    pub async fn prune_events(&self, cutoff_ms: i64) -> Result<u64> {
+        Ok(on_pool!(&self.pool, |pool| sqlx::query(AssertSqlSafe(
+            self.sql.prune_events()
+        ))
+        .bind(cutoff_ms)
+        .execute(pool)
+        .await?
+        .rows_affected()))
+    }
+
+    /// Creates the event log when the table was migrated before it existed (idempotent; on
+    /// PostgreSQL two relays may race: the loser's error is ignored when the log is there).
+    pub async fn ensure_event_log(&self) -> Result<()> {
+        let created = self.execute(&self.sql.create_event_log()).await;
+        if let Err(error) = created {
+            if self.events_after(i64::MAX, 1).await.is_err() {
+                return Err(error);
+            }
+        }
+        Ok(())
     }
 
     /// Deletes up to `limit` `sent` rows older than `retention`; returns how many.

@@ -1,12 +1,13 @@
 //! The relay's events with a real relay and devserver: per job in causal order (seed 003:
 //! failed -> retrying per retry -> failed -> dead_lettered), a delivered job's `job.enqueued`,
-//! the pause and resume of an outage, replay from an id with a retention, and a subscriber that
-//! falls behind cut off with a final event while the relay goes on.
+//! the pause and resume of an outage, replay from an id (the event log, the default), and,
+//! live only (`event_retention: null`), a subscriber that falls behind cut off with a final
+//! event while the relay goes on.
 
 use std::time::{Duration, Instant};
 
 use ojs_devserver::{DevServer, Fault};
-use ojs_outbox::events::{Event, ReplayFrom};
+use ojs_outbox::events::{Filter, ReplayFrom, Subscription};
 use ojs_outbox::{Config, NewJob, Outbox};
 use serde_json::json;
 use tokio::sync::broadcast::error::RecvError;
@@ -44,24 +45,45 @@ async fn enqueue(outbox: &Outbox, job_type: &str, meta: serde_json::Value) -> St
     id
 }
 
+/// One event as a subscriber's frame carries it.
+#[derive(Debug)]
+struct Seen {
+    id: String,
+    kind: String,
+    subject: String,
+    data: serde_json::Value,
+}
+
+fn subscribe(outbox: &Outbox, from: Option<&ReplayFrom>) -> Subscription {
+    Subscription::new(outbox.events().unwrap(), Filter::default(), from)
+}
+
 /// Events received until `done` says so (or a deadline).
-async fn collect(
-    rx: &mut tokio::sync::broadcast::Receiver<std::sync::Arc<Event>>,
-    done: impl Fn(&[std::sync::Arc<Event>]) -> bool,
-) -> Vec<std::sync::Arc<Event>> {
+async fn collect(subscription: &mut Subscription, done: impl Fn(&[Seen]) -> bool) -> Vec<Seen> {
     let mut seen = Vec::new();
     let deadline = Instant::now() + Duration::from_secs(20);
     while !done(&seen) {
         let left = deadline.saturating_duration_since(Instant::now());
-        match tokio::time::timeout(left, rx.recv()).await {
-            Ok(Ok(event)) => seen.push(event),
+        let frame = match tokio::time::timeout(left, subscription.next_frame()).await {
+            Ok(Some(frame)) => frame,
             other => panic!("events so far {:?}: {other:?}", kinds(&seen)),
-        }
+        };
+        let data = frame
+            .lines()
+            .find_map(|l| l.strip_prefix("data: "))
+            .unwrap();
+        let envelope: serde_json::Value = serde_json::from_str(data).unwrap();
+        seen.push(Seen {
+            id: envelope["id"].as_str().unwrap().to_owned(),
+            kind: envelope["type"].as_str().unwrap().to_owned(),
+            subject: envelope["subject"].as_str().unwrap().to_owned(),
+            data: envelope["data"].clone(),
+        });
     }
     seen
 }
 
-fn kinds(events: &[std::sync::Arc<Event>]) -> Vec<&str> {
+fn kinds(events: &[Seen]) -> Vec<&str> {
     events.iter().map(|e| e.kind.as_str()).collect()
 }
 
@@ -71,8 +93,7 @@ async fn a_retried_job_that_dies_and_a_delivered_one_in_causal_order() {
     backend.push_fault(Fault::status_code(500).matching_type("flaky.job"));
     let relay = json!({"max_attempts": 3, "initial_backoff": "PT0.01S", "max_backoff": "PT0.02S"});
     let (outbox, dir) = outbox("order", &backend, relay).await;
-    let bus = outbox.events().unwrap();
-    let mut rx = bus.subscribe();
+    let mut rx = subscribe(&outbox, None);
     let flaky = enqueue(&outbox, "flaky.job", json!({"tenant_id": "acme"})).await;
     let good = enqueue(&outbox, "good.job", json!({})).await;
     let seen = collect(&mut rx, |seen| {
@@ -99,7 +120,7 @@ async fn a_retried_job_that_dies_and_a_delivered_one_in_causal_order() {
     );
     assert_eq!(of(&good), ["job.enqueued"]);
     let dead = seen.iter().find(|e| e.kind == "job.dead_lettered").unwrap();
-    let data = &dead.data_json();
+    let data = &dead.data;
     assert_eq!(data["job_id"], flaky.as_str());
     assert_eq!(data["type"], "flaky.job");
     assert_eq!(data["queue"], "email");
@@ -108,7 +129,7 @@ async fn a_retried_job_that_dies_and_a_delivered_one_in_causal_order() {
     assert!(data["reason"].as_str().unwrap().contains("500"), "{data}");
     let retrying = seen.iter().find(|e| e.kind == "job.retrying").unwrap();
     assert!(
-        retrying.data_json()["next_attempt_at"]
+        retrying.data["next_attempt_at"]
             .as_str()
             .unwrap()
             .ends_with('Z')
@@ -126,11 +147,9 @@ async fn a_retried_job_that_dies_and_a_delivered_one_in_causal_order() {
 #[tokio::test]
 async fn an_outage_pauses_and_resumes_and_replay_starts_after_an_id() {
     let backend = DevServer::start(0).await.unwrap();
-    let relay =
-        json!({"initial_backoff": "PT0.01S", "max_backoff": "PT0.05S", "event_retention": "PT1H"});
+    let relay = json!({"initial_backoff": "PT0.01S", "max_backoff": "PT0.05S"});
     let (outbox, dir) = outbox("outage", &backend, relay).await;
-    let bus = outbox.events().unwrap();
-    let mut rx = bus.subscribe();
+    let mut rx = subscribe(&outbox, None);
     backend.push_fault(Fault::status_code(503).times(3));
     let job = enqueue(&outbox, "report.build", json!({})).await;
     let seen = collect(&mut rx, |seen| {
@@ -141,13 +160,11 @@ async fn an_outage_pauses_and_resumes_and_replay_starts_after_an_id() {
         kinds(&seen),
         ["ojs.relay.paused", "ojs.relay.resumed", "job.enqueued"]
     );
-    assert_eq!(
-        seen[0].subject,
-        seen[0].source.trim_start_matches("/ojs/outbox/")
-    );
+    assert_eq!(seen[0].subject, "ojs_outbox");
     assert_eq!(seen[2].subject, job);
     // Tier 2: what a reconnecting subscriber gets after the first event's id.
-    let replayed = bus.replay(&ReplayFrom::AfterId(seen[0].id.clone()));
+    let mut again = subscribe(&outbox, Some(&ReplayFrom::AfterId(seen[0].id.clone())));
+    let replayed = collect(&mut again, |seen| seen.len() == 2).await;
     assert_eq!(kinds(&replayed), ["ojs.relay.resumed", "job.enqueued"]);
     outbox.stop_relay().await;
     backend.shutdown().await;
@@ -157,7 +174,8 @@ async fn an_outage_pauses_and_resumes_and_replay_starts_after_an_id() {
 #[tokio::test]
 async fn a_subscriber_that_falls_behind_is_cut_off_and_the_relay_goes_on() {
     let backend = DevServer::start(0).await.unwrap();
-    let (outbox, dir) = outbox("slow", &backend, json!({"event_buffer": 4})).await;
+    let relay = json!({"event_buffer": 4, "event_retention": null});
+    let (outbox, dir) = outbox("slow", &backend, relay).await;
     let bus = outbox.events().unwrap();
     let mut slow = bus.subscribe(); // never read until the end
     let mut tx = outbox.begin().await.unwrap();
@@ -186,9 +204,9 @@ async fn a_subscriber_that_falls_behind_is_cut_off_and_the_relay_goes_on() {
 }
 
 #[tokio::test]
-async fn a_stream_ends_when_its_relay_is_gone() {
+async fn a_live_only_stream_ends_when_its_relay_is_gone() {
     let backend = DevServer::start(0).await.unwrap();
-    let (outbox, dir) = outbox("end", &backend, json!({})).await;
+    let (outbox, dir) = outbox("end", &backend, json!({"event_retention": null})).await;
     let bus = outbox.events().unwrap();
     let mut subscription =
         ojs_outbox::events::Subscription::new(bus, ojs_outbox::events::Filter::default(), None);

@@ -140,6 +140,7 @@ async fn stage_claim_settle(url: &str, table: &str) {
                 settle(first[1], Some(RowStatus::Failed)),
                 settle(first[2], None),
             ],
+            None,
         )
         .await
         .unwrap();
@@ -153,7 +154,12 @@ async fn stage_claim_settle(url: &str, table: &str) {
         assert!(none.rows.is_empty(), "still leased: {:?}", none.rows);
         assert_eq!(
             store
-                .settle("token-1", none, &[settle(other, Some(RowStatus::Sent))])
+                .settle(
+                    "token-1",
+                    none,
+                    &[settle(other, Some(RowStatus::Sent))],
+                    None
+                )
                 .await
                 .unwrap(),
             0,
@@ -162,7 +168,10 @@ async fn stage_claim_settle(url: &str, table: &str) {
     }
     // The second claim lets its rows go: due again at once, nothing written on PostgreSQL.
     let released = releases(&again.rows);
-    store.settle("token-2", again, &released).await.unwrap();
+    store
+        .settle("token-2", again, &released, None)
+        .await
+        .unwrap();
     if store.dialect() == ojs_outbox::sql::Dialect::Postgres {
         let back = store
             .claim_due("token-4", Duration::from_secs(30), 10, Duration::ZERO)
@@ -174,7 +183,10 @@ async fn stage_claim_settle(url: &str, table: &str) {
             "a released lock makes the rows due at once"
         );
         let released = releases(&back.rows);
-        store.settle("token-4", back, &released).await.unwrap();
+        store
+            .settle("token-4", back, &released, None)
+            .await
+            .unwrap();
     }
     // The hot path names rows by job id (on PostgreSQL written into the claim's text): a
     // text that is no job id names no row, and the row named is settled as sent.
@@ -205,7 +217,7 @@ async fn stage_claim_settle(url: &str, table: &str) {
         error: None,
         rejected: None,
     }];
-    assert_eq!(store.settle("token-5", hot, &sent).await.unwrap(), 1);
+    assert_eq!(store.settle("token-5", hot, &sent, None).await.unwrap(), 1);
     let states = store.rows_by_job_id(&ids).await.unwrap();
     assert_eq!(states[&ids[0]].status, RowStatus::Sent);
     assert_eq!(

@@ -56,7 +56,11 @@ async fn a_rejected_unique_job_is_said_to_be_rejected_everywhere() {
     let outbox = Outbox::connect(config).await.unwrap();
     outbox.store().migrate().await.unwrap();
     outbox.start_relay();
-    let mut events = outbox.events().unwrap().subscribe();
+    let mut events = ojs_outbox::events::Subscription::new(
+        outbox.events().unwrap(),
+        ojs_outbox::events::Filter::default(),
+        None,
+    );
 
     let first = stage(&outbox, json!([1])).await;
     eventually("the first job sent", async || {
@@ -90,11 +94,20 @@ async fn a_rejected_unique_job_is_said_to_be_rejected_everywhere() {
             subject == &second && kind == "job.unique_rejected"
         })
     {
-        let event = tokio::time::timeout(Duration::from_secs(30), events.recv())
+        let frame = tokio::time::timeout(Duration::from_secs(30), events.next_frame())
             .await
             .unwrap_or_else(|_| panic!("no job.unique_rejected; saw {seen:?}"))
             .unwrap();
-        seen.push((event.kind.clone(), event.subject.clone(), event.data_json()));
+        let data = frame
+            .lines()
+            .find_map(|l| l.strip_prefix("data: "))
+            .unwrap();
+        let event: serde_json::Value = serde_json::from_str(data).unwrap();
+        seen.push((
+            event["type"].as_str().unwrap().to_owned(),
+            event["subject"].as_str().unwrap().to_owned(),
+            event["data"].clone(),
+        ));
     }
     let (_, _, data) = seen.iter().find(|(_, s, _)| s == &second).unwrap();
     assert_eq!(data["existing_job_id"], json!(first), "{data}");

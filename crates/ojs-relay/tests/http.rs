@@ -236,7 +236,7 @@ async fn a_subscriber_that_never_reads_is_cut_off_and_the_drain_goes_on() {
     let db = Db::new(Kind::Sqlite, "http_slow").await.unwrap();
     db.migrate().await;
     let config = db.config_file(
-        r#"{"adapter": {"relay": {"event_buffer": 16}, "outbox": {"poll_interval": "PT0.05S", "batch_size": 500}}}"#,
+        r#"{"adapter": {"relay": {"event_buffer": 16, "event_retention": null}, "outbox": {"poll_interval": "PT0.05S", "batch_size": 500}}}"#,
     );
     let mut relay = db.spawn_run(
         &backend.url(),

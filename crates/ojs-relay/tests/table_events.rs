@@ -1,0 +1,144 @@
+//! One stream per table: two `ojs-relay run --listen` processes share a table; the event
+//! stream of each serves the events of every job, whichever relay delivered it, each once, and
+//! after a relay restarts its stream replays from `Last-Event-ID` what the table's event log
+//! kept (the default retention, PT1H). On SQLite and PostgreSQL.
+
+mod common;
+
+use std::collections::HashSet;
+use std::time::{Duration, Instant};
+
+use common::{Db, Kind, RelayProcess};
+use ojs_devserver::DevServer;
+use ojs_outbox::{Config, NewJob, Outbox};
+use serde_json::{Value, json};
+
+const JOBS: usize = 40;
+
+async fn served_at(relay: &RelayProcess) -> String {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let log = relay.log();
+        if let Some(at) = log.lines().find_map(|line| line.split("on http://").nth(1)) {
+            return format!("http://{}", at.trim());
+        }
+        assert!(Instant::now() < deadline, "no listen line; log:\n{log}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+async fn stream(base: &str, last_event_id: Option<&str>) -> reqwest::Response {
+    let mut request =
+        reqwest::Client::new().get(format!("{base}/v1/events/stream?types=job.enqueued"));
+    if let Some(id) = last_event_id {
+        request = request.header("Last-Event-ID", id);
+    }
+    let response = request.send().await.expect("request");
+    assert_eq!(response.status(), 200);
+    response
+}
+
+/// Reads SSE frames until `n` events arrived: (event id, job id) each.
+async fn frames(mut response: reqwest::Response, n: usize) -> Vec<(String, String)> {
+    let mut buffer = String::new();
+    let mut events = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while events.len() < n {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let chunk = tokio::time::timeout(left, response.chunk())
+            .await
+            .unwrap_or_else(|_| panic!("only {} of {n} events", events.len()))
+            .expect("stream")
+            .expect("stream ended early");
+        buffer.push_str(std::str::from_utf8(&chunk).unwrap());
+        while let Some(end) = buffer.find("\n\n") {
+            let frame: String = buffer.drain(..end + 2).collect();
+            let Some(data) = frame.lines().find_map(|l| l.strip_prefix("data: ")) else {
+                continue; // a keep-alive comment
+            };
+            let envelope: Value = serde_json::from_str(data).unwrap();
+            events.push((
+                envelope["id"].as_str().unwrap().to_owned(),
+                envelope["subject"].as_str().unwrap().to_owned(),
+            ));
+        }
+    }
+    events
+}
+
+fn spawn(db: &Db, url: &str) -> RelayProcess {
+    db.spawn_run(
+        url,
+        &[
+            "--poll-interval",
+            "PT0.05S",
+            "--listen",
+            "127.0.0.1:0",
+            "--no-auth",
+        ],
+    )
+}
+
+async fn every_stream_sees_every_job_once(kind: Kind, name: &str) {
+    let Some(db) = Db::new(kind, name).await else {
+        return;
+    };
+    db.migrate().await;
+    let backend = DevServer::start(0).await.unwrap();
+    let url = backend.url();
+    let mut first = spawn(&db, &url);
+    let second = spawn(&db, &url);
+    let (a, b) = (served_at(&first).await, served_at(&second).await);
+    let (from_a, from_b) = (stream(&a, None).await, stream(&b, None).await);
+    // Each stream is open (200) before anything is staged.
+    let readers = (
+        tokio::spawn(frames(from_a, JOBS)),
+        tokio::spawn(frames(from_b, JOBS)),
+    );
+
+    let config = Config::from_value(&json!({"adapter": {
+        "ojs_url": url, "database_url": db.url,
+        "outbox": {"table_name": db.table}, "relay": {"mode": "external"}}}))
+    .unwrap();
+    let app = Outbox::connect(config).await.unwrap();
+    let mut staged = Vec::new();
+    for i in 0..JOBS {
+        let mut tx = app.begin().await.unwrap();
+        staged.push(
+            tx.enqueue_after_commit(NewJob::new("table.job", json!([i])))
+                .await
+                .unwrap(),
+        );
+        tx.commit().await.unwrap();
+    }
+    let expected: HashSet<&str> = staged.iter().map(String::as_str).collect();
+    let seen_a = readers.0.await.unwrap();
+    let seen_b = readers.1.await.unwrap();
+    for seen in [&seen_a, &seen_b] {
+        let jobs: Vec<&str> = seen.iter().map(|(_, job)| job.as_str()).collect();
+        let unique: HashSet<&str> = jobs.iter().copied().collect();
+        assert_eq!(unique.len(), JOBS, "each job once: {jobs:?}");
+        assert_eq!(unique, expected);
+    }
+    // Both streams read the same log: the same events, in the same order.
+    assert_eq!(seen_a, seen_b);
+
+    // A restarted relay's stream replays what the log kept after an event id.
+    first.terminate(Duration::from_secs(30)).await;
+    let restarted = spawn(&db, &url);
+    let at = served_at(&restarted).await;
+    let resumed = frames(stream(&at, Some(&seen_a[9].0)).await, JOBS - 10).await;
+    assert_eq!(resumed, seen_a[10..].to_vec());
+    drop(second);
+    drop(restarted);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_every_stream_sees_every_job_once() {
+    every_stream_sees_every_job_once(Kind::Sqlite, "table_events_sqlite").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_every_stream_sees_every_job_once() {
+    every_stream_sees_every_job_once(Kind::Postgres, "table_events_pg").await;
+}
