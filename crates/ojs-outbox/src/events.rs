@@ -413,8 +413,8 @@ enum Feed {
         /// The `seq` of the last row read; `None` until the start is found (first `next_frame`).
         cursor: Option<i64>,
         read: VecDeque<Event>,
-        /// Replay after an id: events are skipped until it passes (or a row too late to hold it).
-        skip_until: Option<(String, i64)>,
+        /// Replay after an event of the log: the rest of its row is read, from this index on.
+        from_index: Option<(i64, u32)>,
     },
 }
 
@@ -425,7 +425,7 @@ impl Subscription {
                 store: log.store.clone(),
                 cursor: None,
                 read: VecDeque::new(),
-                skip_until: None,
+                from_index: None,
             },
             None => Feed::Live(bus.subscribe()),
         };
@@ -474,19 +474,9 @@ impl Subscription {
                 store,
                 cursor,
                 read,
-                skip_until,
+                from_index,
             } => loop {
                 while let Some(event) = read.pop_front() {
-                    if let Some((id, until_ms)) = skip_until {
-                        if event.id == *id {
-                            *skip_until = None;
-                            continue;
-                        }
-                        if event.time_ms <= *until_ms {
-                            continue;
-                        }
-                        *skip_until = None;
-                    }
                     if let Some(ReplayFrom::Since(ms)) = &self.from
                         && event.time_ms < *ms
                     {
@@ -502,12 +492,16 @@ impl Subscription {
                         let start = match &self.from {
                             None => self.subscribed_ms,
                             Some(ReplayFrom::Since(ms)) => *ms,
-                            Some(ReplayFrom::AfterId(id)) => {
-                                let ms = crate::prometheus::staged_at_ms(id).unwrap_or(0);
-                                // An id of another clock's millisecond may sit a little later.
-                                *skip_until = Some((id.clone(), ms + 1000));
-                                ms
-                            }
+                            Some(ReplayFrom::AfterId(id)) => match log_position(id) {
+                                // An event of the log: its row again, after it.
+                                Some((seq, index)) => {
+                                    *from_index = Some((seq, index + 1));
+                                    *cursor = Some(seq - 1);
+                                    continue;
+                                }
+                                // Another id (a live-only stream's): from its time.
+                                None => crate::prometheus::staged_at_ms(id).unwrap_or(0),
+                            },
                         };
                         match store.events_cursor_at(start).await {
                             Ok(at) => {
@@ -525,9 +519,17 @@ impl Subscription {
                 match store.events_after(at, LOG_PAGE).await {
                     Ok(rows) if rows.is_empty() => tokio::time::sleep(LOG_POLL).await,
                     Ok(rows) => {
-                        for (seq, json) in rows {
+                        for (seq, time_ms, json) in rows {
                             *cursor = Some(seq);
-                            read.extend(from_logged(&json, &self.source));
+                            let skip = match from_index.take() {
+                                Some((first, index)) if first == seq => index as usize,
+                                _ => 0,
+                            };
+                            read.extend(
+                                from_logged(&json, seq, time_ms, &self.source)
+                                    .into_iter()
+                                    .skip(skip),
+                            );
                         }
                     }
                     Err(error) => {
@@ -540,56 +542,46 @@ impl Subscription {
     }
 }
 
-/// One event as the log keeps it (short keys: a round's row holds many).
-#[derive(serde::Serialize, serde::Deserialize)]
-struct Logged {
-    i: String,
-    k: String,
-    s: String,
-    t: i64,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    q: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    n: Option<String>,
-    /// A job event's type and attempt.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    j: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    a: Option<i32>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    e: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    x: Option<i64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    d: Option<bool>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    u: Option<String>,
-    /// A relay or operator event's data.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    o: Option<Value>,
+/// The marker in an event id made from a log position (`log_event_id`): ten fixed bits, so
+/// that an id made otherwise (a live-only stream's, random) is taken for one once in 1,024.
+const LOG_ID_MARK: u64 = 0b10_1101_0110;
+
+/// An event's id in the log: a UUIDv7 of its row's time whose other bits are its position,
+/// the row's `seq` (40 bits) and its index in the row (24 bits), in that order, so that ids
+/// sort as the log does. Every reader makes the same id, and `Last-Event-ID` names the exact
+/// place to resume.
+fn log_event_id(time_ms: i64, seq: i64, index: usize) -> String {
+    let seq = seq as u64 & 0xff_ffff_ffff;
+    let rand_a = (seq >> 28) as u16; // the 12 high bits
+    let rand_b = (LOG_ID_MARK << 52) | ((seq & 0x0fff_ffff) << 24) | (index as u64 & 0xff_ffff);
+    let mut bytes = [0u8; 16];
+    bytes[..6].copy_from_slice(&(time_ms as u64).to_be_bytes()[2..]);
+    bytes[6..8].copy_from_slice(&(0x7000 | rand_a).to_be_bytes());
+    bytes[8..].copy_from_slice(&((0b10 << 62) | rand_b).to_be_bytes());
+    uuid::Uuid::from_bytes(bytes).to_string()
 }
 
-/// Events as one row of the log.
+/// The (`seq`, index) of an id [`log_event_id`] made; `None` for any other id.
+fn log_position(id: &str) -> Option<(i64, u32)> {
+    let bytes = uuid::Uuid::parse_str(id).ok()?.into_bytes();
+    let rand_a = u64::from(u16::from_be_bytes([bytes[6], bytes[7]]) & 0x0fff);
+    let rand_b = u64::from_be_bytes(bytes[8..].try_into().ok()?) & !(0b11 << 62);
+    if rand_b >> 52 != LOG_ID_MARK {
+        return None;
+    }
+    let seq = rand_a << 28 | (rand_b >> 24 & 0x0fff_ffff);
+    Some((seq as i64, (rand_b & 0xff_ffff) as u32))
+}
+
+/// Events as one row of the log: a JSON array with one compact array per event (its id and
+/// time are the row's: [`log_event_id`]). A job event: `[type, job id, queue, job type,
+/// tenant, attempt, error, next attempt ms, deduplicated, existing job id]`, trailing nulls
+/// left out; another: `[type, subject, data, tenant]`.
 pub fn logged(events: &[Event]) -> LoggedEvents {
-    let records: Vec<Logged> = events
+    let records: Vec<Value> = events
         .iter()
         .map(|event| {
-            let mut record = Logged {
-                i: event.id.clone(),
-                k: event.kind.clone(),
-                s: event.subject.clone(),
-                t: event.time_ms,
-                q: event.queue.clone(),
-                n: event.tenant.clone(),
-                j: None,
-                a: None,
-                e: None,
-                x: None,
-                d: None,
-                u: None,
-                o: None,
-            };
-            match &event.data {
+            let mut record = match &event.data {
                 EventData::Job {
                     job_type,
                     attempt,
@@ -597,52 +589,72 @@ pub fn logged(events: &[Event]) -> LoggedEvents {
                     next_attempt_at_ms,
                     deduplicated,
                     existing_job_id,
-                } => {
-                    record.j = Some(job_type.clone());
-                    record.a = Some(*attempt);
-                    record.e = error.clone();
-                    record.x = *next_attempt_at_ms;
-                    record.d = *deduplicated;
-                    record.u = existing_job_id.clone();
-                }
-                EventData::Other(value) => record.o = Some(value.clone()),
+                } => vec![
+                    json!(event.kind),
+                    json!(event.subject),
+                    json!(event.queue),
+                    json!(job_type),
+                    json!(event.tenant),
+                    json!(attempt),
+                    json!(error),
+                    json!(next_attempt_at_ms),
+                    json!(deduplicated),
+                    json!(existing_job_id),
+                ],
+                EventData::Other(data) => vec![
+                    json!(event.kind),
+                    json!(event.subject),
+                    data.clone(),
+                    json!(event.tenant),
+                ],
+            };
+            while record.last().is_some_and(Value::is_null) {
+                record.pop();
             }
-            record
+            Value::Array(record)
         })
         .collect();
     LoggedEvents {
         time_ms: now_ms(),
-        json: serde_json::to_string(&records).expect("events serialize"),
+        json: Value::Array(records).to_string(),
     }
 }
 
 /// The events of one row of the log (none when the row is not ours to read).
-fn from_logged(json: &str, source: &Arc<str>) -> Vec<Event> {
-    let records: Vec<Logged> = serde_json::from_str(json).unwrap_or_default();
+fn from_logged(json: &str, seq: i64, time_ms: i64, source: &Arc<str>) -> Vec<Event> {
+    let records: Vec<Vec<Value>> = serde_json::from_str(json).unwrap_or_default();
     records
         .into_iter()
-        .map(|r| {
-            let data = match r.o {
-                Some(value) => EventData::Other(value),
-                None => EventData::Job {
-                    job_type: r.j.clone().unwrap_or_default(),
-                    attempt: r.a.unwrap_or(0),
-                    error: r.e,
-                    next_attempt_at_ms: r.x,
-                    deduplicated: r.d,
-                    existing_job_id: r.u,
-                },
+        .enumerate()
+        .map(|(index, record)| {
+            let at = |i: usize| record.get(i).cloned().unwrap_or(Value::Null);
+            let text = |i: usize| at(i).as_str().map(str::to_owned);
+            let (data, queue, job_type, tenant) = match at(2) {
+                Value::Object(_) => (EventData::Other(at(2)), None, None, text(3)),
+                _ => (
+                    EventData::Job {
+                        job_type: text(3).unwrap_or_default(),
+                        attempt: at(5).as_i64().unwrap_or(0) as i32,
+                        error: text(6),
+                        next_attempt_at_ms: at(7).as_i64(),
+                        deduplicated: at(8).as_bool(),
+                        existing_job_id: text(9),
+                    },
+                    text(2),
+                    text(3),
+                    text(4),
+                ),
             };
             Event {
-                id: r.i,
-                kind: r.k,
+                id: log_event_id(time_ms, seq, index),
+                kind: text(0).unwrap_or_default(),
                 source: source.clone(),
-                subject: r.s,
-                time_ms: r.t,
+                subject: text(1).unwrap_or_default(),
+                time_ms,
                 data,
-                queue: r.q,
-                job_type: r.j,
-                tenant: r.n,
+                queue,
+                job_type,
+                tenant,
             }
         })
         .collect()
@@ -729,8 +741,42 @@ mod tests {
             bus.make_relay_event("ojs.relay.paused", None, json!({"reason": "down"})),
         ];
         let row = logged(&events);
-        let back = from_logged(&row.json, &bus.source);
-        assert_eq!(back, events);
+        let back = from_logged(&row.json, 41, row.time_ms, &bus.source);
+        for (index, (back, made)) in back.iter().zip(&events).enumerate() {
+            // A log event's id and time are its row's.
+            assert_eq!(log_position(&back.id), Some((41, index as u32)));
+            assert_eq!(back.time_ms, row.time_ms);
+            let made = Event {
+                id: back.id.clone(),
+                time_ms: back.time_ms,
+                ..made.clone()
+            };
+            assert_eq!(*back, made);
+        }
+        assert_eq!(back.len(), 3);
+        assert_eq!(
+            log_position(&events[0].id),
+            None,
+            "a random id is no position"
+        );
+        let far = log_event_id(1_764_000_000_000, (1 << 39) + 7, 5000);
+        assert_eq!(log_position(&far), Some(((1 << 39) + 7, 5000)));
+        assert_eq!(uuid::Uuid::parse_str(&far).unwrap().get_version_num(), 7);
+        // Ids sort as the log does: by row, then by place in the row.
+        let ms = 1_764_000_000_000;
+        let mut ids = vec![
+            log_event_id(ms, 2, 0),
+            log_event_id(ms, 1, 3),
+            log_event_id(ms, 1 << 30, 0),
+            log_event_id(ms, 1, 0),
+        ];
+        ids.sort();
+        assert_eq!(
+            ids.iter()
+                .map(|id| log_position(id).unwrap())
+                .collect::<Vec<_>>(),
+            [(1, 0), (1, 3), (2, 0), (1 << 30, 0)]
+        );
     }
 
     #[test]

@@ -259,14 +259,14 @@ impl OutboxSql {
         )
     }
 
-    /// Rows after a cursor, in order: parameters `seq`, limit. Returns `seq, events`.
+    /// Rows after a cursor, in order: parameters `seq`, limit. Returns `seq, time_ms, events`.
     pub fn events_after(&self) -> String {
         let (a, b) = match self.dialect {
             Dialect::Postgres => ("$1", "$2"),
             Dialect::Sqlite => ("?1", "?2"),
         };
         format!(
-            "SELECT seq, events FROM {} WHERE seq > {a} ORDER BY seq LIMIT {b}",
+            "SELECT seq, time_ms, events FROM {} WHERE seq > {a} ORDER BY seq LIMIT {b}",
             self.event_log()
         )
     }

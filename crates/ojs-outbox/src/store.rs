@@ -784,8 +784,9 @@ impl Store {
         Ok(())
     }
 
-    /// Up to `limit` rows of the event log after `seq`: `(seq, events JSON)`, in order.
-    pub async fn events_after(&self, seq: i64, limit: usize) -> Result<Vec<(i64, String)>> {
+    /// Up to `limit` rows of the event log after `seq`: `(seq, time_ms, events JSON)`, in
+    /// order.
+    pub async fn events_after(&self, seq: i64, limit: usize) -> Result<Vec<(i64, i64, String)>> {
         Ok(on_pool!(&self.pool, |pool| sqlx::query_as(
             self.statements.events_after.clone()
         )
