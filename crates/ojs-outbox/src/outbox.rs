@@ -25,6 +25,8 @@ pub struct Outbox {
     relay: Mutex<Option<Relay>>,
     /// The staging statements of this configuration (`OutboxSql::for_config`).
     staging: crate::sql::OutboxSql,
+    /// The event log's bus when no relay runs here (`events`).
+    log_bus: std::sync::OnceLock<std::sync::Arc<crate::events::EventBus>>,
 }
 
 impl Outbox {
@@ -46,6 +48,7 @@ impl Outbox {
             backend,
             relay: Mutex::new(None),
             staging,
+            log_bus: std::sync::OnceLock::new(),
         })
     }
 
@@ -140,13 +143,28 @@ impl Outbox {
         readiness(&self.store, &self.backend).await
     }
 
-    /// The event bus of the relay running here, if one runs (`events.rs`).
+    /// The events of the table (`events.rs`): the relay's when one runs here; otherwise,
+    /// with the event log (`relay.event_retention`), the log itself, which holds the events of
+    /// every relay of the table (a process in `external` mode serves them too).
     pub fn events(&self) -> Option<std::sync::Arc<crate::events::EventBus>> {
-        self.relay
-            .lock()
-            .expect("relay lock")
-            .as_ref()
-            .map(Relay::events)
+        if let Some(relay) = self.relay.lock().expect("relay lock").as_ref() {
+            return Some(relay.events());
+        }
+        let retention = self.config.relay.event_retention?;
+        Some(
+            self.log_bus
+                .get_or_init(|| {
+                    std::sync::Arc::new(crate::events::EventBus::new(
+                        &self.config.outbox.table_name,
+                        self.config.relay.event_buffer,
+                        Some(crate::events::EventLog {
+                            store: self.store.clone(),
+                            retention,
+                        }),
+                    ))
+                })
+                .clone(),
+        )
     }
 
     pub fn metrics(&self) -> Option<Metrics> {
