@@ -34,7 +34,7 @@ step "Debian packages (scripts/install.sh)" "$repo/scripts/install.sh"
 
 cd "$repo"
 step "cargo build --release -p ojs-node-native (the addon)" cargo build --release -p ojs-node-native
-step "cargo build -p ojs-devserver" cargo build -p ojs-devserver
+step "cargo build -p ojs-devserver -p ojs-relay" cargo build -p ojs-devserver -p ojs-relay
 install -m 0755 target/release/libojs_node_native.so "$here/ojs_native.node"
 
 pkg_dir="$repo/target/node-pkg"

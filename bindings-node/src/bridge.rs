@@ -605,3 +605,94 @@ pub fn stage_jobs(
 fn saturate(count: u64) -> i64 {
     i64::try_from(count).unwrap_or(i64::MAX)
 }
+
+/// What `NativeRelayCommand::start` started (`ojs_bridge::Started`).
+#[napi(object)]
+pub struct RelayStarted {
+    pub table: String,
+    pub listening_on: Option<String>,
+}
+
+/// The relay command line (`bin/ojs-relay.js`): parsed by the core as `ojs-relay`'s
+/// (`ojs_bridge::relay_command`); an operator command runs with `execute`, `run` with `start`
+/// and `stop` (the signals stay Node's: no native handler is installed).
+#[napi]
+pub struct NativeRelayCommand {
+    inner: Arc<ojs_bridge::RelayCommand>,
+}
+
+#[napi]
+impl NativeRelayCommand {
+    /// Parses `args` (the argv after the program name) for the command `framework_json`
+    /// describes (`program`, `subcommands`, `config`, ...: `ojs_bridge::relay_command`). No I/O.
+    #[napi(constructor)]
+    pub fn new(args: Vec<String>, framework_json: String) -> napi::Result<Self> {
+        ojs_bridge::relay_command(args, &framework_json)
+            .map(|inner| NativeRelayCommand {
+                inner: Arc::new(inner),
+            })
+            .map_err(to_js)
+    }
+
+    /// What to print and the exit code when nothing runs (`--help`, `--version`, a usage
+    /// error: exit 2 naming the accepted options); null otherwise.
+    #[napi]
+    pub fn exit(&self) -> Option<AdminReport> {
+        self.inner.exit().map(|report| AdminReport {
+            exit_code: report.exit_code,
+            stdout: report.stdout,
+            stderr: report.stderr,
+        })
+    }
+
+    /// Whether the command is `run`.
+    #[napi(getter)]
+    pub fn is_run(&self) -> bool {
+        self.inner.is_run()
+    }
+
+    /// Runs an operator command (`migrate`, `status`, `dead ...`): what to print and the code.
+    #[napi]
+    pub fn execute(&self) -> AsyncTask<Blocking<AdminReport>> {
+        let inner = self.inner.clone();
+        Blocking::task(move || {
+            let report = inner.execute()?;
+            Ok(AdminReport {
+                exit_code: report.exit_code,
+                stdout: report.stdout,
+                stderr: report.stderr,
+            })
+        })
+    }
+
+    /// `run`: starts the standalone relay (no hot path) and the `--listen` surface; resolves
+    /// with the table it relays and the address the surface listens on (or null).
+    #[napi]
+    pub fn start(&self) -> AsyncTask<Blocking<RelayStarted>> {
+        let inner = self.inner.clone();
+        Blocking::task(move || {
+            let started = inner.start()?;
+            Ok(RelayStarted {
+                table: started.table,
+                listening_on: started.listening_on,
+            })
+        })
+    }
+
+    /// The graceful stop of what `start` started (flushes within `relay.shutdown_timeout`).
+    #[napi]
+    pub fn stop(&self) -> AsyncTask<Blocking<()>> {
+        let inner = self.inner.clone();
+        Blocking::task(move || {
+            inner.stop();
+            Ok(())
+        })
+    }
+}
+
+/// The exit code of a failed relay command for an error code (2: usage and configuration
+/// errors; 1: the rest), as `ojs-relay` exits.
+#[napi]
+pub fn relay_exit_code(code: String) -> i32 {
+    ErrorCode::parse(&code).map_or(1, ojs_bridge::relay_exit_code)
+}

@@ -16,9 +16,9 @@ mod events;
 mod log;
 
 pub use bridge::{
-    AdminReport, LedgerHandle, NativeBridge, NativeHost, NativeLedger, Stager,
-    context_header_names, database_url_from_parts, option_keys, reject_option, stage_job,
-    stage_jobs, transaction_sql,
+    AdminReport, LedgerHandle, NativeBridge, NativeHost, NativeLedger, NativeRelayCommand, Stager,
+    context_header_names, database_url_from_parts, option_keys, reject_option, relay_exit_code,
+    stage_job, stage_jobs, transaction_sql,
 };
 pub use error::{codes_json, database_error_code, unencodable};
 pub use events::{NativeEventFeed, NativeRelayFrames};

@@ -22,10 +22,12 @@
 pub mod db_url;
 pub mod events;
 pub mod js_options;
+pub mod relay_command;
 mod staged_text;
 
 pub use ojs_outbox::admin::Report;
 pub use ojs_outbox::{Error, ErrorCode, ErrorFamily, Host, Result};
+pub use relay_command::{RelayCommand, Started, relay_command, relay_exit_code};
 pub use staged_text::{KEPT_TEXTS, KeptTexts};
 
 use std::sync::{Arc, Mutex, OnceLock};

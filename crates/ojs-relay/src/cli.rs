@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 
 use clap::parser::ValueSource;
-use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
+use clap::{ArgMatches, Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 
 /// The separate OJS outbox relay: takes committed outbox rows to the OJS backend.
 ///
@@ -11,7 +11,7 @@ use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 /// shape), then environment variables, then flags; whatever none of them sets keeps the
 /// library's default, except the backend URL, which `run` requires (--ojs-url, OJS_URL or
 /// adapter.ojs_url in the config file).
-#[derive(Debug, Parser)]
+#[derive(Debug, Clone, Parser)]
 #[command(name = "ojs-relay", version, propagate_version = true)]
 pub struct Cli {
     /// Outbox database: sqlite://PATH or postgres://USER@HOST:PORT/DB.
@@ -36,7 +36,7 @@ pub struct Cli {
     pub command: Command,
 }
 
-#[derive(Debug, Subcommand)]
+#[derive(Debug, Clone, Subcommand)]
 pub enum Command {
     /// Create the outbox table and its indexes if they do not exist (idempotent).
     Migrate,
@@ -55,7 +55,7 @@ pub enum Command {
     },
 }
 
-#[derive(Debug, Args)]
+#[derive(Debug, Clone, Args)]
 pub struct RunArgs {
     /// Base URL of the OJS backend (http:// or https://). Required: this, OJS_URL or
     /// adapter.ojs_url in the --config file.
@@ -117,21 +117,43 @@ impl RunArgs {
 }
 
 /// Parses the command line as [`Cli::parse`] does (exiting on a usage error), and notes which
-/// values came from the environment.
+/// values came from the environment. What the `ojs-relay` binary calls; a framework's command
+/// calls [`crate::parse`].
 pub fn parse() -> Cli {
     let matches = Cli::command().get_matches();
-    let mut cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    from_matches(&matches).unwrap_or_else(|e| e.exit())
+}
+
+/// The [`Cli`] of the root command's matches, with the environment's values noted.
+pub(crate) fn from_matches(matches: &ArgMatches) -> Result<Cli, clap::Error> {
+    let mut cli = Cli::from_arg_matches(matches)?;
     if let (Command::Run(run), Some(("run", run_matches))) =
         (&mut cli.command, matches.subcommand())
     {
-        run.ojs_url_from_env =
-            run_matches.value_source("ojs_url") == Some(ValueSource::EnvVariable);
-        run.token_from_env = run_matches.value_source("token") == Some(ValueSource::EnvVariable);
+        note_sources(run, run_matches);
     }
-    cli
+    Ok(cli)
 }
 
-#[derive(Debug, Subcommand)]
+/// The [`Cli`] of the matches of `run`'s options alone (a framework's relay command, whose
+/// only command is `run`): the global options are `run`'s there.
+pub(crate) fn from_run_matches(matches: &ArgMatches) -> Result<Cli, clap::Error> {
+    let mut run = RunArgs::from_arg_matches(matches)?;
+    note_sources(&mut run, matches);
+    Ok(Cli {
+        database_url: matches.get_one::<String>("database_url").cloned(),
+        table: matches.get_one::<String>("table").cloned(),
+        config: matches.get_one::<PathBuf>("config").cloned(),
+        command: Command::Run(run),
+    })
+}
+
+fn note_sources(run: &mut RunArgs, matches: &ArgMatches) {
+    run.ojs_url_from_env = matches.value_source("ojs_url") == Some(ValueSource::EnvVariable);
+    run.token_from_env = matches.value_source("token") == Some(ValueSource::EnvVariable);
+}
+
+#[derive(Debug, Clone, Subcommand)]
 pub enum DeadCommand {
     /// List dead rows, oldest first.
     List {

@@ -9,7 +9,12 @@ use ojs_outbox::duration;
 use ojs_outbox::{Error, ErrorCode, Metrics, Relay, Result, Store};
 use tokio::signal::unix::{SignalKind, signal};
 
-use crate::cli::DeadCommand;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use ojs_outbox::log_feed::Level;
+
+use crate::cli::{DeadCommand, RunArgs};
 use crate::settings::Settings;
 
 /// How often `run` logs the metrics line.
@@ -43,41 +48,46 @@ async fn connect_with(settings: &Settings, read_only: bool) -> Result<Store> {
     })
 }
 
-/// How a user of this command line creates a missing table.
-const CREATE_TABLE_WITH: &str = "`ojs-relay migrate` (same --database-url and --table)";
+/// How a user of the `ojs-relay` binary creates a missing table.
+pub const CREATE_TABLE_WITH: &str = "`ojs-relay migrate` (same --database-url and --table)";
 
-/// The library's report, printed; its exit code returned.
-fn print(report: admin::Report) -> i32 {
-    print!("{}", report.stdout);
-    eprint!("{}", report.stderr);
-    report.exit_code
-}
-
-fn target<'a>(settings: &'a Settings, store: &'a Store) -> admin::Target<'a> {
+fn target<'a>(
+    settings: &'a Settings,
+    store: &'a Store,
+    create_table_with: &'a str,
+) -> admin::Target<'a> {
     admin::Target {
         store,
         table: settings.table(),
         database_url: &settings.database_url,
-        create_table_with: CREATE_TABLE_WITH,
+        create_table_with,
         events: None,
     }
 }
 
-pub async fn migrate(settings: &Settings) -> Result<i32> {
+pub async fn migrate(settings: &Settings, create_table_with: &str) -> Result<admin::Report> {
     let store = connect(settings).await?;
-    let report = admin::migrate(&target(settings, &store)).await;
+    let report = admin::migrate(&target(settings, &store, create_table_with)).await;
     store.close().await;
-    Ok(print(report?))
+    report
 }
 
-pub async fn status(settings: &Settings, as_json: bool) -> Result<i32> {
+pub async fn status(
+    settings: &Settings,
+    as_json: bool,
+    create_table_with: &str,
+) -> Result<admin::Report> {
     let store = connect_read_only(settings).await?;
-    let report = admin::status(&target(settings, &store), as_json).await;
+    let report = admin::status(&target(settings, &store, create_table_with), as_json).await;
     store.close().await;
-    Ok(print(report?))
+    report
 }
 
-pub async fn dead(settings: &Settings, command: &DeadCommand) -> Result<i32> {
+pub async fn dead(
+    settings: &Settings,
+    command: &DeadCommand,
+    create_table_with: &str,
+) -> Result<admin::Report> {
     let action = match command {
         DeadCommand::List {
             tenant,
@@ -106,13 +116,183 @@ pub async fn dead(settings: &Settings, command: &DeadCommand) -> Result<i32> {
     } else {
         connect_read_only(settings).await?
     };
-    let report = admin::dead(&target(settings, &store), &action).await;
+    let report = admin::dead(&target(settings, &store, create_table_with), &action).await;
     store.close().await;
-    Ok(print(report?))
+    report
 }
 
-pub async fn run(settings: &Settings, args: &crate::cli::RunArgs) -> Result<i32> {
+/// Where `run` says what it does: `tracing` (the `ojs-relay` binary, `OJS_LOG`), or the relay's
+/// log feed (a framework's command: the framework's logger, as the relay's own records).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Log {
+    Tracing,
+    Feed,
+}
+
+impl Log {
+    fn say(self, level: Level, table: &str, message: String) {
+        match self {
+            Log::Tracing => match level {
+                Level::Info => tracing::info!("{message}"),
+                Level::Warning => tracing::warn!("{message}"),
+                Level::Error => tracing::error!("{message}"),
+            },
+            Log::Feed => ojs_outbox::log_feed::emit(level, table, None, message),
+        }
+    }
+}
+
+/// A relay started by `run` (hot path off: no `relay.skip_recent`, as befits a process that no
+/// commit wakes), with the HTTP surface when `--listen` asked for it. [`Running::stop`] stops it.
+pub struct Running {
+    relay: Arc<Relay>,
+    store: Store,
+    config: ojs_outbox::Config,
+    table: String,
+    server: Option<(tokio::task::JoinHandle<()>, SocketAddr)>,
+    log: Log,
+}
+
+/// Starts what `run` runs: checks the outbox table, says whether the backend answers (and
+/// keeps going when it does not), starts the standalone relay and, with `--listen`, serves the
+/// HTTP surface ([`crate::http`]). The flags of the surface are checked before anything
+/// connects. Needs a tokio runtime with I/O and time enabled.
+pub async fn start(
+    settings: &Settings,
+    args: &RunArgs,
+    log: Log,
+    create_table_with: &str,
+) -> Result<Running> {
     let access = access(args)?;
+    let config = &settings.config;
+    let table = settings.table().to_owned();
+    if let Some(notice) = &settings.notice {
+        log.say(Level::Warning, &table, notice.clone());
+    }
+    let store = connect(settings).await?;
+    if let Err(e) = target(settings, &store, create_table_with).check().await {
+        store.close().await;
+        return Err(e);
+    }
+    let backend = Backend::new(config)?;
+    match backend.health().await {
+        Ok(()) => log.say(
+            Level::Info,
+            &table,
+            format!("OJS backend at {} is healthy", config.ojs_url),
+        ),
+        Err(e) => {
+            let why = e
+                .message
+                .strip_prefix(&format!("{}: ", backend.base_url()))
+                .unwrap_or(&e.message);
+            log.say(
+                Level::Warning,
+                &table,
+                format!(
+                    "OJS backend at {} is unreachable ({}); the relay keeps running and retries, rows stay pending until it answers",
+                    config.ojs_url,
+                    one_line(why, 300)
+                ),
+            )
+        }
+    }
+    let listener = match args.listen {
+        Some(addr) => Some(tokio::net::TcpListener::bind(addr).await.map_err(|e| {
+            Error::field(
+                ErrorCode::InvalidConfig,
+                "--listen",
+                format!("cannot listen on {addr}: {e}"),
+            )
+        })?),
+        None => None,
+    };
+    let relay = Arc::new(Relay::start(store.clone(), backend.clone(), config, false));
+    let mut server = None;
+    if let (Some(listener), Some(addr)) = (listener, args.listen) {
+        let surface = Arc::new(crate::http::Surface {
+            relay: relay.clone(),
+            store: store.clone(),
+            backend,
+            table: table.clone(),
+            access,
+        });
+        let app = crate::http::router(surface);
+        let local = listener.local_addr().unwrap_or(addr);
+        log.say(
+            Level::Info,
+            &table,
+            format!("serving the event stream, /metrics, /healthz and /readyz on http://{local}"),
+        );
+        let task = tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        server = Some((task, local));
+    }
+    // `relay.lease` is a lease on SQLite; on PostgreSQL row locks hold a claim and the same
+    // setting only bounds one round.
+    let lease_word = match store.dialect() {
+        ojs_outbox::sql::Dialect::Sqlite => "lease",
+        ojs_outbox::sql::Dialect::Postgres => "round limit",
+    };
+    log.say(
+        Level::Info,
+        &table,
+        format!(
+            "relay started: database {}, table {:?}, backend {}, batch size {}, poll interval {}, {lease_word} {}",
+            redact(&settings.database_url),
+            table,
+            config.ojs_url,
+            config.outbox.batch_size,
+            duration::format(config.outbox.poll_interval),
+            duration::format(config.relay.lease),
+        ),
+    );
+    Ok(Running {
+        relay,
+        store,
+        config: config.clone(),
+        table,
+        server,
+        log,
+    })
+}
+
+impl Running {
+    pub fn relay(&self) -> &Relay {
+        &self.relay
+    }
+
+    /// The address the HTTP surface listens on (the port chosen when `--listen` gave 0).
+    pub fn listening_on(&self) -> Option<SocketAddr> {
+        self.server.as_ref().map(|(_, addr)| *addr)
+    }
+
+    /// The graceful stop: the round in progress ends, what it claimed and did not send is
+    /// released (within `relay.shutdown_timeout`), the HTTP surface closes, the pool closes.
+    pub async fn stop(self) {
+        self.relay.shutdown().await;
+        if let Some((task, _)) = &self.server {
+            task.abort();
+        }
+        if self.log == Log::Tracing {
+            log_metrics(&self.relay.metrics());
+        }
+        self.store.close().await;
+        self.log
+            .say(Level::Info, &self.table, "relay stopped".to_owned());
+    }
+
+    /// The error of a second signal during [`stop`](Self::stop): what happens to the rows the
+    /// relay still held.
+    pub fn forced(&self) -> Error {
+        forced(&self.config, self.store.dialect())
+    }
+}
+
+/// `ojs-relay run`: [`start`], then the metrics line every ten seconds until SIGINT/SIGTERM,
+/// then [`Running::stop`]; a second signal during the stop ends the process at once.
+pub async fn run(settings: &Settings, args: &RunArgs) -> Result<i32> {
     let signal_error = |e: std::io::Error| {
         Error::new(
             ErrorCode::RelayShutDown,
@@ -122,65 +302,7 @@ pub async fn run(settings: &Settings, args: &crate::cli::RunArgs) -> Result<i32>
     // Before anything else, so an early SIGTERM is a graceful stop too.
     let mut sigterm = signal(SignalKind::terminate()).map_err(signal_error)?;
     let mut sigint = signal(SignalKind::interrupt()).map_err(signal_error)?;
-
-    let config = &settings.config;
-    let store = connect(settings).await?;
-    target(settings, &store).check().await?;
-    let backend = Backend::new(config)?;
-    match backend.health().await {
-        Ok(()) => tracing::info!("OJS backend at {} is healthy", config.ojs_url),
-        Err(e) => {
-            let why = e
-                .message
-                .strip_prefix(&format!("{}: ", backend.base_url()))
-                .unwrap_or(&e.message);
-            tracing::warn!(
-                "OJS backend at {} is unreachable ({}); the relay keeps running and retries, rows stay pending until it answers",
-                config.ojs_url,
-                one_line(why, 300)
-            )
-        }
-    }
-    let relay = std::sync::Arc::new(Relay::start(store.clone(), backend.clone(), config, false));
-    if let Some(addr) = args.listen {
-        let listener = tokio::net::TcpListener::bind(addr).await.map_err(|e| {
-            Error::field(
-                ErrorCode::InvalidConfig,
-                "--listen",
-                format!("cannot listen on {addr}: {e}"),
-            )
-        })?;
-        let surface = std::sync::Arc::new(crate::http::Surface {
-            relay: relay.clone(),
-            store: store.clone(),
-            backend,
-            table: settings.table().to_owned(),
-            access,
-        });
-        let app = crate::http::router(surface);
-        tracing::info!(
-            "serving the event stream, /metrics, /healthz and /readyz on http://{}",
-            listener.local_addr().map_or(addr, |a| a)
-        );
-        tokio::spawn(async move {
-            let _ = axum::serve(listener, app).await;
-        });
-    }
-    // `relay.lease` is a lease on SQLite; on PostgreSQL row locks hold a claim and the same
-    // setting only bounds one round.
-    let lease_word = match store.dialect() {
-        ojs_outbox::sql::Dialect::Sqlite => "lease",
-        ojs_outbox::sql::Dialect::Postgres => "round limit",
-    };
-    tracing::info!(
-        "relay started: database {}, table {:?}, backend {}, batch size {}, poll interval {}, {lease_word} {}",
-        redact(&settings.database_url),
-        settings.table(),
-        config.ojs_url,
-        config.outbox.batch_size,
-        duration::format(config.outbox.poll_interval),
-        duration::format(config.relay.lease),
-    );
+    let running = start(settings, args, Log::Tracing, CREATE_TABLE_WITH).await?;
 
     let mut ticker =
         tokio::time::interval_at(tokio::time::Instant::now() + METRICS_EVERY, METRICS_EVERY);
@@ -188,27 +310,53 @@ pub async fn run(settings: &Settings, args: &crate::cli::RunArgs) -> Result<i32>
         tokio::select! {
             _ = sigterm.recv() => break "SIGTERM",
             _ = sigint.recv() => break "SIGINT",
-            _ = ticker.tick() => log_metrics(&relay.metrics()),
+            _ = ticker.tick() => log_metrics(&running.relay.metrics()),
         }
     };
     tracing::info!(
         "{received} received: stopping (finishing the round in progress, releasing what it claimed and did not send; a second signal stops at once)"
     );
-    let dialect = store.dialect();
+    let forced = running.forced();
     tokio::select! {
-        _ = relay.shutdown() => {}
-        _ = sigterm.recv() => return Err(forced(config, dialect)),
-        _ = sigint.recv() => return Err(forced(config, dialect)),
+        _ = running.stop() => {}
+        _ = sigterm.recv() => return Err(forced),
+        _ = sigint.recv() => return Err(forced),
     }
-    log_metrics(&relay.metrics());
-    store.close().await;
-    tracing::info!("relay stopped");
     Ok(0)
+}
+
+/// A framework's relay command (`manage.py ojs_relay`, `rake ojs:relay`): [`start`], then
+/// wait for `stop` (the core's stop signals, armed by the command first thing), then
+/// [`Running::stop`]. A stop before the relay runs ends the start-up at once.
+pub async fn run_until<F>(
+    settings: &Settings,
+    args: &RunArgs,
+    create_table_with: &str,
+    stop: F,
+) -> Result<()>
+where
+    F: std::future::Future<Output = Result<()>>,
+{
+    let stop = std::pin::pin!(stop);
+    let mut stop = stop;
+    let running = tokio::select! {
+        running = start(settings, args, Log::Feed, create_table_with) => running?,
+        stopped = &mut stop => return stopped,
+    };
+    let stopped = stop.await;
+    running.stop().await;
+    stopped
+}
+
+/// Checks the flags of the HTTP surface (`--listen` and its token rule) without starting
+/// anything: what [`start`] refuses first.
+pub fn check_access(args: &RunArgs) -> Result<()> {
+    access(args).map(|_| ())
 }
 
 /// The HTTP surface's tokens from the flags. `--listen` alone is refused: the surface serves
 /// every job's events and the metrics, so it is closed unless a token or `--no-auth` is given.
-fn access(args: &crate::cli::RunArgs) -> Result<crate::http::Access> {
+fn access(args: &RunArgs) -> Result<crate::http::Access> {
     let mut tenant_tokens = Vec::new();
     for pair in &args.tenant_token {
         match pair.split_once('=') {

@@ -4,18 +4,12 @@
 //! library's; this binary only parses the command line, builds the library's `Config` and
 //! calls it. See README.md for the commands, flags, environment variables and exit codes.
 
-mod cli;
-mod commands;
-mod http;
-mod settings;
-
 use std::io::IsTerminal;
 use std::process::ExitCode;
 
 use ojs_outbox::{Error, ErrorCode};
+use ojs_relay::{Cli, Command, Framework, cli, commands, settings};
 use tracing_subscriber::EnvFilter;
-
-use crate::cli::{Cli, Command};
 
 fn main() -> ExitCode {
     let cli = cli::parse();
@@ -45,10 +39,13 @@ async fn dispatch(cli: &Cli) -> ojs_outbox::Result<i32> {
     };
     let settings = settings::build(cli, run_args)?;
     match &cli.command {
-        Command::Migrate => commands::migrate(&settings).await,
         Command::Run(args) => commands::run(&settings, args).await,
-        Command::Status { json } => commands::status(&settings, *json).await,
-        Command::Dead { command } => commands::dead(&settings, command).await,
+        _ => {
+            let report = ojs_relay::execute(&Framework::binary(), cli, &settings).await?;
+            print!("{}", report.stdout);
+            eprint!("{}", report.stderr);
+            Ok(report.exit_code)
+        }
     }
 }
 
@@ -90,14 +87,7 @@ fn fail(error: &Error) -> ExitCode {
         error.code,
         ojs_outbox::admin::one_line(&error.message, 2000)
     );
-    ExitCode::from(exit_code(error.code))
-}
-
-fn exit_code(code: ErrorCode) -> u8 {
-    match code {
-        ErrorCode::InvalidConfig | ErrorCode::InvalidDatabaseUrl => 2,
-        _ => 1,
-    }
+    ExitCode::from(ojs_relay::exit_code(error.code) as u8)
 }
 
 #[cfg(test)]

@@ -15,6 +15,9 @@ use crate::cli::{Cli, RunArgs};
 pub struct Settings {
     pub config: Config,
     pub database_url: String,
+    /// Set when the development default URL was taken (a framework in development mode):
+    /// the line to log once, at warning level.
+    pub notice: Option<String>,
 }
 
 impl Settings {
@@ -26,10 +29,31 @@ impl Settings {
 /// How `ojs-relay run` users set the backend URL, named when none is set.
 pub const URL_SETTING: &str = "--ojs-url URL or OJS_URL (or adapter.ojs_url in the --config file)";
 
-/// Builds the settings from the global options and, for `run`, its options. Only `run` needs
-/// the backend URL: without one from a flag, `OJS_URL` or the config file it fails; the CLI has
-/// no development mode, so there is no fallback.
+/// Where the settings of an invocation start, before the `--config` file, the environment and
+/// the flags: the library's defaults (the `ojs-relay` binary), or a framework's own settings
+/// (Django's `OJS_CONFIG` with the alias's database, a Rails app's `OJS.configure`).
+#[derive(Debug, Clone, Default)]
+pub struct Base {
+    /// The framework's configuration in the spec §5.2 shape; `None`: the library's defaults.
+    pub config: Option<Value>,
+    /// The framework runs in development mode: a missing backend URL takes the development
+    /// default, with a notice (`config::Host::development`).
+    pub development: bool,
+    /// How the framework's users set the backend URL besides `--ojs-url` and `OJS_URL`
+    /// (e.g. `OJS_CONFIG["url"]`); `None`: the `--config` file's `adapter.ojs_url`.
+    pub url_setting: Option<String>,
+}
+
+/// Builds the settings from the global options and, for `run`, its options, over the library's
+/// defaults. Only `run` needs the backend URL: without one from a flag, `OJS_URL` or the config
+/// file it fails; the CLI has no development mode, so there is no fallback.
 pub fn build(cli: &Cli, run: Option<&RunArgs>) -> Result<Settings> {
+    build_over(&Base::default(), cli, run)
+}
+
+/// [`build`] over `base`: the framework's settings, then the `--config` file (merged over them,
+/// object by object), then environment variables and flags.
+pub fn build_over(base: &Base, cli: &Cli, run: Option<&RunArgs>) -> Result<Settings> {
     // The flags first, each through the library's parser, so their errors name them.
     let mut flag_url = None;
     let mut batch_size = None;
@@ -57,16 +81,37 @@ pub fn build(cli: &Cli, run: Option<&RunArgs>) -> Result<Settings> {
             );
         }
     }
+    let url_setting = match &base.url_setting {
+        Some(framework) => format!("--ojs-url URL or OJS_URL (or {framework})"),
+        None => URL_SETTING.to_owned(),
+    };
     let host = Host {
-        development: false,
-        url_setting: URL_SETTING,
+        development: base.development,
+        url_setting: &url_setting,
         // `run` with --ojs-url (or OJS_URL) takes the URL from there, over the file's.
         needs_backend: run.is_some() && flag_url.is_none(),
     };
-    let mut config = match &cli.config {
-        Some(path) => read_config_file(path, &host)?,
-        None => Config::load(&json!({}), &host)?.config,
+    let loaded = match (&base.config, &cli.config) {
+        (None, Some(path)) => read_config_file(path, &host)?,
+        (None, None) => Config::load(&json!({}), &host)?,
+        (Some(framework), None) => Config::load(framework, &host)?,
+        (Some(framework), Some(path)) => {
+            let mut merged = adapter_of(framework.clone());
+            merge(&mut merged, adapter_of(read_json_file(path)?));
+            Config::load(&json!({ "adapter": merged }), &host).map_err(|e| {
+                Error::new(
+                    e.code,
+                    format!(
+                        "the settings with {} over them: {}",
+                        path.display(),
+                        e.message
+                    ),
+                )
+            })?
+        }
     };
+    let notice = loaded.notice;
+    let mut config = loaded.config;
     if let Some(url) = flag_url {
         config.ojs_url = url;
     }
@@ -94,20 +139,67 @@ pub fn build(cli: &Cli, run: Option<&RunArgs>) -> Result<Settings> {
     Ok(Settings {
         config,
         database_url,
+        notice,
     })
 }
 
-fn read_config_file(path: &Path, host: &Host) -> Result<Config> {
-    let text = std::fs::read_to_string(path).map_err(|e| {
+fn read_config_text(path: &Path) -> Result<String> {
+    std::fs::read_to_string(path).map_err(|e| {
         Error::field(
             ErrorCode::InvalidConfig,
             "--config",
             format!("cannot read {}: {e}", path.display()),
         )
-    })?;
-    Config::load_json(&text, host)
-        .map(|loaded| loaded.config)
+    })
+}
+
+fn read_config_file(path: &Path, host: &Host) -> Result<ojs_outbox::config::Loaded> {
+    Config::load_json(&read_config_text(path)?, host)
         .map_err(|e| Error::new(e.code, format!("{}: {}", path.display(), e.message)))
+}
+
+fn read_json_file(path: &Path) -> Result<Value> {
+    serde_json::from_str(&read_config_text(path)?).map_err(|e| {
+        Error::field(
+            ErrorCode::InvalidConfig,
+            "--config",
+            format!("{}: not valid JSON: {e}", path.display()),
+        )
+    })
+}
+
+/// The adapter object of a configuration (`{"adapter": {...}}` or the inner object), with the
+/// backend URL spelled `ojs_url` (either spelling is the one setting), for [`merge`].
+fn adapter_of(value: Value) -> Value {
+    let mut adapter = match value {
+        Value::Object(mut root) if root.len() == 1 && root.contains_key("adapter") => {
+            root.remove("adapter").unwrap_or(Value::Null)
+        }
+        other => other,
+    };
+    if let Value::Object(object) = &mut adapter
+        && let Some(url) = object.remove("url")
+    {
+        object.entry("ojs_url").or_insert(url);
+    }
+    adapter
+}
+
+/// `overlay` over `base`: objects key by key, anything else replaced.
+fn merge(base: &mut Value, overlay: Value) {
+    match (base, overlay) {
+        (Value::Object(base), Value::Object(overlay)) => {
+            for (key, value) in overlay {
+                match base.get_mut(&key) {
+                    Some(slot) => merge(slot, value),
+                    None => {
+                        base.insert(key, value);
+                    }
+                }
+            }
+        }
+        (slot, value) => *slot = value,
+    }
 }
 
 /// Runs one flag's value through the library's config parser (as a one-key config, which
