@@ -256,3 +256,51 @@ impl Bridge {
             .map_err(to_py)
     }
 }
+
+/// The relay command line of `manage.py ojs_relay` (`ojs_bridge::relay_command`): the options
+/// of `ojs-relay run`, parsed by the core over Django's settings.
+#[pyclass(frozen, module = "ojs_adapter_django._native")]
+pub struct RelayCommand {
+    inner: bridge::RelayCommand,
+}
+
+#[pymethods]
+impl RelayCommand {
+    /// Parses `args` (the relay's options) for the command `framework_json` describes
+    /// (`program`, `config`, `development`, `url_setting`, `create_table_with`, `after_help`).
+    /// No I/O.
+    #[new]
+    fn new(args: Vec<String>, framework_json: &str) -> PyResult<Self> {
+        Ok(RelayCommand {
+            inner: bridge::relay_command(args, framework_json).map_err(to_py)?,
+        })
+    }
+
+    /// `(exit_code, stdout, stderr)` when nothing runs (`--help`, `--version`, a usage error:
+    /// exit 2 naming the accepted options), else None.
+    fn exit(&self) -> Option<(i32, String, String)> {
+        self.inner
+            .exit()
+            .map(|report| (report.exit_code, report.stdout, report.stderr))
+    }
+
+    /// The outbox table of the settings (a configuration error is raised here).
+    fn table(&self) -> PyResult<String> {
+        self.inner.table().map_err(to_py)
+    }
+
+    /// Runs the relay until SIGINT or SIGTERM (the core's stop signals), then stops it
+    /// gracefully: `(exit_code, stdout, stderr)`. Detached.
+    fn run_until_signal(&self, py: Python<'_>) -> PyResult<(i32, String, String)> {
+        py.detach(|| self.inner.run_until_signal())
+            .map(|report| (report.exit_code, report.stdout, report.stderr))
+            .map_err(to_py)
+    }
+}
+
+/// The exit code of a failed relay command for an error code (2: usage and configuration
+/// errors; 1: the rest), as `ojs-relay` exits.
+#[pyfunction]
+pub fn relay_exit_code(code: &str) -> i32 {
+    ojs_outbox::ErrorCode::parse(code).map_or(1, bridge::relay_exit_code)
+}

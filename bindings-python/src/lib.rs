@@ -55,6 +55,8 @@ fn drain_log_feed() -> Vec<(String, String, Option<String>, String)> {
 fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add("__version__", env!("CARGO_PKG_VERSION"))?;
     module.add_class::<bridge::Bridge>()?;
+    module.add_class::<bridge::RelayCommand>()?;
+    module.add_function(wrap_pyfunction!(bridge::relay_exit_code, module)?)?;
     module.add_class::<events::RelayFrames>()?;
     module.add_class::<events::EventFeed>()?;
     module.add("NativeError", module.py().get_type::<error::NativeError>())?;

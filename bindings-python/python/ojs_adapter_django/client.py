@@ -713,6 +713,32 @@ class OJS:
             raise from_native(native) from None
         return events.EventSubscription(feed)
 
+    def relay_command(self, args: Iterable[str], *, using: Optional[str] = None,
+                      program: str = "manage.py ojs_relay",
+                      after_help: Optional[str] = None) -> _native.RelayCommand:
+        """The relay command line ``args`` (the options of ``ojs-relay run``), parsed by the core
+        over this alias's settings (``OJS_CONFIG`` with the alias's database): flags and their
+        environment variables override them, as ``--config FILE`` is overridden for the
+        ``ojs-relay`` binary. No I/O; raises the error class of a bad description."""
+        from django.conf import settings
+
+        alias = using or DEFAULT_DB_ALIAS
+        how = "manage.py migrate ojs_adapter_django"
+        if alias != DEFAULT_DB_ALIAS:
+            how += f" --database {alias}"
+        framework = {
+            "program": program,
+            "config": config_json(self._raw_config(), connections[alias].settings_dict, alias),
+            "development": bool(getattr(settings, "DEBUG", False)),
+            "url_setting": URL_SETTING if self._config is _SETTINGS else EXPLICIT_URL_SETTING,
+            "create_table_with": how,
+            "after_help": after_help,
+        }
+        try:
+            return _native.RelayCommand(list(args), json.dumps(framework))
+        except _native.NativeError as native:
+            raise from_native(native) from None
+
     def run_relay_until_signal(self, using: Optional[str] = None) -> None:
         """Runs the relay as this process's only job until SIGINT/SIGTERM (``manage.py ojs_relay``),
         its log records going to logging as with the in-process relay."""
