@@ -35,6 +35,13 @@ pub const OUTAGE_PROBE_MAX: Duration = Duration::from_secs(1);
 /// The pause after a failed database operation; the pool's own reconnect backoff is short too
 /// (store.rs), so the relay is back within about a second of the database.
 const DATABASE_PAUSE: Duration = Duration::from_millis(250);
+/// On SQLite the file watch fires when a commit writes the WAL, which can be a moment before
+/// the commit is visible: a wake-up whose claim finds nothing looks again after these.
+const SQLITE_WAKE_RECHECKS: [Duration; 3] = [
+    Duration::from_millis(1),
+    Duration::from_millis(4),
+    Duration::from_millis(16),
+];
 /// Wire forms larger than this are compacted before sending (PostgreSQL's jsonb text adds spaces).
 const COMPACT_ABOVE_BYTES: usize = 256 * 1024;
 
@@ -133,6 +140,8 @@ impl Relay {
         let engine = Engine {
             wake,
             relay_events: Vec::new(),
+            wake_rechecks: Vec::new(),
+            last_claimed: 0,
             event_log_failed: false,
             events: events.clone(),
             store: store.for_relay(),
@@ -284,6 +293,10 @@ struct Engine {
     wake: Option<Wake>,
     /// Relay events waiting for the event log (`relay_event`).
     relay_events: Vec<Event>,
+    /// After a SQLite wake-up whose claim found nothing, the next looks (last first).
+    wake_rechecks: Vec<Duration>,
+    /// Rows the last poller claim took.
+    last_claimed: usize,
     /// The event log could not be created: no events are written (delivery goes on).
     event_log_failed: bool,
     events: Arc<EventBus>,
@@ -415,7 +428,14 @@ impl Engine {
             if now >= next_poll {
                 let backlog = self.poll_once().await;
                 if !backlog {
-                    next_poll = Instant::now() + poll_interval;
+                    next_poll = Instant::now()
+                        + match self.wake_rechecks.pop() {
+                            Some(after) if self.last_claimed == 0 => after,
+                            _ => {
+                                self.wake_rechecks.clear();
+                                poll_interval
+                            }
+                        };
                 } else if !self.hot_rx.is_empty() {
                     // Nor a backlog the hot path: one hot round between two poller rounds.
                     // Left waiting, fresh commits would overflow the hot queue and then wait
@@ -445,7 +465,12 @@ impl Engine {
             match woke {
                 Woke::Hot(0) => break, // every sender is gone: the relay handle was dropped
                 Woke::Hot(_) => self.deliver_hot(std::mem::take(&mut hot_ids)).await,
-                Woke::Staged => next_poll = Instant::now(),
+                Woke::Staged => {
+                    next_poll = Instant::now();
+                    if self.store.dialect() == crate::sql::Dialect::Sqlite {
+                        self.wake_rechecks = SQLITE_WAKE_RECHECKS.iter().rev().copied().collect();
+                    }
+                }
                 Woke::Settled(done) => {
                     let rows = self.settling.take().expect("settling").rows;
                     self.take_settled(&rows, done).await;
@@ -538,6 +563,7 @@ impl Engine {
                 if claim.rows.is_empty() {
                     self.database_ok();
                 }
+                self.last_claimed = claim.rows.len();
                 let full = claim.rows.len() == batch_size;
                 if full && claim.holds_transaction() {
                     let claim_next = self.claim_due();
