@@ -596,24 +596,26 @@ impl Bridge {
         Ok(running.runtime.block_on(running.outbox.readiness()).1)
     }
 
-    /// A subscriber of this process's relay events, as SSE frames (what a framework's
-    /// `/v1/events/stream` mount serves); `request_json` is an `events::StreamRequest`.
-    /// Fails with `RELAY_SHUT_DOWN` when no relay runs here.
+    /// A subscriber of the table's events, as SSE frames (what a framework's
+    /// `/v1/events/stream` mount serves); `request_json` is an `events::StreamRequest`. With
+    /// the event log (`relay.event_retention`, the default) any process serves every relay's
+    /// events, whether a relay runs here or not; live only, it fails with `RELAY_SHUT_DOWN`
+    /// when no relay runs here.
     pub fn relay_events(&self, request_json: &str) -> Result<events::RelayFrames> {
         let request: events::StreamRequest = serde_json::from_str(request_json)
             .map_err(|e| Error::field(ErrorCode::InvalidConfig, "request", e.to_string()))?;
-        let running = self.running_here().ok_or_else(|| {
+        let live_only = || {
             Error::new(
                 ErrorCode::RelayShutDown,
-                "no relay runs in this process: its events stream from the process that runs it",
+                "no relay runs in this process, and events are live only (relay.event_retention is null): they stream from the process that runs the relay",
             )
-        })?;
-        let bus = running.outbox.events().ok_or_else(|| {
-            Error::new(
-                ErrorCode::RelayShutDown,
-                "the relay of this process is stopped",
-            )
-        })?;
+        };
+        let running = if self.config.relay.event_retention.is_some() {
+            self.running()?
+        } else {
+            self.running_here().ok_or_else(live_only)?
+        };
+        let bus = running.outbox.events().ok_or_else(live_only)?;
         events::RelayFrames::open(bus, &request, running.runtime.handle().clone())
     }
 

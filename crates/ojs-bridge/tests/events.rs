@@ -22,15 +22,11 @@ fn a_mount_streams_the_relays_events_and_its_metrics() {
     .to_string();
     let bridge = Bridge::new(&config).unwrap();
     bridge.migrate().unwrap();
-    assert_eq!(
-        bridge.relay_events("{}").err().unwrap().code,
-        ojs_bridge::ErrorCode::RelayShutDown,
-        "no relay here yet"
-    );
-    bridge.start_relay().unwrap();
+    // The table's event log: a mount serves it before any relay runs here.
     let frames = bridge
         .relay_events(r#"{"types": "job.*", "tenant": "acme"}"#)
         .unwrap();
+    bridge.start_relay().unwrap();
 
     let jobs = json!([
         {"type": "invoice.send", "args": [1], "meta": {"tenant_id": "acme"}},
@@ -84,7 +80,11 @@ fn a_mount_streams_the_relays_events_and_its_metrics() {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         let text = bridge.metrics_text().expect("a relay runs here");
-        if text.contains("ojs_relay_jobs_sent_total{table=\"ojs_outbox\"} 2\n") {
+        // The relay's own counters carry its id; the table's figures do not.
+        if text.lines().any(|line| {
+            line.starts_with("ojs_relay_jobs_sent_total{table=\"ojs_outbox\",relay=\"")
+                && line.ends_with("\"} 2")
+        }) {
             assert!(text.contains("ojs_outbox_rows{table=\"ojs_outbox\",status=\"sent\"} 2\n"));
             break;
         }
@@ -99,11 +99,8 @@ fn a_mount_streams_the_relays_events_and_its_metrics() {
         );
     }
     bridge.stop_relay();
-    assert_eq!(
-        frames.next(1000),
-        Next::End,
-        "the stream ends with its relay"
-    );
+    // The stream reads the table's event log: it outlives this process's relay.
+    assert_eq!(frames.next(300), Next::Idle, "the stream goes on");
     bridge.close();
     runtime.block_on(backend.shutdown());
     let _ = std::fs::remove_dir_all(&dir);

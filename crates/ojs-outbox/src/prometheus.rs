@@ -1,7 +1,10 @@
 //! The relay's metrics in the Prometheus text exposition format (version 0.0.4): counters,
 //! gauges and two histograms, named by Prometheus conventions (`ojs_` prefix, base units,
-//! `_total` counters, `_seconds` durations), labelled by outbox table. The core writes the text
-//! once; `ojs-relay run --listen` and each framework's mount only serve it.
+//! `_total` counters, `_seconds` durations), labelled by outbox table. The figures of the table
+//! (`ojs_outbox_*`) are read from it and are the same on every surface; the relay's own
+//! (`ojs_relay_*`) also carry `relay="<id>"`, so that the relays of a table can be summed.
+//! The core writes the text once; `ojs-relay run --listen` and each framework's mount only
+//! serve it.
 
 use std::fmt::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -57,6 +60,8 @@ impl Histogram {
 /// What one exposition shows about one relay.
 pub struct Sample<'a> {
     pub table: &'a str,
+    /// The relay's id (`ojs_relay_*` figures are labelled with it).
+    pub relay: &'a str,
     pub metrics: &'a Metrics,
     pub histograms: &'a Histograms,
     /// Counts read from the table just now (readable only with a database).
@@ -67,12 +72,19 @@ pub struct Sample<'a> {
 pub fn exposition(sample: &Sample<'_>) -> String {
     let mut out = String::new();
     let table = escape(sample.table);
+    let relay = format!("{table}\",relay=\"{}", escape(sample.relay));
     let m = sample.metrics;
+    // `ojs_relay_*`: this relay's; `ojs_outbox_*`: the table's.
     let mut family = |name: &str, kind: &str, help: &str, lines: &[(String, String)]| {
         let _ = writeln!(out, "# HELP {name} {help}");
         let _ = writeln!(out, "# TYPE {name} {kind}");
-        for (labels, value) in lines {
-            let _ = writeln!(out, "{name}{{table=\"{table}\"{labels}}} {value}");
+        let labels = if name.starts_with("ojs_relay_") {
+            &relay
+        } else {
+            &table
+        };
+        for (more, value) in lines {
+            let _ = writeln!(out, "{name}{{table=\"{labels}\"{more}}} {value}");
         }
     };
     let one = |value: String| vec![(String::new(), value)];
@@ -180,7 +192,7 @@ pub fn exposition(sample: &Sample<'_>) -> String {
             &h.settle_duration,
         ),
     ] {
-        histogram(&mut out, &table, name, help, snapshot);
+        histogram(&mut out, &relay, name, help, snapshot);
     }
     out
 }
@@ -243,21 +255,24 @@ mod tests {
         };
         let text = exposition(&Sample {
             table: "t",
+            relay: "r1",
             metrics: &Metrics::default(),
             histograms: &histograms,
             status: None,
         });
+        assert!(text.contains(
+            "ojs_relay_delivery_lag_seconds_bucket{table=\"t\",relay=\"r1\",le=\"0.001\"} 1\n"
+        ));
+        assert!(text.contains(
+            "ojs_relay_delivery_lag_seconds_bucket{table=\"t\",relay=\"r1\",le=\"0.01\"} 2\n"
+        ));
+        assert!(text.contains(
+            "ojs_relay_delivery_lag_seconds_bucket{table=\"t\",relay=\"r1\",le=\"+Inf\"} 3\n"
+        ));
         assert!(
-            text.contains("ojs_relay_delivery_lag_seconds_bucket{table=\"t\",le=\"0.001\"} 1\n")
+            text.contains("ojs_relay_delivery_lag_seconds_count{table=\"t\",relay=\"r1\"} 3\n")
         );
-        assert!(
-            text.contains("ojs_relay_delivery_lag_seconds_bucket{table=\"t\",le=\"0.01\"} 2\n")
-        );
-        assert!(
-            text.contains("ojs_relay_delivery_lag_seconds_bucket{table=\"t\",le=\"+Inf\"} 3\n")
-        );
-        assert!(text.contains("ojs_relay_delivery_lag_seconds_count{table=\"t\"} 3\n"));
-        assert!(text.contains("ojs_relay_backend_up{table=\"t\"} -1\n"));
+        assert!(text.contains("ojs_relay_backend_up{table=\"t\",relay=\"r1\"} -1\n"));
     }
 
     #[test]

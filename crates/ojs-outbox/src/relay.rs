@@ -113,6 +113,8 @@ pub struct Relay {
     /// Set once a commit in another process wakes this relay (`wake.rs`); `None`: it has no
     /// such wake-up (a hot path, `relay.notify` off, or no source on this system).
     wake_ready: Option<Arc<AtomicBool>>,
+    /// Its id: lease tokens and the `relay` label of its metrics.
+    relay_id: String,
 }
 
 impl Relay {
@@ -137,6 +139,7 @@ impl Relay {
             .then(|| Wake::start(&store, &config.outbox.table_name))
             .flatten();
         let wake_ready = wake.as_ref().map(|wake| wake.ready.clone());
+        let relay_id = uuid::Uuid::now_v7().simple().to_string();
         let engine = Engine {
             wake,
             relay_events: Vec::new(),
@@ -153,7 +156,7 @@ impl Relay {
                 Duration::ZERO
             },
             counters: counters.clone(),
-            relay_id: uuid::Uuid::now_v7().simple().to_string(),
+            relay_id: relay_id.clone(),
             claims: 0,
             batch_supported: None,
             pause_until: None,
@@ -177,6 +180,7 @@ impl Relay {
             stop,
             task: Mutex::new(Some(task)),
             wake_ready,
+            relay_id,
         }
     }
 
@@ -226,6 +230,7 @@ impl Relay {
         let histograms = self.histograms();
         crate::prometheus::exposition(&crate::prometheus::Sample {
             table,
+            relay: &self.relay_id,
             metrics: &metrics,
             histograms: &histograms,
             status,
