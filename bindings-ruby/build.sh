@@ -14,7 +14,7 @@ cd "$root"
 
 # The bindgen and the devserver are tools: always debug. The native library: the profile asked.
 echo "build: cargo build (native library: $profile)" >&2
-cargo build --quiet -p ojs-uniffi-bindgen -p ojs-devserver >&2
+cargo build --quiet -p ojs-uniffi-bindgen -p ojs-devserver -p ojs-relay >&2
 if [[ $profile == release ]]; then
   cargo build --quiet --release -p ojs-ruby-native >&2
 else

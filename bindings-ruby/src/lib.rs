@@ -294,6 +294,70 @@ pub async fn bridge_run_relay_until_signal(bridge: Arc<Bridge>) -> NativeResult<
     Ok(off_thread(&bridge, |inner| inner.run_relay_until_signal()).await?)
 }
 
+/// The relay command line of `rake ojs:relay` (`ojs_bridge::relay_command`): `args` are the
+/// options of `ojs-relay run` (what follows `--`, or `OJS_RELAY_ARGS`), `framework_json` the
+/// command's description (`program`, `config`: the app's OJS settings, `development`,
+/// `url_setting`, `create_table_with`, `after_help`). `--help` and a usage error (exit 2,
+/// naming the accepted options) come back as the report; otherwise the standalone relay runs
+/// (with the `--listen` surface when asked) until SIGINT/SIGTERM (the core's stop signals,
+/// armed by `arm_stop_signals`), then stops gracefully: exit code 0.
+#[uniffi::export]
+pub async fn relay_command(args: Vec<String>, framework_json: String) -> NativeResult<Report> {
+    let (sender, receiver) = tokio::sync::oneshot::channel();
+    std::thread::Builder::new()
+        .name("ojs-ruby-relay".into())
+        .spawn(move || {
+            let report = ojs_bridge::relay_command(args, &framework_json)
+                .and_then(|command| command.run_until_signal());
+            let _ = sender.send(report);
+        })
+        .expect("spawn a thread for the relay command");
+    let report = receiver
+        .await
+        .expect("the relay command's thread panicked")?;
+    Ok(Report {
+        exit_code: report.exit_code,
+        stdout: report.stdout,
+        stderr: report.stderr,
+    })
+}
+
+/// What `relay_command_check` found: the report to print and exit with when nothing runs
+/// (`--help`, a usage error), else the outbox table the settings name.
+#[derive(Debug, uniffi::Record)]
+pub struct RelayCheck {
+    pub exit: Option<Report>,
+    pub table: Option<String>,
+}
+
+/// Parses the relay command line and builds its settings without running anything (no I/O):
+/// the `--help` text or usage error to print, or the table (a configuration error is raised).
+#[uniffi::export]
+pub fn relay_command_check(args: Vec<String>, framework_json: String) -> NativeResult<RelayCheck> {
+    let command = ojs_bridge::relay_command(args, &framework_json)?;
+    if let Some(report) = command.exit() {
+        return Ok(RelayCheck {
+            exit: Some(Report {
+                exit_code: report.exit_code,
+                stdout: report.stdout,
+                stderr: report.stderr,
+            }),
+            table: None,
+        });
+    }
+    Ok(RelayCheck {
+        exit: None,
+        table: Some(command.table()?),
+    })
+}
+
+/// The exit code of a failed relay command for an error code (2: usage and configuration
+/// errors; 1: the rest), as `ojs-relay` exits.
+#[uniffi::export]
+pub fn relay_exit_code(code: String) -> i32 {
+    ojs_outbox::ErrorCode::parse(&code).map_or(1, ojs_bridge::relay_exit_code)
+}
+
 /// From now on SIGINT and SIGTERM no longer kill the process but stop
 /// `bridge_run_relay_until_signal` gracefully, also one that arrives before the relay runs
 /// (`ojs_bridge::arm_stop_signals`). Called first thing by `rake ojs:relay`, after its Ruby

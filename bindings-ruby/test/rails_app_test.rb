@@ -310,10 +310,10 @@ class RailsAppTest < Minitest::Test
 
   # Starts `bin/rails ojs:relay`; yields the pid and a function that waits for an output line.
   # Returns [exit status, output].
-  def relay_process(env = {})
+  def relay_process(env = {}, *args)
     lines = Queue.new
     output = +""
-    Open3.popen2e(@env.merge(env), RbConfig.ruby, "bin/rails", "ojs:relay", chdir: @app) do |stdin, out, thread|
+    Open3.popen2e(@env.merge(env), RbConfig.ruby, "bin/rails", "ojs:relay", *args, chdir: @app) do |stdin, out, thread|
       stdin.close
       reader = Thread.new do
         out.each_line do |line|
@@ -398,6 +398,75 @@ class RailsAppTest < Minitest::Test
     assert_match(/ojs:relay: running for table ojs_outbox/, output)
     assert_match(/ojs:relay: stopped/, output)
     assert_match(/WARN -- : outbox relay: pausing/, File.read(log))
+  end
+end
+
+# `bin/rails ojs:relay -- OPTIONS` (or OJS_RELAY_ARGS) is the core's relay command line
+# (issue 26): an unknown flag is refused naming the accepted ones (exit 2), `-- --help` lists
+# the options of `ojs-relay run --help`, and `--listen` with a token serves /metrics through the
+# command, by the core's rules.
+class RailsAppTest
+  RUST_BIN = File.join(TestSupport::ROOT, "target", "debug", "ojs-relay")
+
+  # The `--long` names of a clap help text's "Options:" section.
+  def long_options(help)
+    start = help.index("\nOptions:\n") or flunk("no Options: section in\n#{help}")
+    section = help[(start + "\nOptions:\n".length)..].split("\n\n").first
+    section.scan(/(?:^|[ ,])(--[a-z][a-z-]*)/).flatten.uniq.sort
+  end
+
+  def capture(env, *args)
+    Open3.capture3(@env.merge(env), RbConfig.ruby, "bin/rails", "ojs:relay", *args, chdir: @app)
+  end
+
+  def test_an_unknown_flag_is_refused_with_exit_2_naming_the_accepted_options
+    prepare_relay_app
+    [[{}, ["--", "--bogus-flag"]], [{ "OJS_RELAY_ARGS" => "--poll-interval PT1S --bogus-flag" }, []]].each do |env, args|
+      _out, err, status = capture(env, *args)
+      assert_equal 2, status.exitstatus, "#{args.inspect} #{env.inspect}:\n#{err}"
+      assert_match(/unexpected argument '--bogus-flag'/, err)
+      assert_match(/accepted options: .*--listen.*--token/, err)
+    end
+  end
+
+  def test_help_lists_the_options_of_ojs_relay_run
+    prepare_relay_app
+    out, err, status = capture({}, "--", "--help")
+    assert status.success?, err
+    rust_out, rust_err, rust_status = Open3.capture3(RUST_BIN, "run", "--help")
+    assert rust_status.success?, rust_err
+    options = long_options(out)
+    assert_includes options, "--listen"
+    assert_includes options, "--no-auth"
+    assert_equal long_options(rust_out), options
+    assert_match(/Usage: bin\/rails ojs:relay -- \[OPTIONS\]/, out)
+  end
+
+  def test_listen_with_a_token_serves_metrics_through_the_command
+    prepare_relay_app
+    server = TCPServer.new("127.0.0.1", 0)
+    port = server.addr[1]
+    server.close
+    get = lambda do |path, token = nil|
+      request = Net::HTTP::Get.new(path)
+      request["Authorization"] = "Bearer #{token}" if token
+      Net::HTTP.start("127.0.0.1", port, open_timeout: 2, read_timeout: 10) { |http| http.request(request) }.code.to_i
+    end
+    status, output = relay_process({}, "--", "--listen", "127.0.0.1:#{port}", "--token", "T0ken") do |pid, wait_line|
+      wait_line.call(/ojs:relay: running for table ojs_outbox/)
+      TestSupport.wait_until("the relay's /healthz") do
+        get.call("/healthz") == 200
+      rescue SystemCallError
+        false
+      end
+      assert_equal 401, get.call("/metrics")
+      assert_equal 401, get.call("/metrics", "wrong")
+      assert_equal 200, get.call("/metrics", "T0ken")
+      Process.kill("TERM", pid)
+    end
+    assert status.success?, "ojs:relay after SIGTERM: #{status.inspect}\n#{output}"
+    assert_match(/ojs:relay: stopped/, output)
+    refute_match(/Don't know how to build task/, output)
   end
 end
 
