@@ -408,25 +408,28 @@ pub struct Subscription {
 
 enum Feed {
     Live(broadcast::Receiver<Arc<Event>>),
-    Log {
-        store: Store,
-        /// The `seq` of the last row read; `None` until the start is found (first `next_frame`).
-        cursor: Option<i64>,
-        read: VecDeque<Event>,
-        /// Replay after an event of the log: the rest of its row is read, from this index on.
-        from_index: Option<(i64, u32)>,
-    },
+    Log(Box<LogFeed>),
+}
+
+/// A subscriber's place in the event log.
+struct LogFeed {
+    store: Store,
+    /// The `seq` of the last row read; `None` until the start is found (first `next_frame`).
+    cursor: Option<i64>,
+    read: VecDeque<Event>,
+    /// Replay after an event of the log: the rest of its row is read, from this index on.
+    from_index: Option<(i64, u32)>,
 }
 
 impl Subscription {
     pub fn new(bus: Arc<EventBus>, filter: Filter, from: Option<&ReplayFrom>) -> Subscription {
         let feed = match &bus.log {
-            Some(log) => Feed::Log {
+            Some(log) => Feed::Log(Box::new(LogFeed {
                 store: log.store.clone(),
                 cursor: None,
                 read: VecDeque::new(),
                 from_index: None,
-            },
+            })),
             None => Feed::Live(bus.subscribe()),
         };
         Subscription {
@@ -470,12 +473,13 @@ impl Subscription {
                     }
                 }
             },
-            Feed::Log {
-                store,
-                cursor,
-                read,
-                from_index,
-            } => loop {
+            Feed::Log(feed) => loop {
+                let LogFeed {
+                    store,
+                    cursor,
+                    read,
+                    from_index,
+                } = &mut **feed;
                 while let Some(event) = read.pop_front() {
                     if let Some(ReplayFrom::Since(ms)) = &self.from
                         && event.time_ms < *ms
@@ -764,7 +768,7 @@ mod tests {
         assert_eq!(uuid::Uuid::parse_str(&far).unwrap().get_version_num(), 7);
         // Ids sort as the log does: by row, then by place in the row.
         let ms = 1_764_000_000_000;
-        let mut ids = vec![
+        let mut ids = [
             log_event_id(ms, 2, 0),
             log_event_id(ms, 1, 3),
             log_event_id(ms, 1 << 30, 0),

@@ -823,10 +823,10 @@ impl Store {
     /// PostgreSQL two relays may race: the loser's error is ignored when the log is there).
     pub async fn ensure_event_log(&self) -> Result<()> {
         let created = self.execute(&self.sql.create_event_log()).await;
-        if let Err(error) = created {
-            if self.events_after(i64::MAX, 1).await.is_err() {
-                return Err(error);
-            }
+        if let Err(error) = created
+            && self.events_after(i64::MAX, 1).await.is_err()
+        {
+            return Err(error);
         }
         Ok(())
     }

@@ -218,17 +218,17 @@ mod sqlite {
         const HEADER: usize = std::mem::size_of::<libc::inotify_event>();
         let mut at = 0;
         std::iter::from_fn(move || {
-            while at + HEADER <= buffer.len() {
-                // The name's length is the header's last field (u32, native order).
-                let len = u32::from_ne_bytes(buffer[at + HEADER - 4..at + HEADER].try_into().ok()?)
-                    as usize;
-                let name = buffer.get(at + HEADER..at + HEADER + len)?;
-                at += HEADER + len;
-                // NUL-padded.
-                let end = name.iter().position(|b| *b == 0).unwrap_or(name.len());
-                return Some(&name[..end]);
+            if at + HEADER > buffer.len() {
+                return None;
             }
-            None
+            // The name's length is the header's last field (u32, native order).
+            let len =
+                u32::from_ne_bytes(buffer[at + HEADER - 4..at + HEADER].try_into().ok()?) as usize;
+            let name = buffer.get(at + HEADER..at + HEADER + len)?;
+            at += HEADER + len;
+            // NUL-padded.
+            let end = name.iter().position(|b| *b == 0).unwrap_or(name.len());
+            Some(&name[..end])
         })
     }
 }
