@@ -27,7 +27,7 @@ from django.db import connections, transaction
 from django.test import AsyncClient, Client, RequestFactory
 from prometheus_client.parser import text_string_to_metric_families
 
-from ojs_adapter_django import Event, InvalidConfigError, ojs, request_context, subscribe_events
+from ojs_adapter_django import OJS, Event, InvalidConfigError, ojs, request_context, subscribe_events
 from ojs_adapter_django import views
 from support import WAIT, drop_table, wait_until
 
@@ -162,7 +162,32 @@ def test_the_stream_filters_by_queue_and_replays_nothing_without_retention(backe
 
 
 @DB
-def test_the_stream_ends_when_the_relay_stops(backend, staff):
+def test_the_stream_outlives_the_relay_of_its_process(backend, staff):
+    """The stream reads the table's event log (the default): with this process's relay stopped
+    it goes on (keep-alive comments keep coming), and it still serves the events of a job that
+    another process's relay delivers."""
+    stream = Stream(staff.get("/ojs/events/stream"))
+    try:
+        stream.until(lambda s: s.comments >= 1, "the stream's first comment")
+        ojs.stop_relay()
+        seen = stream.comments
+        stream.until(lambda s: s.comments >= seen + 2, "more comments with the relay stopped")
+        # Another process's relay: the same table, delivering a job staged there.
+        other = OJS({"ojs_url": backend.url, "outbox": {"table_name": TABLE}})
+        try:
+            job_id = other.enqueue_after_commit("elsewhere.job", [1])
+            stream.until(stream.has(job_id), "the job another relay delivered")
+        finally:
+            other.reset()
+    finally:
+        stream.close()
+        ojs.start_relay()
+
+
+@DB
+def test_a_live_only_stream_ends_when_the_relay_stops(backend, staff, settings):
+    settings.OJS_CONFIG = {**settings.OJS_CONFIG, "relay": {"event_retention": None}}
+    ojs.start_relay()
     stream = Stream(staff.get("/ojs/events/stream"))
     try:
         stream.until(lambda s: s.comments >= 1, "the stream's first comment")
@@ -170,7 +195,6 @@ def test_the_stream_ends_when_the_relay_stops(backend, staff):
         stream.until_end()
     finally:
         stream.close()
-        ojs.start_relay()
 
 
 @DB
@@ -182,12 +206,18 @@ def test_a_since_that_is_not_a_time_is_a_400_naming_it(backend, staff):
 
 
 @DB
-def test_without_a_relay_in_this_process_the_surface_answers_503(backend, staff, settings):
+def test_without_a_relay_in_this_process_the_stream_reads_the_log(backend, staff, settings):
+    """An external-mode process runs no relay: its mount still streams the table's events
+    (the event log); /metrics, which is a relay's, answers 503; live only, the stream too."""
     settings.OJS_CONFIG = {**settings.OJS_CONFIG, "relay": {"mode": "external"}}
+    stream = Stream(staff.get("/ojs/events/stream"))
+    stream.close()
+    assert staff.get("/ojs/metrics").status_code == 503
+    settings.OJS_CONFIG = {**settings.OJS_CONFIG,
+                           "relay": {"mode": "external", "event_retention": None}}
     response = staff.get("/ojs/events/stream")
     assert response.status_code == 503
     assert response.json()["error"]["code"] == "RELAY_SHUT_DOWN"
-    assert staff.get("/ojs/metrics").status_code == 503
 
 
 # -- who may read --------------------------------------------------------------------------
