@@ -116,7 +116,27 @@ pub async fn dead(
     } else {
         connect_read_only(settings).await?
     };
-    let report = admin::dead(&target(settings, &store, create_table_with), &action).await;
+    // Replays and purges are announced in the table's event log, when there is one.
+    let log = settings
+        .config
+        .relay
+        .event_retention
+        .filter(|_| action.writes())
+        .map(|retention| {
+            ojs_outbox::events::EventBus::new(
+                settings.table(),
+                1,
+                Some(ojs_outbox::events::EventLog {
+                    store: store.clone(),
+                    retention,
+                }),
+            )
+        });
+    let target = admin::Target {
+        events: log.as_ref(),
+        ..target(settings, &store, create_table_with)
+    };
+    let report = admin::dead(&target, &action).await;
     store.close().await;
     report
 }

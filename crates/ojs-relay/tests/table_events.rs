@@ -1,7 +1,8 @@
 //! One stream per table: two `ojs-relay run --listen` processes share a table; the event
 //! stream of each serves the events of every job, whichever relay delivered it, each once, and
 //! after a relay restarts its stream replays from `Last-Event-ID` what the table's event log
-//! kept (the default retention, PT1H). On SQLite and PostgreSQL.
+//! kept (the default retention, PT1H). On SQLite and PostgreSQL. An operator's `ojs-relay dead
+//! replay`, a process of its own, shows on a relay's stream too.
 
 mod common;
 
@@ -28,8 +29,11 @@ async fn served_at(relay: &RelayProcess) -> String {
 }
 
 async fn stream(base: &str, last_event_id: Option<&str>) -> reqwest::Response {
-    let mut request =
-        reqwest::Client::new().get(format!("{base}/v1/events/stream?types=job.enqueued"));
+    typed_stream(base, "job.enqueued", last_event_id).await
+}
+
+async fn typed_stream(base: &str, types: &str, last_event_id: Option<&str>) -> reqwest::Response {
+    let mut request = reqwest::Client::new().get(format!("{base}/v1/events/stream?types={types}"));
     if let Some(id) = last_event_id {
         request = request.header("Last-Event-ID", id);
     }
@@ -141,4 +145,24 @@ async fn sqlite_every_stream_sees_every_job_once() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_every_stream_sees_every_job_once() {
     every_stream_sees_every_job_once(Kind::Postgres, "table_events_pg").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operators_replay_in_a_process_of_its_own_is_on_the_stream() {
+    let db = Db::new(Kind::Sqlite, "table_events_operator")
+        .await
+        .unwrap();
+    db.migrate().await;
+    let backend = DevServer::start(0).await.unwrap();
+    let relay = spawn(&db, &backend.url());
+    let base = served_at(&relay).await;
+    let operator = tokio::spawn(frames(typed_stream(&base, "ojs.outbox.*", None).await, 1));
+    let out = db.cli(&["dead", "replay"]).await;
+    assert!(out.status.success(), "{out:?}");
+    let seen = operator.await.unwrap();
+    assert_eq!(seen.len(), 1);
+    assert_eq!(
+        seen[0].1, db.table,
+        "an operator event's subject is the table"
+    );
 }
