@@ -133,6 +133,9 @@ class EventsAppTest < Minitest::Test
       # only writes the format), and RubyGems is not reachable: so these are the exact sample
       # lines the exposition must hold, compared whole, for the relay's counters and the table's.
       samples = response.body.lines.map(&:chomp).reject { |line| line.start_with?("#") }
+      # The relay's own figures carry its id (relay="..."), the table's do not.
+      assert samples.grep(/\Aojs_relay_/).all? { |line| line.match?(/,relay="\h{32}"[,}]/) }, samples.grep(/\Aojs_relay_/).first
+      samples = samples.map { |line| line.sub(/,relay="\h{32}"/, "") }
       table = %(table="#{TABLE}")
       expected = [
         "ojs_relay_jobs_sent_total{#{table}} #{counts['sent']}",
@@ -341,17 +344,27 @@ class EventsAppTest < Minitest::Test
     assert_equal 405, Rack::MockRequest.new(app).post("/v1/events/stream").status
   end
 
-  def test_the_stream_without_a_relay_here_is_503
+  # No relay here (external mode): the stream reads the table's event log all the same, and
+  # /metrics, a relay's, is 503; live only (event_retention nil), the stream is 503 too.
+  def test_without_a_relay_here_the_stream_reads_the_log
     start
     OJS.configure do |config|
       config.url = TestSupport.devserver.url
       config.outbox_table = TABLE
       config.relay = :external
     end
+    events = stream(app, "/v1/events/stream")
+    assert_equal 200, events.status
+    assert_equal 503, get(app, "/metrics").status
+    OJS.configure do |config|
+      config.url = TestSupport.devserver.url
+      config.outbox_table = TABLE
+      config.relay = :external
+      config.relay_options = { event_retention: nil }
+    end
     response = get(app, "/v1/events/stream")
     assert_equal 503, response.status
     assert_equal "RELAY_SHUT_DOWN", JSON.parse(response.body).dig("error", "code")
-    assert_equal 503, get(app, "/metrics").status
   end
 
   # Rails starts its relay lazily: with config.auto_start the mount starts it, as the middleware
