@@ -582,78 +582,135 @@ fn log_position(id: &str) -> Option<(i64, u32)> {
 /// tenant, attempt, error, next attempt ms, deduplicated, existing job id]`, trailing nulls
 /// left out; another: `[type, subject, data, tenant]`.
 pub fn logged(events: &[Event]) -> LoggedEvents {
-    let records: Vec<Value> = events
-        .iter()
-        .map(|event| {
-            let mut record = match &event.data {
-                EventData::Job {
-                    job_type,
-                    attempt,
-                    error,
-                    next_attempt_at_ms,
-                    deduplicated,
-                    existing_job_id,
-                } => vec![
-                    json!(event.kind),
-                    json!(event.subject),
-                    json!(event.queue),
-                    json!(job_type),
-                    json!(event.tenant),
-                    json!(attempt),
-                    json!(error),
-                    json!(next_attempt_at_ms),
-                    json!(deduplicated),
-                    json!(existing_job_id),
-                ],
-                EventData::Other(data) => vec![
-                    json!(event.kind),
-                    json!(event.subject),
-                    data.clone(),
-                    json!(event.tenant),
-                ],
-            };
-            while record.last().is_some_and(Value::is_null) {
-                record.pop();
-            }
-            Value::Array(record)
-        })
-        .collect();
+    let records: Vec<Logged<'_>> = events.iter().map(Logged).collect();
     LoggedEvents {
         time_ms: now_ms(),
-        json: Value::Array(records).to_string(),
+        json: serde_json::to_string(&records).expect("events serialize"),
     }
+}
+
+/// One event as its row's array ([`logged`]), written straight from the fields.
+struct Logged<'a>(&'a Event);
+
+impl serde::Serialize for Logged<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeSeq;
+        let event = self.0;
+        match &event.data {
+            EventData::Job {
+                job_type,
+                attempt,
+                error,
+                next_attempt_at_ms,
+                deduplicated,
+                existing_job_id,
+            } => {
+                // Trailing nulls left out.
+                let len = if existing_job_id.is_some() {
+                    10
+                } else if deduplicated.is_some() {
+                    9
+                } else if next_attempt_at_ms.is_some() {
+                    8
+                } else if error.is_some() {
+                    7
+                } else {
+                    6
+                };
+                let mut seq = serializer.serialize_seq(Some(len))?;
+                seq.serialize_element(&event.kind)?;
+                seq.serialize_element(&event.subject)?;
+                seq.serialize_element(&event.queue)?;
+                seq.serialize_element(job_type)?;
+                seq.serialize_element(&event.tenant)?;
+                seq.serialize_element(attempt)?;
+                if len > 6 {
+                    seq.serialize_element(error)?;
+                }
+                if len > 7 {
+                    seq.serialize_element(next_attempt_at_ms)?;
+                }
+                if len > 8 {
+                    seq.serialize_element(deduplicated)?;
+                }
+                if len > 9 {
+                    seq.serialize_element(existing_job_id)?;
+                }
+                seq.end()
+            }
+            EventData::Other(data) => {
+                let len = if event.tenant.is_some() { 4 } else { 3 };
+                let mut seq = serializer.serialize_seq(Some(len))?;
+                seq.serialize_element(&event.kind)?;
+                seq.serialize_element(&event.subject)?;
+                seq.serialize_element(data)?;
+                if len > 3 {
+                    seq.serialize_element(&event.tenant)?;
+                }
+                seq.end()
+            }
+        }
+    }
+}
+
+/// One event of a row of the log, read from its array (`logged`); trailing elements left out
+/// are `None`.
+#[derive(serde::Deserialize)]
+struct Record {
+    kind: String,
+    subject: String,
+    /// A job event's queue (a string), or another event's data (an object).
+    third: Value,
+    #[serde(default)]
+    fourth: Option<String>,
+    #[serde(default)]
+    tenant: Option<String>,
+    #[serde(default)]
+    attempt: Option<i32>,
+    #[serde(default)]
+    error: Option<String>,
+    #[serde(default)]
+    next_attempt_at_ms: Option<i64>,
+    #[serde(default)]
+    deduplicated: Option<bool>,
+    #[serde(default)]
+    existing_job_id: Option<String>,
 }
 
 /// The events of one row of the log (none when the row is not ours to read).
 fn from_logged(json: &str, seq: i64, time_ms: i64, source: &Arc<str>) -> Vec<Event> {
-    let records: Vec<Vec<Value>> = serde_json::from_str(json).unwrap_or_default();
+    let records: Vec<Record> = serde_json::from_str(json).unwrap_or_default();
     records
         .into_iter()
         .enumerate()
-        .map(|(index, record)| {
-            let at = |i: usize| record.get(i).cloned().unwrap_or(Value::Null);
-            let text = |i: usize| at(i).as_str().map(str::to_owned);
-            let (data, queue, job_type, tenant) = match at(2) {
-                Value::Object(_) => (EventData::Other(at(2)), None, None, text(3)),
-                _ => (
-                    EventData::Job {
-                        job_type: text(3).unwrap_or_default(),
-                        attempt: at(5).as_i64().unwrap_or(0) as i32,
-                        error: text(6),
-                        next_attempt_at_ms: at(7).as_i64(),
-                        deduplicated: at(8).as_bool(),
-                        existing_job_id: text(9),
-                    },
-                    text(2),
-                    text(3),
-                    text(4),
-                ),
+        .map(|(index, r)| {
+            let (data, queue, job_type, tenant) = match r.third {
+                data @ Value::Object(_) => (EventData::Other(data), None, None, r.fourth),
+                queue => {
+                    let queue = match queue {
+                        Value::String(queue) => Some(queue),
+                        _ => None,
+                    };
+                    (
+                        EventData::Job {
+                            job_type: r.fourth.clone().unwrap_or_default(),
+                            attempt: r.attempt.unwrap_or(0),
+                            error: r.error,
+                            next_attempt_at_ms: r.next_attempt_at_ms,
+                            deduplicated: r.deduplicated,
+                            existing_job_id: r.existing_job_id,
+                        },
+                        queue,
+                        r.fourth,
+                        r.tenant,
+                    )
+                }
             };
             Event {
                 id: log_event_id(time_ms, seq, index),
-                kind: text(0).unwrap_or_default(),
+                kind: r.kind,
                 source: source.clone(),
-                subject: text(1).unwrap_or_default(),
+                subject: r.subject,
                 time_ms,
                 data,
                 queue,
