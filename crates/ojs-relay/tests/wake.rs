@@ -1,6 +1,7 @@
 //! A commit in any process wakes a separate relay (`wake.rs` of the core): two `ojs-relay run`
 //! processes that poll once an hour deliver, within seconds, every job that four application
-//! connections (external relay mode: no relay of their own) stage, each job once.
+//! processes (external relay mode: no relay of their own; this test binary started again, each
+//! running `an_application_process`) stage, each job once.
 //! Their first poll round runs at start; staging happens in rounds, each after the last was
 //! delivered, so every round after the first can only have been found by a wake-up.
 
@@ -51,33 +52,36 @@ async fn separate_relays_are_woken_by_commits(kind: Kind, name: &str) {
     })
     .await;
 
-    // The applications: connections of their own, in a process with no relay.
-    let config = Config::from_value(&json!({"adapter": {
-        "ojs_url": url, "database_url": db.url,
-        "outbox": {"table_name": db.table}, "relay": {"mode": "external"}}}))
-    .unwrap();
-    let mut apps = Vec::new();
-    for _ in 0..APPS {
-        apps.push(Outbox::connect(config.clone()).await.unwrap());
-    }
     let mut staged = Vec::new();
     for round in 0..ROUNDS {
-        let mut commits = Vec::new();
-        for (app, outbox) in apps.iter().enumerate() {
-            commits.push(async move {
-                let mut ids = Vec::new();
-                for i in 0..PER_ROUND / 2 {
-                    let mut tx = outbox.begin().await.unwrap();
-                    for j in 0..2 {
-                        let job = NewJob::new("wake.job", json!([round, app, i, j]));
-                        ids.push(tx.enqueue_after_commit(job).await.unwrap());
-                    }
-                    tx.commit().await.unwrap();
-                }
-                ids
-            });
-        }
-        for ids in futures_util::future::join_all(commits).await {
+        let apps: Vec<_> = (0..APPS)
+            .map(|app| {
+                std::process::Command::new(std::env::current_exe().unwrap())
+                    .args([
+                        "an_application_process",
+                        "--exact",
+                        "--ignored",
+                        "--nocapture",
+                    ])
+                    .env("OJS_WAKE_APP", format!("{round}-{app}"))
+                    .env("OJS_WAKE_OJS_URL", &url)
+                    .env("OJS_WAKE_DATABASE_URL", &db.url)
+                    .env("OJS_WAKE_TABLE", &db.table)
+                    .stdout(std::process::Stdio::piped())
+                    .stderr(std::process::Stdio::inherit())
+                    .spawn()
+                    .expect("start an application process")
+            })
+            .collect();
+        for app in apps {
+            let out = app.wait_with_output().unwrap();
+            assert!(out.status.success(), "an application process failed");
+            let ids: Vec<String> = String::from_utf8_lossy(&out.stdout)
+                .lines()
+                .filter_map(|line| line.strip_prefix("STAGED "))
+                .map(str::to_owned)
+                .collect();
+            assert_eq!(ids.len(), PER_ROUND, "{:?}", out);
             staged.extend(ids);
         }
         let expected = staged.len() as u64;
@@ -102,6 +106,34 @@ async fn separate_relays_are_woken_by_commits(kind: Kind, name: &str) {
     for mut relay in relays {
         relay.terminate(Duration::from_secs(30)).await;
     }
+}
+
+/// One application process of the test above: stages `PER_ROUND` jobs in transactions of two,
+/// in `external` relay mode, and prints each job id. Run only by that test.
+#[tokio::test]
+#[ignore = "an application process that separate_relays_are_woken_by_commits starts itself"]
+async fn an_application_process() {
+    let var =
+        |name: &str| std::env::var(name).expect("started by separate_relays_are_woken_by_commits");
+    let config = Config::from_value(&json!({"adapter": {
+        "ojs_url": var("OJS_WAKE_OJS_URL"), "database_url": var("OJS_WAKE_DATABASE_URL"),
+        "outbox": {"table_name": var("OJS_WAKE_TABLE")}, "relay": {"mode": "external"}}}))
+    .unwrap();
+    let outbox = Outbox::connect(config).await.unwrap();
+    let app = var("OJS_WAKE_APP");
+    for i in 0..PER_ROUND / 2 {
+        let mut tx = outbox.begin().await.unwrap();
+        let mut ids = Vec::new();
+        for j in 0..2 {
+            let job = NewJob::new("wake.job", json!([app, i, j]));
+            ids.push(tx.enqueue_after_commit(job).await.unwrap());
+        }
+        tx.commit().await.unwrap();
+        for id in ids {
+            println!("STAGED {id}");
+        }
+    }
+    outbox.store().close().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
