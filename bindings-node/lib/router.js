@@ -127,7 +127,7 @@ function router(ojs, options) {
     guarded(true, async (req, res) => {
       const text = await ojs.metricsText();
       if (text === null) {
-        return refuse(res, 503, 'relay_not_running', 'no relay runs in this process (relay mode "external"): scrape the relay process');
+        return refuse(res, 503, 'relay_not_running', 'neither a relay in this process nor the outbox table could be read: see /readyz');
       }
       // Node's setHeader: Express's `set` and `send` would add a charset to this content type.
       res.status(200).setHeader('Content-Type', 'text/plain; version=0.0.4');

@@ -404,8 +404,8 @@ impl NativeBridge {
         })
     }
 
-    /// The Prometheus exposition of this process's relay (what `/metrics` serves), or null
-    /// when no relay runs in this process (`Bridge::metrics_text`).
+    /// The Prometheus exposition of this process's relay (what `/metrics` serves), the table's
+    /// figures alone without one, or null when the table cannot be read (`Bridge::metrics_text`).
     #[napi]
     pub fn metrics_text(&self) -> AsyncTask<Blocking<Option<String>>> {
         self.blocking(|bridge| Ok(bridge.metrics_text()))

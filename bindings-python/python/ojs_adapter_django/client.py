@@ -672,7 +672,8 @@ class OJS:
 
     def metrics_text(self, using: Optional[str] = None) -> Optional[str]:
         """The Prometheus text exposition (version 0.0.4) of this process's relay of ``using``
-        (started first when it starts by itself); None when no relay runs in this process."""
+        (started first when it starts by itself), or without one the table's figures alone; None
+        when neither can be read."""
         return self._start_by_itself(using or DEFAULT_DB_ALIAS).metrics_text()
 
     def readiness(self, using: Optional[str] = None) -> dict:

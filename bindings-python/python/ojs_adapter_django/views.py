@@ -175,14 +175,14 @@ async def _async_frames(frames: _native.RelayFrames, keepalive_ms: int) -> Async
 @require_safe
 def metrics(request: HttpRequest, using: Optional[str] = None,
             keepalive: float = KEEPALIVE) -> HttpResponse:
-    """``GET metrics``: the Prometheus exposition of this process's relay; 503 when none runs
-    here (``relay.mode`` external: scrape the relay's own process)."""
+    """``GET metrics``: the Prometheus exposition of this process's relay, or without one the
+    table's figures alone; 503 when neither can be read."""
     refusal = _operator_only(request)
     if refusal is not None:
         return refusal
     text = ojs.metrics_text(using)
     if text is None:
-        return HttpResponse("no relay runs in this process\n", status=503,
+        return HttpResponse("neither a relay in this process nor the outbox table could be read: see /readyz\n", status=503,
                             content_type="text/plain; charset=utf-8")
     return HttpResponse(text, content_type="text/plain; version=0.0.4; charset=utf-8")
 

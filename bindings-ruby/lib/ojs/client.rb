@@ -294,8 +294,8 @@ module OJS
       EventSubscription.new(Native::EventFeed.uniffi_lift(handle))
     end
 
-    # The Prometheus exposition of this process's relay (`Bridge::metrics_text`), nil when no
-    # relay runs here. Reads the table's counts (the GVL is released meanwhile).
+    # The Prometheus exposition of this process's relay (`Bridge::metrics_text`), the table's
+    # figures alone without one, nil when the table cannot be read either. Reads the table's counts (the GVL is released meanwhile).
     def metrics_text
       status = HotCalls.status
       HotCalls.read_text(HotCalls.ojs_ruby_bridge_metrics_text(@bridge_handle, status), status, optional: true)

@@ -214,7 +214,7 @@ module OJS
       client = OJS.client
       client.ensure_relay if client.auto_start?
       text = client.metrics_text
-      return error(503, "RELAY_SHUT_DOWN", "no relay runs in this process: scrape the process that runs it") unless text
+      return error(503, "RELAY_SHUT_DOWN", "neither a relay in this process nor the outbox table could be read: see /readyz") unless text
 
       [200, { "content-type" => "text/plain; version=0.0.4" }, [text]]
     end

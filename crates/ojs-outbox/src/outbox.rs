@@ -110,10 +110,13 @@ impl Outbox {
     /// (`prometheus.rs`); `None` when no relay runs here.
     pub async fn prometheus_text(&self) -> Option<String> {
         let status = self.store.status().await.ok();
+        let table = &self.config.outbox.table_name;
         let relay = self.relay.lock().expect("relay lock");
-        relay
-            .as_ref()
-            .map(|relay| relay.prometheus_text(&self.config.outbox.table_name, status.as_ref()))
+        match relay.as_ref() {
+            Some(relay) => Some(relay.prometheus_text(table, status.as_ref())),
+            // No relay here: the table's figures alone (the same on every surface).
+            None => status.map(|status| crate::prometheus::table_exposition(table, &status)),
+        }
     }
 
     /// Replays dead rows (all, or one tenant's) and announces it on the running relay's

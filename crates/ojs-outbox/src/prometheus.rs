@@ -76,16 +76,7 @@ pub fn exposition(sample: &Sample<'_>) -> String {
     let m = sample.metrics;
     // `ojs_relay_*`: this relay's; `ojs_outbox_*`: the table's.
     let mut family = |name: &str, kind: &str, help: &str, lines: &[(String, String)]| {
-        let _ = writeln!(out, "# HELP {name} {help}");
-        let _ = writeln!(out, "# TYPE {name} {kind}");
-        let labels = if name.starts_with("ojs_relay_") {
-            &relay
-        } else {
-            &table
-        };
-        for (more, value) in lines {
-            let _ = writeln!(out, "{name}{{table=\"{labels}\"{more}}} {value}");
-        }
+        write_family(&mut out, &relay, name, kind, help, lines)
     };
     let one = |value: String| vec![(String::new(), value)];
     family(
@@ -144,31 +135,7 @@ pub fn exposition(sample: &Sample<'_>) -> String {
         Some(s) => (s.pending + s.failed, s.oldest_pending_age_ms),
         None => (m.pending, m.oldest_pending_age_ms),
     };
-    family(
-        "ojs_outbox_backlog_jobs",
-        "gauge",
-        "Rows waiting to be sent (pending and failed).",
-        &one(pending.to_string()),
-    );
-    family(
-        "ojs_outbox_oldest_pending_age_seconds",
-        "gauge",
-        "Age of the oldest row waiting to be sent.",
-        &one(seconds(oldest_ms.max(0) as u64 * 1000)),
-    );
-    if let Some(s) = sample.status {
-        family(
-            "ojs_outbox_rows",
-            "gauge",
-            "Outbox rows by status.",
-            &[
-                (",status=\"pending\"".into(), s.pending.to_string()),
-                (",status=\"failed\"".into(), s.failed.to_string()),
-                (",status=\"sent\"".into(), s.sent.to_string()),
-                (",status=\"dead\"".into(), s.dead.to_string()),
-            ],
-        );
-    }
+    table_families(&mut out, &table, pending, oldest_ms, sample.status);
     let h = sample.histograms;
     for (name, help, snapshot) in [
         (
@@ -195,6 +162,78 @@ pub fn exposition(sample: &Sample<'_>) -> String {
         histogram(&mut out, &relay, name, help, snapshot);
     }
     out
+}
+
+/// The exposition of a process with no relay: the table's figures alone, read just now.
+pub fn table_exposition(table: &str, status: &OutboxStatus) -> String {
+    let mut out = String::new();
+    table_families(
+        &mut out,
+        &escape(table),
+        status.pending + status.failed,
+        status.oldest_pending_age_ms,
+        Some(status),
+    );
+    out
+}
+
+/// The table's figures (`ojs_outbox_*`): the same on every surface.
+fn table_families(
+    out: &mut String,
+    table: &str,
+    pending: i64,
+    oldest_ms: i64,
+    status: Option<&OutboxStatus>,
+) {
+    let one = |value: String| vec![(String::new(), value)];
+    write_family(
+        out,
+        table,
+        "ojs_outbox_backlog_jobs",
+        "gauge",
+        "Rows waiting to be sent (pending and failed).",
+        &one(pending.to_string()),
+    );
+    write_family(
+        out,
+        table,
+        "ojs_outbox_oldest_pending_age_seconds",
+        "gauge",
+        "Age of the oldest row waiting to be sent.",
+        &one(seconds(oldest_ms.max(0) as u64 * 1000)),
+    );
+    if let Some(s) = status {
+        write_family(
+            out,
+            table,
+            "ojs_outbox_rows",
+            "gauge",
+            "Outbox rows by status.",
+            &[
+                (",status=\"pending\"".into(), s.pending.to_string()),
+                (",status=\"failed\"".into(), s.failed.to_string()),
+                (",status=\"sent\"".into(), s.sent.to_string()),
+                (",status=\"dead\"".into(), s.dead.to_string()),
+            ],
+        );
+    }
+}
+
+/// One metric family: its `# HELP` and `# TYPE` lines and a sample per line, labelled
+/// `table="<labels>"` and what each line adds.
+fn write_family(
+    out: &mut String,
+    labels: &str,
+    name: &str,
+    kind: &str,
+    help: &str,
+    lines: &[(String, String)],
+) {
+    let _ = writeln!(out, "# HELP {name} {help}");
+    let _ = writeln!(out, "# TYPE {name} {kind}");
+    for (more, value) in lines {
+        let _ = writeln!(out, "{name}{{table=\"{labels}\"{more}}} {value}");
+    }
 }
 
 fn histogram(out: &mut String, table: &str, name: &str, help: &str, h: &HistogramSnapshot) {
