@@ -483,12 +483,13 @@ test('bad options are typed errors naming the option', async () => {
       assert.equal(error.field, 'url');
       return true;
     });
-    // No relay runs for an adapter that was not started: its metrics are null, but the stream
-    // reads the table's event log, which needs no relay here.
+    // No relay runs for an adapter that was not started: the stream reads the table's event
+    // log, which needs no relay here, and the metrics hold no relay's counters.
     const stream = await ojs.relayEvents({});
     assert.equal(await stream.next(50), '');
     stream.close();
-    assert.equal(await ojs.metricsText(), null);
+    const text = await ojs.metricsText();
+    assert.ok(text === null || !/ojs_relay_/.test(text), text);
   } finally {
     await ojs.close();
     await knex.destroy();

@@ -560,9 +560,10 @@ impl Bridge {
     }
 
     /// The Prometheus exposition of the relay running in this process (what a framework's
-    /// `/metrics` mount serves); `None` when none runs here.
+    /// `/metrics` mount serves), or without one the table's figures alone; `None` when the
+    /// table cannot be read either.
     pub fn metrics_text(&self) -> Option<String> {
-        let running = self.running_here()?;
+        let running = self.running().ok()?;
         running.runtime.block_on(running.outbox.prometheus_text())
     }
 

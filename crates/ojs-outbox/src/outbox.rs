@@ -107,7 +107,8 @@ impl Outbox {
     }
 
     /// The Prometheus exposition of the relay running here, with the table's counts read now
-    /// (`prometheus.rs`); `None` when no relay runs here.
+    /// (`prometheus.rs`); without a relay here, the table's figures alone; `None` when neither
+    /// is readable (no relay, and the table cannot be read).
     pub async fn prometheus_text(&self) -> Option<String> {
         let status = self.store.status().await.ok();
         let table = &self.config.outbox.table_name;
