@@ -187,7 +187,7 @@ impl OutboxSql {
 )"
             ),
         };
-        vec![
+        let mut statements = vec![
             table,
             // The relay's claim scans only due rows, in id order.
             format!(
@@ -197,23 +197,32 @@ impl OutboxSql {
             format!(
                 "CREATE INDEX IF NOT EXISTS {p}_dead ON {on} (tenant_id, id) WHERE status = 'dead'"
             ),
-            self.create_event_log(),
-            format!("CREATE INDEX IF NOT EXISTS {p}_events_time ON {on}_events (time_ms)"),
-        ]
+        ];
+        statements.extend(self.create_event_log());
+        statements
     }
 
     /// The event log of the table (`<table>_events`): one row per settlement (or relay or
     /// operator event), holding that moment's events as a JSON array (`events::EventLog`).
     /// `seq` only grows, in commit order (`lock_event_log`), so a reader's cursor is a `seq`.
-    pub fn create_event_log(&self) -> String {
+    pub fn create_event_log(&self) -> Vec<String> {
         let log = self.event_log();
+        let (p, on) = self.index_names();
+        let index = format!("CREATE INDEX IF NOT EXISTS {p}_events_time ON {on}_events (time_ms)");
         match self.dialect {
-            Dialect::Postgres => format!(
-                "CREATE TABLE IF NOT EXISTS {log} (seq BIGSERIAL PRIMARY KEY, time_ms BIGINT NOT NULL, events TEXT NOT NULL)"
-            ),
-            Dialect::Sqlite => format!(
-                "CREATE TABLE IF NOT EXISTS {log} (seq INTEGER PRIMARY KEY AUTOINCREMENT, time_ms INTEGER NOT NULL, events TEXT NOT NULL)"
-            ),
+            // One statement under the log's advisory lock: an application's migration and a
+            // relay that creates the log for a table migrated before it may run at once, and
+            // two concurrent CREATE ... IF NOT EXISTS can still collide in PostgreSQL's catalog.
+            Dialect::Postgres => vec![format!(
+                "DO $$ BEGIN PERFORM {}; CREATE TABLE IF NOT EXISTS {log} (seq BIGSERIAL PRIMARY KEY, time_ms BIGINT NOT NULL, events TEXT NOT NULL); {index}; END $$",
+                self.lock_event_log().trim_start_matches("SELECT ")
+            )],
+            Dialect::Sqlite => vec![
+                format!(
+                    "CREATE TABLE IF NOT EXISTS {log} (seq INTEGER PRIMARY KEY AUTOINCREMENT, time_ms INTEGER NOT NULL, events TEXT NOT NULL)"
+                ),
+                index,
+            ],
         }
     }
 

@@ -822,7 +822,13 @@ impl Store {
     /// Creates the event log when the table was migrated before it existed (idempotent; on
     /// PostgreSQL two relays may race: the loser's error is ignored when the log is there).
     pub async fn ensure_event_log(&self) -> Result<()> {
-        let created = self.execute(&self.sql.create_event_log()).await;
+        let mut created = Ok(0);
+        for statement in self.sql.create_event_log() {
+            created = self.execute(&statement).await;
+            if created.is_err() {
+                break;
+            }
+        }
         if let Err(error) = created
             && self.events_after(i64::MAX, 1).await.is_err()
         {
