@@ -214,7 +214,9 @@ impl OutboxSql {
             // relay that creates the log for a table migrated before it may run at once, and
             // two concurrent CREATE ... IF NOT EXISTS can still collide in PostgreSQL's catalog.
             Dialect::Postgres => vec![format!(
-                "DO $$ BEGIN PERFORM {}; CREATE TABLE IF NOT EXISTS {log} (seq BIGSERIAL PRIMARY KEY, time_ms BIGINT NOT NULL, events TEXT NOT NULL); {index}; END $$",
+                // A plain string literal, not `$$`: some drivers read `$` as a bind parameter
+                // (Sequelize turns `$$` into `$`); nothing in the body has a quote.
+                "DO 'BEGIN PERFORM {}; CREATE TABLE IF NOT EXISTS {log} (seq BIGSERIAL PRIMARY KEY, time_ms BIGINT NOT NULL, events TEXT NOT NULL); {index}; END'",
                 self.lock_event_log().trim_start_matches("SELECT ")
             )],
             Dialect::Sqlite => vec![
