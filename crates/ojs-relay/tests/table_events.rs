@@ -7,26 +7,14 @@
 mod common;
 
 use std::collections::HashSet;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use common::{Db, Kind, RelayProcess};
+use common::{Db, Kind, RelayProcess, served_at};
 use ojs_devserver::DevServer;
 use ojs_outbox::{Config, NewJob, Outbox};
-use serde_json::{Value, json};
+use serde_json::json;
 
 const JOBS: usize = 40;
-
-async fn served_at(relay: &RelayProcess) -> String {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let log = relay.log();
-        if let Some(at) = log.lines().find_map(|line| line.split("on http://").nth(1)) {
-            return format!("http://{}", at.trim());
-        }
-        assert!(Instant::now() < deadline, "no listen line; log:\n{log}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
 
 async fn stream(base: &str, last_event_id: Option<&str>) -> reqwest::Response {
     typed_stream(base, "job.enqueued", last_event_id).await
@@ -42,32 +30,18 @@ async fn typed_stream(base: &str, types: &str, last_event_id: Option<&str>) -> r
     response
 }
 
-/// Reads SSE frames until `n` events arrived: (event id, job id) each.
-async fn frames(mut response: reqwest::Response, n: usize) -> Vec<(String, String)> {
-    let mut buffer = String::new();
-    let mut events = Vec::new();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while events.len() < n {
-        let left = deadline.saturating_duration_since(Instant::now());
-        let chunk = tokio::time::timeout(left, response.chunk())
-            .await
-            .unwrap_or_else(|_| panic!("only {} of {n} events", events.len()))
-            .expect("stream")
-            .expect("stream ended early");
-        buffer.push_str(std::str::from_utf8(&chunk).unwrap());
-        while let Some(end) = buffer.find("\n\n") {
-            let frame: String = buffer.drain(..end + 2).collect();
-            let Some(data) = frame.lines().find_map(|l| l.strip_prefix("data: ")) else {
-                continue; // a keep-alive comment
-            };
-            let envelope: Value = serde_json::from_str(data).unwrap();
-            events.push((
-                envelope["id"].as_str().unwrap().to_owned(),
-                envelope["subject"].as_str().unwrap().to_owned(),
-            ));
-        }
-    }
-    events
+/// The first `n` events of a stream: (event id, subject) each.
+async fn frames(response: reqwest::Response, n: usize) -> Vec<(String, String)> {
+    common::frames(response, n)
+        .await
+        .into_iter()
+        .map(|(id, _, envelope)| {
+            (
+                id,
+                envelope["subject"].as_str().unwrap_or_default().to_owned(),
+            )
+        })
+        .collect()
 }
 
 fn spawn(db: &Db, url: &str) -> RelayProcess {

@@ -403,3 +403,52 @@ pub fn count(status: &Value, key: &str) -> i64 {
         .as_i64()
         .unwrap_or_else(|| panic!("status has no {key}: {status}"))
 }
+
+/// The address the relay logged it serves on.
+pub async fn served_at(relay: &RelayProcess) -> String {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let log = relay.log();
+        if let Some(at) = log.lines().find_map(|line| line.split("on http://").nth(1)) {
+            return format!("http://{}", at.trim());
+        }
+        assert!(Instant::now() < deadline, "no listen line; log:\n{log}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Reads SSE frames until `n` events arrived; returns (id, event type, data) per event.
+pub async fn frames(
+    response: reqwest::Response,
+    n: usize,
+) -> Vec<(String, String, serde_json::Value)> {
+    let mut response = response;
+    let mut buffer = String::new();
+    let mut events = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while events.len() < n {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let chunk = tokio::time::timeout(left, response.chunk())
+            .await
+            .unwrap_or_else(|_| panic!("only {} of {n} events: {events:?}", events.len()))
+            .expect("stream")
+            .expect("stream ended early");
+        buffer.push_str(std::str::from_utf8(&chunk).unwrap());
+        while let Some(end) = buffer.find("\n\n") {
+            let frame: String = buffer.drain(..end + 2).collect();
+            let field = |name: &str| {
+                frame
+                    .lines()
+                    .find_map(|l| l.strip_prefix(&format!("{name}: ")))
+                    .unwrap_or("")
+                    .to_owned()
+            };
+            if field("data").is_empty() {
+                continue; // a keep-alive comment
+            }
+            let data: serde_json::Value = serde_json::from_str(&field("data")).unwrap();
+            events.push((field("id"), field("event"), data));
+        }
+    }
+    events
+}
