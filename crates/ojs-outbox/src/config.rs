@@ -33,6 +33,10 @@ pub struct Config {
     pub trust_tenant_header: bool,
     pub outbox: OutboxConfig,
     pub relay: RelayConfig,
+    /// `adapter.encryption`: the key ring that encrypts new jobs' `args` and decodes fetched
+    /// ones (the OJS encryption extension, `codec.rs`); `None`: args travel in plaintext.
+    /// Compared by key ids and key bytes; printed by key ids only.
+    pub encryption: Option<std::sync::Arc<crate::codec::Codec>>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -154,6 +158,7 @@ impl Default for Config {
                 event_buffer: 1024,
                 event_retention: Some(Duration::from_secs(3600)),
             },
+            encryption: None,
         }
     }
 }
@@ -260,6 +265,12 @@ impl Config {
                 }
                 "outbox" => apply_outbox(&mut config.outbox, value)?,
                 "relay" => apply_relay(&mut config.relay, value)?,
+                // `null` is unset, as a binding's `nil` / `undefined`.
+                "encryption" if value.is_null() => config.encryption = None,
+                "encryption" => {
+                    config.encryption =
+                        Some(std::sync::Arc::new(crate::codec::Codec::from_value(value)?))
+                }
                 other => return Err(invalid(&format!("adapter.{other}"), "unknown key")),
             }
         }

@@ -10,6 +10,7 @@ pub mod admin;
 pub mod backend;
 mod backoff;
 pub mod classify;
+pub mod codec;
 pub mod config;
 pub mod duration;
 pub mod error;

@@ -2,11 +2,17 @@
 //! command): `POST /ojs/v1/workers/fetch|ack|nack|heartbeat`, and `GET /ojs/v1/jobs/{id}` to
 //! read a job's state and result back. One command in, the server's answer out, both JSON;
 //! the rules of each request live here once.
+//!
+//! A fetch answers only jobs the host can run: encrypted args (the OJS encryption extension,
+//! `codec.rs`) are decoded first (ENC-004), and a job that cannot be decoded, or is encrypted
+//! while this process has no `adapter.encryption`, is nacked at once as `decode_failed`, not
+//! retryable, so the backend discards or dead-letters it, and is left out of the answer.
 
 use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::backend::Backend;
+use crate::codec::{self, Codec};
 use crate::error::{Error, ErrorCode, Result};
 
 /// One worker request (JSON from the bindings: `{"op": "fetch", ...}`).
@@ -64,6 +70,9 @@ pub struct NackError {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub details: Option<Value>,
 }
+
+/// The nack code of a fetched job whose args could not be decoded.
+pub const DECODE_FAILED: &str = "decode_failed";
 
 /// The largest `count` a fetch may ask for.
 pub const MAX_FETCH: u32 = 1000;
@@ -171,10 +180,93 @@ impl WorkerCommand {
 }
 
 impl Backend {
+    /// [`Backend::worker_with_codec`] without a key ring: a fetched job with encrypted args
+    /// is nacked as `decode_failed` and left out of the answer.
+    pub async fn worker(&self, command: &WorkerCommand) -> Result<Value> {
+        self.worker_with_codec(command, None).await
+    }
+
     /// Sends one worker command; the server's answer as JSON. No answer, a 5xx or a 429 is
     /// `BACKEND_UNAVAILABLE` (try again later); another refusal is `BACKEND_REJECTED` with the
     /// server's message (e.g. an ack for a job that is not active).
-    pub async fn worker(&self, command: &WorkerCommand) -> Result<Value> {
+    ///
+    /// A fetch's jobs (`jobs`, and `job` where the server sends the first one alone too) come
+    /// back with their args decoded by `codec` (`Config::encryption`). A job it cannot decode,
+    /// or an encrypted one when `codec` is `None`, is nacked at once (`{"code":
+    /// "decode_failed", "retryable": false}`, the message naming the job id and the reason,
+    /// never the data) and is not in the answer; a failed nack is logged, and the backend
+    /// gives the job to a worker again once its visibility timeout runs out.
+    pub async fn worker_with_codec(
+        &self,
+        command: &WorkerCommand,
+        codec: Option<&Codec>,
+    ) -> Result<Value> {
+        let answer = self.send_worker(command).await?;
+        match command {
+            WorkerCommand::Fetch { .. } => Ok(self.open_fetched(answer, codec).await),
+            _ => Ok(answer),
+        }
+    }
+
+    /// The fetch answer with every job's args decoded, the undecodable jobs nacked and removed.
+    async fn open_fetched(&self, mut answer: Value, codec: Option<&Codec>) -> Value {
+        let mut failed: Vec<(String, String)> = Vec::new();
+        if let Some(jobs) = answer.get_mut("jobs").and_then(Value::as_array_mut) {
+            jobs.retain_mut(|job| match open_job(job, codec) {
+                Ok(()) => true,
+                Err(reason) => {
+                    failed.push((job_id_of(job), reason));
+                    false
+                }
+            });
+        }
+        if let Some(job) = answer.get_mut("job").filter(|job| job.is_object()) {
+            let id = job_id_of(job);
+            let gone = failed.iter().any(|(failed_id, _)| *failed_id == id);
+            let keep = !gone
+                && match open_job(job, codec) {
+                    Ok(()) => true,
+                    Err(reason) => {
+                        failed.push((id, reason));
+                        false
+                    }
+                };
+            if !keep && let Some(answer) = answer.as_object_mut() {
+                // `job` is the first of `jobs` (the compat form): the first one left, if any.
+                match answer.get("jobs").and_then(|jobs| jobs.get(0)).cloned() {
+                    Some(first) => answer.insert("job".into(), first),
+                    None => answer.remove("job"),
+                };
+            }
+        }
+        for (job_id, reason) in failed {
+            if job_id.is_empty() {
+                tracing::warn!(
+                    "a fetched job without an id could not be decoded and was dropped: {reason}"
+                );
+                continue;
+            }
+            let message = format!("job {job_id}: its args could not be decoded: {reason}");
+            tracing::warn!(job_id = %job_id, "{message}; nacking it as {DECODE_FAILED}");
+            let nack = WorkerCommand::Nack {
+                job_id: job_id.clone(),
+                error: NackError {
+                    code: DECODE_FAILED.to_owned(),
+                    message,
+                    retryable: Some(false),
+                    details: None,
+                },
+                requeue: false,
+            };
+            if let Err(error) = self.send_worker(&nack).await {
+                tracing::warn!(job_id = %job_id, "the nack of an undecodable job failed: {error}");
+            }
+        }
+        answer
+    }
+
+    /// One worker request, its answer as JSON (see [`Backend::worker_with_codec`]).
+    async fn send_worker(&self, command: &WorkerCommand) -> Result<Value> {
         let (method, path, body) = command.request();
         let (status, text) = self.exchange(method.clone(), &path, body).await?;
         if method == reqwest::Method::GET && status == 404 {
@@ -197,6 +289,39 @@ impl Backend {
             code,
             format!("{method} {path} answered {status}: {message}"),
         ))
+    }
+}
+
+/// A fetched job's id, or `""`.
+fn job_id_of(job: &Value) -> String {
+    job.get("id")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_owned()
+}
+
+/// Decodes one fetched job's args in place; the reason (no data) when it cannot.
+fn open_job(job: &mut Value, codec: Option<&Codec>) -> std::result::Result<(), String> {
+    let Some(args) = job.get("args") else {
+        return Ok(());
+    };
+    if !codec::is_encoded(args) {
+        return Ok(());
+    }
+    let Some(codec) = codec else {
+        return Err(
+            "its args are encrypted (ojs_encoded) and this process has no adapter.encryption configured"
+                .to_owned(),
+        );
+    };
+    let meta = job.get("meta").unwrap_or(&Value::Null);
+    match codec.open_args(args, meta) {
+        Ok(Some(plain)) => {
+            job["args"] = plain;
+            Ok(())
+        }
+        Ok(None) => Ok(()),
+        Err(error) => Err(error.message),
     }
 }
 
