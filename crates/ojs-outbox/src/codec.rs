@@ -264,6 +264,25 @@ impl Codec {
         Codec::from_parts(key_id, pairs, key_id_name, keys_name)
     }
 
+    /// The same ring with another current key (a rotation set by a flag); `field` names where
+    /// the id came from when it is not in the ring.
+    pub fn with_key_id(&self, key_id: &str, field: &str) -> Result<Codec> {
+        if !self.keys.contains_key(key_id) {
+            let known: Vec<&str> = self.key_ids().collect();
+            return Err(invalid(
+                field,
+                format!(
+                    "{key_id:?} is not one of the configured keys ({})",
+                    known.join(", ")
+                ),
+            ));
+        }
+        Ok(Codec {
+            key_id: key_id.to_owned(),
+            keys: self.keys.clone(),
+        })
+    }
+
     /// The id of the key new jobs are sealed with.
     pub fn key_id(&self) -> &str {
         &self.key_id
@@ -455,6 +474,16 @@ impl Codec {
             )
         })
     }
+}
+
+/// Standard base64 with padding, as the codec writes `data` (for tools building payloads).
+pub fn base64_encode(bytes: &[u8]) -> String {
+    STANDARD.encode(bytes)
+}
+
+/// Standard base64 with padding, as the codec reads `data`; `None` for anything else.
+pub fn base64_decode(text: &str) -> Option<Vec<u8>> {
+    STANDARD.decode(text).ok()
 }
 
 /// Whether `args` is the spec's encoded envelope: a one-element array whose element is an

@@ -103,6 +103,16 @@ pub struct RunArgs {
     /// token, a tenant token or this flag, --listen is refused.
     #[arg(long)]
     pub no_auth: bool,
+
+    /// The id of the key that encrypts new jobs' args (adapter.encryption.key_id), among the
+    /// keys of OJS_ENCRYPTION_KEYS (ID=BASE64,...; environment only) or of the --config file.
+    /// With --listen, the relay serves the Codec Server (POST /codec/decode, /codec/encode).
+    #[arg(long, env = "OJS_ENCRYPTION_KEY_ID", value_name = "ID")]
+    pub encryption_key_id: Option<String>,
+
+    /// Whether `encryption_key_id` came from `OJS_ENCRYPTION_KEY_ID` ([`parse`] fills it in).
+    #[arg(skip)]
+    pub encryption_key_id_from_env: bool,
 }
 
 impl RunArgs {
@@ -112,6 +122,15 @@ impl RunArgs {
             "OJS_URL"
         } else {
             "--ojs-url"
+        }
+    }
+
+    /// How the user set the encryption key id, for its errors.
+    pub fn encryption_key_id_source(&self) -> &'static str {
+        if self.encryption_key_id_from_env {
+            "OJS_ENCRYPTION_KEY_ID"
+        } else {
+            "--encryption-key-id"
         }
     }
 }
@@ -151,6 +170,8 @@ pub(crate) fn from_run_matches(matches: &ArgMatches) -> Result<Cli, clap::Error>
 fn note_sources(run: &mut RunArgs, matches: &ArgMatches) {
     run.ojs_url_from_env = matches.value_source("ojs_url") == Some(ValueSource::EnvVariable);
     run.token_from_env = matches.value_source("token") == Some(ValueSource::EnvVariable);
+    run.encryption_key_id_from_env =
+        matches.value_source("encryption_key_id") == Some(ValueSource::EnvVariable);
 }
 
 #[derive(Debug, Clone, Subcommand)]

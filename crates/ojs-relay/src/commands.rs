@@ -236,6 +236,7 @@ pub async fn start(
             backend,
             table: table.clone(),
             access,
+            codec: config.encryption.clone(),
         });
         let app = crate::http::router(surface);
         let local = listener.local_addr().unwrap_or(addr);
@@ -244,6 +245,17 @@ pub async fn start(
             &table,
             format!("serving the event stream, /metrics, /healthz and /readyz on http://{local}"),
         );
+        if let Some(codec) = &config.encryption {
+            log.say(
+                Level::Info,
+                &table,
+                format!(
+                    "serving the Codec Server (POST /codec/decode, POST /codec/encode) for the operator; keys {}, new jobs under {:?}",
+                    codec.key_ids().collect::<Vec<_>>().join(", "),
+                    codec.key_id()
+                ),
+            );
+        }
         let task = tokio::spawn(async move {
             let _ = axum::serve(listener, app).await;
         });

@@ -5,11 +5,15 @@
 //!   `Last-Event-ID` or `since` when `relay.event_retention` keeps events;
 //! - `GET /metrics`: the Prometheus text exposition;
 //! - `GET /healthz`: the process answers; `GET /readyz`: database reachable, outbox table
-//!   present, backend reachable.
+//!   present, backend reachable;
+//! - `POST /codec/decode`, `POST /codec/encode`: the Codec Server of the OJS encryption
+//!   extension (§9.2) with the key ring of `adapter.encryption` (`ojs_outbox::codec`); 404
+//!   when none is configured. Bodies up to 1 MiB; payloads are never logged.
 //!
 //! Every path but `/healthz` needs `Authorization: Bearer <token>`: the `--token` (or
 //! `OJS_RELAY_TOKEN`) of the operator, or a `--tenant-token TENANT=TOKEN`, which sees only that
-//! tenant's events (seed 003) and nothing else. `--no-auth` opens the surface, said out loud.
+//! tenant's events (seed 003) and nothing else (a payload carries no tenant, so the Codec Server
+//! is the operator's alone). `--no-auth` opens the surface, said out loud.
 //! The core makes the stream and the text (`events::Subscription`, `Relay::prometheus_text`);
 //! this module only serves them.
 
@@ -21,9 +25,10 @@ use axum::body::Body;
 use axum::extract::{Query, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
+use axum::routing::{get, post};
 use axum::{Json, Router};
 use ojs_outbox::backend::Backend;
+use ojs_outbox::codec::Codec;
 use ojs_outbox::events::{Filter, ReplayFrom, Subscription, parse_rfc3339_ms};
 use ojs_outbox::{Relay, Store};
 use serde_json::json;
@@ -89,7 +94,12 @@ pub struct Surface {
     pub backend: Backend,
     pub table: String,
     pub access: Access,
+    /// The key ring of `adapter.encryption`, for the Codec Server; `None`: it answers 404.
+    pub codec: Option<Arc<Codec>>,
 }
+
+/// The largest Codec Server request body.
+pub const CODEC_BODY_LIMIT: usize = 1024 * 1024;
 
 pub fn router(surface: Arc<Surface>) -> Router {
     Router::new()
@@ -97,6 +107,8 @@ pub fn router(surface: Arc<Surface>) -> Router {
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
         .route("/v1/events/stream", get(events))
+        .route("/codec/decode", post(codec_decode))
+        .route("/codec/encode", post(codec_encode))
         .with_state(surface)
 }
 
@@ -120,6 +132,97 @@ fn operator_only(surface: &Surface, headers: &HeaderMap) -> Option<Response> {
             StatusCode::UNAUTHORIZED,
             "Authorization: Bearer <token> required",
         )),
+    }
+}
+
+fn codec_error(status: StatusCode, code: &str, message: &str) -> Response {
+    (
+        status,
+        Json(json!({"error": {"code": code, "message": message}})),
+    )
+        .into_response()
+}
+
+async fn codec_decode(
+    State(surface): State<Arc<Surface>>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    codec_call(&surface, &headers, body, "decode").await
+}
+
+async fn codec_encode(
+    State(surface): State<Arc<Surface>>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    codec_call(&surface, &headers, body, "encode").await
+}
+
+/// One Codec Server request: the operator only, a configured key ring, a JSON body of at most
+/// [`CODEC_BODY_LIMIT`] bytes. Errors name the payload and the reason, never its data.
+async fn codec_call(
+    surface: &Surface,
+    headers: &HeaderMap,
+    body: Body,
+    operation: &str,
+) -> Response {
+    match surface.access.caller(headers) {
+        Some(Caller::Operator) => {}
+        Some(Caller::Tenant(_)) => {
+            return refused(
+                StatusCode::FORBIDDEN,
+                "the Codec Server decodes any job's args and a payload carries no tenant, so only the operator's token may use it",
+            );
+        }
+        None => {
+            return refused(
+                StatusCode::UNAUTHORIZED,
+                "Authorization: Bearer <token> required",
+            );
+        }
+    }
+    let Some(codec) = &surface.codec else {
+        return codec_error(
+            StatusCode::NOT_FOUND,
+            "not_found",
+            "this relay has no encryption configured (adapter.encryption, or OJS_ENCRYPTION_KEYS with --encryption-key-id), so it serves no Codec Server",
+        );
+    };
+    let bytes = match axum::body::to_bytes(body, CODEC_BODY_LIMIT).await {
+        Ok(bytes) => bytes,
+        Err(_) => {
+            return codec_error(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "payload_too_large",
+                &format!(
+                    "the request body is larger than {CODEC_BODY_LIMIT} bytes, or was cut off"
+                ),
+            );
+        }
+    };
+    let request: serde_json::Value = match serde_json::from_slice(&bytes) {
+        Ok(request) => request,
+        Err(_) => {
+            return codec_error(
+                StatusCode::BAD_REQUEST,
+                "invalid_request",
+                r#"the body is not JSON; send {"payloads": [{"data": "<base64>", "metadata": {"encoding": "..."}}]}"#,
+            );
+        }
+    };
+    let answer = if operation == "decode" {
+        ojs_outbox::codec::decode_payloads(codec, &request)
+    } else {
+        ojs_outbox::codec::encode_payloads(codec, &request)
+    };
+    match answer {
+        Ok(answer) => Json(answer).into_response(),
+        Err(error) => codec_error(
+            StatusCode::BAD_REQUEST,
+            &format!("{operation}_failed"),
+            &error.message,
+        ),
     }
 }
 

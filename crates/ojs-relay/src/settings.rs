@@ -4,7 +4,9 @@
 //! minimums) live in one place and the messages match the config file's.
 
 use std::path::Path;
+use std::sync::Arc;
 
+use ojs_outbox::codec::Codec;
 use ojs_outbox::{Config, Error, ErrorCode, Host, Result};
 use serde_json::{Value, json};
 
@@ -121,6 +123,9 @@ pub fn build_over(base: &Base, cli: &Cli, run: Option<&RunArgs>) -> Result<Setti
     if let Some(interval) = poll_interval {
         config.outbox.poll_interval = interval;
     }
+    if let Some(run) = run {
+        config.encryption = encryption(run, config.encryption.take())?;
+    }
     if let Some(url) = &cli.database_url {
         config.database_url = Some(url.clone());
     }
@@ -141,6 +146,41 @@ pub fn build_over(base: &Base, cli: &Cli, run: Option<&RunArgs>) -> Result<Setti
         database_url,
         notice,
     })
+}
+
+/// The environment variable holding the key ring of `run`: `ID=BASE64,ID=BASE64`. Environment
+/// only: a flag's value shows in the process list.
+pub const ENCRYPTION_KEYS_ENV: &str = "OJS_ENCRYPTION_KEYS";
+
+/// `run`'s key ring: `OJS_ENCRYPTION_KEYS` with `--encryption-key-id` (or
+/// `OJS_ENCRYPTION_KEY_ID`) replaces the configuration's `adapter.encryption`; the key id alone
+/// picks another current key of the configuration's ring.
+fn encryption(run: &RunArgs, configured: Option<Arc<Codec>>) -> Result<Option<Arc<Codec>>> {
+    let list = std::env::var(ENCRYPTION_KEYS_ENV)
+        .ok()
+        .filter(|list| !list.trim().is_empty());
+    let key_id = run.encryption_key_id.as_deref().filter(|id| !id.is_empty());
+    let source = run.encryption_key_id_source();
+    match (list, key_id, configured) {
+        (Some(list), Some(key_id), _) => Ok(Some(Arc::new(Codec::from_key_list(
+            key_id,
+            &list,
+            source,
+            ENCRYPTION_KEYS_ENV,
+        )?))),
+        (Some(_), None, _) => Err(Error::field(
+            ErrorCode::InvalidConfig,
+            ENCRYPTION_KEYS_ENV,
+            "is set, but no key is named for new jobs: set --encryption-key-id ID or OJS_ENCRYPTION_KEY_ID",
+        )),
+        (None, Some(key_id), Some(ring)) => Ok(Some(Arc::new(ring.with_key_id(key_id, source)?))),
+        (None, Some(_), None) => Err(Error::field(
+            ErrorCode::InvalidConfig,
+            source,
+            "names a key, but no keys are configured: set OJS_ENCRYPTION_KEYS=ID=BASE64,... or adapter.encryption in the --config file",
+        )),
+        (None, None, configured) => Ok(configured),
+    }
 }
 
 fn read_config_text(path: &Path) -> Result<String> {
