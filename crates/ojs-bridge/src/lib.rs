@@ -69,6 +69,9 @@ impl Staged {
 /// One job validated and turned into its single-row INSERT (`Bridge::stage_job`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StagedJob {
+    /// A job with an ordering key or a unique key is staged by statements of its own
+    /// (`OutboxSql::insert_jobs`): then this holds them, and `sql`/`params` are unused.
+    pub keyed: Option<Staged>,
     pub job_id: String,
     /// The same text for every job of a dialect and placeholder style (built once).
     pub sql: Arc<str>,
@@ -84,7 +87,13 @@ impl StagedJob {
     /// is the core's, the id a UUID, the type validated, args/options/meta JSON texts (which
     /// escape control characters), and a tenant holding one is refused at validation. The SQL
     /// is the same for every call of a dialect and placeholder style: ask for it once.
+    ///
+    /// A keyed job (`keyed`) encodes as an empty first field, then its `Staged::to_json`: the
+    /// binding runs it as it runs a bulk of one (a UUID or an INSERT text is never empty).
     pub fn encode(&self, with_sql: bool) -> String {
+        if let Some(staged) = &self.keyed {
+            return format!("\0{}", staged.to_json());
+        }
         let sql = with_sql.then_some(&*self.sql);
         let [job_id, job_type, args, options, meta, tenant] = &self.params;
         let fields =
@@ -139,6 +148,7 @@ pub fn unencodable(part: &str, path: &str, why: &str) -> Error {
         code,
         field: Some(part.to_owned()),
         message: format!("{path}: {why}"),
+        existing_job_id: None,
     }
 }
 
@@ -293,6 +303,10 @@ impl Bridge {
                 })
             }
         }?;
+        let prepared = prepared
+            .into_iter()
+            .map(|job| self.config.seal(job))
+            .collect::<Result<Vec<_>>>()?;
         let (job_ids, statements) = sql.insert_jobs(placeholder, prepared);
         Ok(Staged {
             job_ids,
@@ -327,6 +341,21 @@ impl Bridge {
                 context.as_ref(),
             )
         })?;
+        let job = self.config.seal(job)?;
+        if job.order_key.is_some() || job.unique.is_some() {
+            let (job_ids, statements) = OutboxSql::for_config(dialect, &self.config)
+                .insert_jobs(placeholder, vec![job]);
+            return Ok(StagedJob {
+                keyed: Some(Staged {
+                    needs_savepoint: ojs_outbox::ledger::needs_savepoint(statements.len()),
+                    job_ids,
+                    statements,
+                }),
+                job_id: String::new(),
+                sql: Arc::from(""),
+                params: Default::default(),
+            });
+        }
         let slot = &self.insert_one[dialect as usize * 3 + placeholder as usize];
         let sql = slot
             .get_or_init(|| {
@@ -342,8 +371,10 @@ impl Bridge {
             options_json,
             meta_json,
             tenant_id,
+            ..
         } = job;
         Ok(StagedJob {
+            keyed: None,
             params: [
                 Some(job_id.clone()),
                 Some(job_type),
@@ -355,6 +386,14 @@ impl Bridge {
             job_id,
             sql,
         })
+    }
+
+    /// What a unique job's enqueue call reports, once its staging statement (one with
+    /// `returns`) ran: `token` is `returns.token`, `returned` the first column of the row it
+    /// returned (`None`: no row). The job id to report (the staged job's, or the held job's for
+    /// `ignore`), or `DUPLICATE` (`existing_job_id` names the held job).
+    pub fn held_outcome(&self, token: &str, returned: Option<&str>) -> Result<String> {
+        ojs_outbox::sql::held_outcome(token, returned)
     }
 
     /// This process's runtime and outbox, created on first use (or after a fork: the parent's
@@ -643,7 +682,9 @@ impl Bridge {
     pub fn worker(&self, command_json: &str) -> Result<String> {
         let command = ojs_outbox::worker::WorkerCommand::from_json(command_json)?;
         self.with_http(|runtime, backend| {
-            Ok(runtime.block_on(backend.worker(&command))?.to_string())
+            Ok(runtime
+                .block_on(backend.worker_with_codec(&command, self.config.encryption.as_deref()))?
+                .to_string())
         })
     }
 

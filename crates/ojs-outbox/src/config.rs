@@ -164,6 +164,16 @@ impl Default for Config {
 }
 
 impl Config {
+    /// The last step of seed 003's enqueue chain before the row is written: the job's args
+    /// encrypted with the configured key (`adapter.encryption`), after its unique key was
+    /// computed on the plaintext (`job::prepare`). Without encryption, the job as it is.
+    pub fn seal(&self, mut job: crate::job::PreparedJob) -> Result<crate::job::PreparedJob> {
+        if let Some(codec) = &self.encryption {
+            codec.seal(&mut job)?;
+        }
+        Ok(job)
+    }
+
     /// Parses the spec §5.2 structure (`{"adapter": {...}}`, or the inner object alone). Every
     /// key is optional except the backend URL (`ojs_url`, or `url`): without it this is an
     /// `INVALID_CONFIG` error ([`Host::PRODUCTION`]; [`Config::load_json`] knows development

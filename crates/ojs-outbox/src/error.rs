@@ -34,10 +34,13 @@ pub enum ErrorCode {
     NoTransaction,
     /// The relay has been shut down; start a new one.
     RelayShutDown,
+    /// `options.unique` (`on_conflict` `reject`): a job with the same unique key is staged and
+    /// not yet sent. The message and `existing_job_id` name it. Handle it or enqueue without.
+    Duplicate,
 }
 
 impl ErrorCode {
-    pub const ALL: [ErrorCode; 14] = [
+    pub const ALL: [ErrorCode; 15] = [
         ErrorCode::InvalidJobType,
         ErrorCode::InvalidQueue,
         ErrorCode::InvalidArgs,
@@ -52,6 +55,7 @@ impl ErrorCode {
         ErrorCode::BackendRejected,
         ErrorCode::NoTransaction,
         ErrorCode::RelayShutDown,
+        ErrorCode::Duplicate,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -70,6 +74,7 @@ impl ErrorCode {
             ErrorCode::BackendRejected => "BACKEND_REJECTED",
             ErrorCode::NoTransaction => "NO_TRANSACTION",
             ErrorCode::RelayShutDown => "RELAY_SHUT_DOWN",
+            ErrorCode::Duplicate => "DUPLICATE",
         }
     }
 
@@ -94,6 +99,7 @@ impl ErrorCode {
             ErrorCode::BackendUnavailable | ErrorCode::BackendRejected => ErrorFamily::Backend,
             ErrorCode::NoTransaction => ErrorFamily::Transaction,
             ErrorCode::RelayShutDown => ErrorFamily::Relay,
+            ErrorCode::Duplicate => ErrorFamily::Duplicate,
         }
     }
 
@@ -119,6 +125,8 @@ pub enum ErrorFamily {
     Transaction,
     /// The relay was shut down (`RelayShutDown`, a family of one code).
     Relay,
+    /// A unique job conflicts with one the outbox holds (`DuplicateJob`, a family of one code).
+    Duplicate,
 }
 
 impl ErrorFamily {
@@ -130,6 +138,7 @@ impl ErrorFamily {
             ErrorFamily::Backend => "backend",
             ErrorFamily::Transaction => "transaction",
             ErrorFamily::Relay => "relay",
+            ErrorFamily::Duplicate => "duplicate",
         }
     }
 }
@@ -147,6 +156,8 @@ pub struct Error {
     pub code: ErrorCode,
     pub field: Option<String>,
     pub message: String,
+    /// `DUPLICATE`: the id of the job that holds the unique key.
+    pub existing_job_id: Option<String>,
 }
 
 impl Error {
@@ -155,6 +166,7 @@ impl Error {
             code,
             field: None,
             message: message.into(),
+            existing_job_id: None,
         }
     }
 
@@ -165,6 +177,7 @@ impl Error {
             code,
             field: Some(field),
             message,
+            existing_job_id: None,
         }
     }
 
@@ -209,14 +222,17 @@ impl Error {
     /// "retryable", "family"}` (`field` null when there is none). Every binding decodes this
     /// text into its class for `code` (docs/errors.md).
     pub fn to_json(&self) -> String {
-        serde_json::json!({
+        let mut json = serde_json::json!({
             "code": self.code.as_str(),
             "field": self.field,
             "message": self.message,
             "retryable": self.code.retryable(),
             "family": self.code.family().as_str(),
-        })
-        .to_string()
+        });
+        if let Some(id) = &self.existing_job_id {
+            json["existing_job_id"] = serde_json::Value::String(id.clone());
+        }
+        json.to_string()
     }
 }
 

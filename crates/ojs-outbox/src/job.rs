@@ -15,8 +15,9 @@ const MAX_TYPE_BYTES: usize = 255;
 const MAX_QUEUE_BYTES: usize = 128;
 /// The keys of `options`: those of the job-options schema, `pending` (HTTP binding §9.1) and
 /// `scheduled_at`, which the reference servers read as `delay_until` (docs/ojs-compat.md).
-/// The keys of `options` (spec spelling).
-pub const OPTION_KEYS: [&str; 11] = [
+/// `ordering_key` is this outbox's own option (docs/relay.md#ordering): the outbox consumes it
+/// and never sends it. The keys of `options` (spec spelling).
+pub const OPTION_KEYS: [&str; 12] = [
     "queue",
     "priority",
     "timeout_ms",
@@ -28,7 +29,10 @@ pub const OPTION_KEYS: [&str; 11] = [
     "tags",
     "visibility_timeout_ms",
     "pending",
+    "ordering_key",
 ];
+/// The longest `options.ordering_key`, in bytes.
+pub const MAX_ORDERING_KEY_BYTES: usize = 255;
 const RETRY_KEYS: [&str; 7] = [
     "max_attempts",
     "initial_interval",
@@ -267,7 +271,59 @@ pub struct PreparedJob {
     pub options_json: String,
     pub meta_json: String,
     pub tenant_id: Option<String>,
+    /// `options.ordering_key`, taken out of the options: jobs with the same key reach the
+    /// backend one at a time, in the order their transactions committed.
+    pub order_key: Option<String>,
+    /// The job's claim on its unique key among the jobs the outbox still holds.
+    pub unique: Option<UniqueHold>,
 }
+
+/// What the outbox does with a job whose `options.unique` key matches a job it still holds
+/// (pending or failed): the policy's `on_conflict`, decided inside the staging transaction.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OnConflict {
+    /// The enqueue call fails with `DUPLICATE`; nothing is staged.
+    Reject,
+    /// The enqueue call returns the held job's id; nothing is staged.
+    Ignore,
+    /// The new job takes the held job's row: the held job is never sent.
+    Replace,
+    /// The held job keeps its id and options (its schedule) and takes the new args and meta.
+    ReplaceExceptSchedule,
+}
+
+impl OnConflict {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OnConflict::Reject => "reject",
+            OnConflict::Ignore => "ignore",
+            OnConflict::Replace => "replace",
+            OnConflict::ReplaceExceptSchedule => "replace_except_schedule",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<OnConflict> {
+        Some(match text {
+            "reject" => OnConflict::Reject,
+            "ignore" => OnConflict::Ignore,
+            "replace" => OnConflict::Replace,
+            "replace_except_schedule" => OnConflict::ReplaceExceptSchedule,
+            _ => return None,
+        })
+    }
+}
+
+/// A job's unique key (`ojs_fingerprint`, lowercase hex, computed on the plaintext args before
+/// any encryption: seed 003) and its policy.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UniqueHold {
+    pub key: String,
+    pub on_conflict: OnConflict,
+}
+
+/// The states a job the outbox holds will have at the backend: a policy whose `states` names
+/// none of them does not concern the held jobs.
+const HELD_STATES: [&str; 3] = ["available", "scheduled", "pending"];
 
 impl PreparedJob {
     /// The length of `wire_json()`, without building it.
@@ -425,11 +481,20 @@ fn finish(
     meta: Option<Map<String, Value>>,
     context: Option<&RequestContext>,
 ) -> Result<PreparedJob> {
-    let options_json = match options {
-        None => "{}".to_owned(),
-        Some(options) => {
+    let (options_json, order_key, unique_policy) = match options {
+        None => ("{}".to_owned(), None, None),
+        Some(mut options) => {
             validate_options(&options)?;
-            Value::Object(options).to_string()
+            let order_key = match options.remove("ordering_key") {
+                Some(Value::String(key)) => Some(key),
+                _ => None,
+            };
+            let unique = options
+                .get("unique")
+                .and_then(Value::as_object)
+                .filter(|policy| concerns_held_jobs(policy))
+                .cloned();
+            (Value::Object(options).to_string(), order_key, unique)
         }
     };
     let entries = context
@@ -465,6 +530,18 @@ fn finish(
             (Value::Object(meta).to_string(), tenant_id)
         }
     };
+    // Seed 003's chain: the unique key is computed here, on the plaintext args and the merged
+    // meta, before any encryption (`codec::Codec::seal`) replaces the args.
+    let unique = unique_policy.map(|policy| {
+        unique_hold(
+            &policy,
+            &job_type,
+            &options_json,
+            &args_json,
+            &meta_json,
+            tenant_id.as_deref(),
+        )
+    });
     let prepared = PreparedJob {
         job_id: crate::id::new_job_id().to_string(),
         job_type,
@@ -472,6 +549,8 @@ fn finish(
         options_json,
         meta_json,
         tenant_id,
+        order_key,
+        unique,
     };
     let wire_bytes = prepared.wire_len();
     if wire_bytes > MAX_WIRE_BYTES {
@@ -484,6 +563,52 @@ fn finish(
         ));
     }
     Ok(prepared)
+}
+
+/// Whether a (validated) unique policy concerns the jobs the outbox holds: its `states`
+/// (default: every non-terminal state) name a state those jobs will have at the backend.
+fn concerns_held_jobs(policy: &Map<String, Value>) -> bool {
+    match policy.get("states").and_then(Value::as_array) {
+        None => true,
+        Some(states) => states
+            .iter()
+            .any(|state| state.as_str().is_some_and(|s| HELD_STATES.contains(&s))),
+    }
+}
+
+/// The unique key of a job whose texts are valid JSON (validated above), with the policy's
+/// `on_conflict` (default `reject`, as the spec has it): the fingerprint's hex, followed by
+/// `:<tenant>` for a job of a tenant.
+fn unique_hold(
+    policy: &Map<String, Value>,
+    job_type: &str,
+    options_json: &str,
+    args_json: &str,
+    meta_json: &str,
+    tenant: Option<&str>,
+) -> UniqueHold {
+    let options: Value = serde_json::from_str(options_json).unwrap_or(Value::Null);
+    let queue = options
+        .get("queue")
+        .and_then(Value::as_str)
+        .unwrap_or("default");
+    let args: Value = serde_json::from_str(args_json).unwrap_or(Value::Null);
+    let meta: Option<Value> = serde_json::from_str(meta_json).ok();
+    let fingerprint = ojs_fingerprint::fingerprint(policy, job_type, queue, &args, meta.as_ref());
+    let key = ojs_fingerprint::hex(&fingerprint);
+    UniqueHold {
+        // Tenants never meet in the outbox (seed 003): one tenant's job neither rejects,
+        // reveals nor replaces another's.
+        key: match tenant {
+            Some(tenant) => format!("{key}:{tenant}"),
+            None => key,
+        },
+        on_conflict: policy
+            .get("on_conflict")
+            .and_then(Value::as_str)
+            .and_then(OnConflict::parse)
+            .unwrap_or(OnConflict::Reject),
+    }
 }
 
 /// `^[a-z][a-z0-9_-]*(\.[a-z][a-z0-9_-]*)*$`, at most 255 bytes: the schema's segments plus the
@@ -583,6 +708,21 @@ fn validate_options(options: &Map<String, Value>) -> Result<()> {
             "pending" => {}
             "retry" => check_retry(value)?,
             "unique" => check_unique(value)?,
+            "ordering_key" => match value {
+                Value::String(key)
+                    if !key.is_empty()
+                        && key.len() <= MAX_ORDERING_KEY_BYTES
+                        && !key.contains('\0') => {}
+                other => {
+                    return Err(invalid_option(
+                        key,
+                        format!(
+                            "must be a non-empty string of at most {MAX_ORDERING_KEY_BYTES} bytes without NUL, got {}",
+                            json_kind(other)
+                        ),
+                    ));
+                }
+            },
             "tags" => check_string_set(key, value, false)?,
             unknown => {
                 return Err(invalid_option(

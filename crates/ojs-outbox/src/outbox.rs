@@ -15,7 +15,7 @@ use crate::error::{Error, ErrorCode, Result};
 use crate::job::{NewJob, PreparedJob, RequestContext, prepare};
 use crate::ledger::{Ledger, needs_savepoint};
 use crate::relay::{Metrics, Relay};
-use crate::sql::Statement;
+use crate::sql::{Statement, held_outcome};
 use crate::store::{self, Pool, RowState, Store};
 
 pub struct Outbox {
@@ -215,7 +215,7 @@ impl Outbox {
         job: NewJob,
         context: Option<&RequestContext>,
     ) -> Result<String> {
-        let prepared = prepare(job, context)?;
+        let prepared = self.config.seal(prepare(job, context)?)?;
         let mut tx = self.begin().await?;
         let mut ids = tx.stage(vec![prepared]).await?;
         tx.commit().await?;
@@ -229,7 +229,7 @@ impl Outbox {
         job: NewJob,
         context: Option<&RequestContext>,
     ) -> Result<String> {
-        let prepared = prepare(job, context)?;
+        let prepared = self.config.seal(prepare(job, context)?)?;
         match self.backend.send_one(prepared.wire_json()).await {
             Outcome::Delivered { .. } => Ok(prepared.job_id),
             Outcome::Unavailable { reason, .. }
@@ -271,7 +271,7 @@ impl OutboxTransaction<'_> {
     }
 
     pub async fn enqueue_after_commit(&mut self, job: NewJob) -> Result<String> {
-        let prepared = prepare(job, self.context.as_ref())?;
+        let prepared = self.outbox.config.seal(prepare(job, self.context.as_ref())?)?;
         let mut ids = self.stage(vec![prepared]).await?;
         Ok(ids.remove(0))
     }
@@ -280,7 +280,11 @@ impl OutboxTransaction<'_> {
     pub async fn enqueue_bulk(&mut self, jobs: Vec<NewJob>) -> Result<Vec<String>> {
         let prepared = jobs
             .into_iter()
-            .map(|job| prepare(job, self.context.as_ref()))
+            .map(|job| {
+                self.outbox
+                    .config
+                    .seal(prepare(job, self.context.as_ref())?)
+            })
             .collect::<Result<Vec<_>>>()?;
         self.stage(prepared).await
     }
@@ -294,8 +298,19 @@ impl OutboxTransaction<'_> {
         if guarded {
             self.execute("SAVEPOINT ojs_stage").await?;
         }
+        let mut ids = ids;
         for statement in &statements {
-            if let Err(error) = self.execute_statement(statement, Error::database).await {
+            let done = match &statement.returns {
+                None => self
+                    .execute_statement(statement, Error::database)
+                    .await
+                    .map(drop),
+                Some(returns) => self.fetch_returned(statement).await.and_then(|returned| {
+                    ids[returns.job] = held_outcome(&returns.token, returned.as_deref())?;
+                    Ok(())
+                }),
+            };
+            if let Err(error) = done {
                 if guarded {
                     self.execute("ROLLBACK TO SAVEPOINT ojs_stage").await?;
                     self.execute("RELEASE SAVEPOINT ojs_stage").await?;
@@ -316,11 +331,35 @@ impl OutboxTransaction<'_> {
         let statement = Statement {
             sql: sql.to_owned(),
             params: Vec::new(),
+            returns: None,
         };
         self.execute_statement(&statement, |e| {
             Error::new(ErrorCode::Database, e.to_string())
         })
         .await
+    }
+
+    /// Runs a staging statement that returns the id of the job holding a unique key
+    /// (`Statement::returns`); `None` when it returned no row.
+    async fn fetch_returned(&mut self, statement: &Statement) -> Result<Option<String>> {
+        let tx = self.tx.as_mut().ok_or_else(ended)?;
+        let row: Option<(String,)> = match tx {
+            Tx::Postgres(tx) => {
+                let mut query = sqlx::query_as(AssertSqlSafe(statement.sql.clone()));
+                for param in &statement.params {
+                    query = query.bind(param.as_deref());
+                }
+                query.fetch_optional(&mut **tx).await?
+            }
+            Tx::Sqlite(tx) => {
+                let mut query = sqlx::query_as(AssertSqlSafe(statement.sql.clone()));
+                for param in &statement.params {
+                    query = query.bind(param.as_deref());
+                }
+                query.fetch_optional(&mut **tx).await?
+            }
+        };
+        Ok(row.map(|(id,)| id))
     }
 
     async fn execute_statement(

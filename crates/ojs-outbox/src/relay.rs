@@ -381,6 +381,17 @@ impl<T> Drop for AbortOnDrop<T> {
 
 impl Engine {
     async fn run(mut self) {
+        if let Err(error) = self.store.upgrade_table().await {
+            // Claims name the new columns: until the migration runs, they fail and pause.
+            self.log(
+                Level::Error,
+                None,
+                format!(
+                    "outbox relay: the table {} lacks the columns order_key and unique_key and they cannot be added ({error}); run the migration (`ojs-relay migrate`)",
+                    self.store.sql().table
+                ),
+            );
+        }
         if let Some(log) = self.events.log()
             && let Err(error) = log.store.ensure_event_log().await
         {

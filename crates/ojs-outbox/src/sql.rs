@@ -2,7 +2,7 @@
 //! INSERT and the DDL from here as "SQL text + ordered parameters" and run them on the host
 //! connection; the relay's store runs the rest through sqlx. Dialect differences stay here.
 
-use crate::job::PreparedJob;
+use crate::job::{OnConflict, PreparedJob};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Dialect {
@@ -77,12 +77,76 @@ impl Placeholder {
 pub struct Statement {
     pub sql: String,
     pub params: Vec<Option<String>>,
+    /// Set when the statement returns one row, whose first column is the id of the job that
+    /// holds a unique key (the staged job's, or the one held before it); no row means the held
+    /// job is being sent and could not be replaced. The binding hands the row's id to
+    /// `ojs_bridge::Bridge::held_outcome` with `token`, and reports what that returns as the
+    /// id of job `job` (or raises its error).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub returns: Option<Returns>,
+}
+
+/// What a row-returning staging statement means (`Statement::returns`).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Returns {
+    /// The job's position in the staged list.
+    pub job: usize,
+    /// `<on_conflict>:<staged job id>`, read back by `held_outcome`.
+    pub token: String,
+}
+
+impl Returns {
+    fn new(job: usize, job_id: &str, on_conflict: OnConflict) -> Returns {
+        Returns {
+            job,
+            token: format!("{}:{job_id}", on_conflict.as_str()),
+        }
+    }
+}
+
+/// The id a unique job's enqueue call reports, from the staging statement's returned id
+/// (`Statement::returns`): the staged job's own when it was staged (or took the held job's row),
+/// the held job's for `ignore` and `replace_except_schedule`, `DUPLICATE` for `reject` and for a
+/// held job that is being sent when the policy would have replaced it.
+pub fn held_outcome(token: &str, returned: Option<&str>) -> crate::Result<String> {
+    use crate::error::{Error, ErrorCode};
+    let (policy, staged) = token
+        .split_once(':')
+        .and_then(|(policy, id)| Some((OnConflict::parse(policy)?, id)))
+        .ok_or_else(|| {
+            Error::new(
+                ErrorCode::InvalidConfig,
+                format!("not a staging token: {token:?}"),
+            )
+        })?;
+    let duplicate = |existing: Option<&str>, why: &str| {
+        let mut error = Error::field(ErrorCode::Duplicate, "options.unique", why.to_owned());
+        error.existing_job_id = existing.map(str::to_owned);
+        error
+    };
+    match (policy, returned) {
+        (_, Some(id)) if id.eq_ignore_ascii_case(staged) => Ok(staged.to_owned()),
+        (OnConflict::Reject, Some(id)) => Err(duplicate(
+            Some(id),
+            &format!(
+                "a job with the same unique key is staged and not yet sent: {id} (on_conflict reject)"
+            ),
+        )),
+        (_, Some(id)) => Ok(id.to_ascii_lowercase()),
+        (_, None) => Err(duplicate(
+            None,
+            "the job holding the same unique key is being sent right now and cannot be replaced; try again",
+        )),
+    }
 }
 
 /// Rows per staging INSERT: 6 parameters a row keeps one statement under the parameter limits
 /// of PostgreSQL (65535) and SQLite (32766).
 pub const MAX_ROWS_PER_INSERT: usize = 5000;
 const INSERT_COLUMNS: &str = "job_id, job_type, job_args, job_options, job_meta, tenant_id";
+
+/// The rows whose unique key the outbox enforces: those it still holds.
+const HELD: &str = "status IN ('pending', 'failed')";
 
 /// Every column of the outbox table (`create_table`), for the check that a table of the
 /// configured name is an outbox table.
@@ -164,7 +228,9 @@ impl OutboxSql {
     lease_token  TEXT,
     created_at   TIMESTAMPTZ NOT NULL DEFAULT now(),
     sent_at      TIMESTAMPTZ,
-    error        TEXT
+    error        TEXT,
+    order_key    TEXT,
+    unique_key   TEXT
 ) WITH (fillfactor = 70)"
             ),
             Dialect::Sqlite => format!(
@@ -183,7 +249,9 @@ impl OutboxSql {
     lease_token  TEXT,
     created_at   INTEGER NOT NULL DEFAULT ({SQLITE_NOW_MS}),
     sent_at      INTEGER,
-    error        TEXT
+    error        TEXT,
+    order_key    TEXT,
+    unique_key   TEXT
 )"
             ),
         };
@@ -198,8 +266,42 @@ impl OutboxSql {
                 "CREATE INDEX IF NOT EXISTS {p}_dead ON {on} (tenant_id, id) WHERE status = 'dead'"
             ),
         ];
+        statements.extend(self.key_indexes());
         statements.extend(self.create_event_log());
         statements
+    }
+
+    /// The indexes of `ordering_key` and `unique` (docs/relay.md#ordering, #uniqueness): the
+    /// claim's "is there an older row of this key still held" probe, and the unique key of
+    /// the jobs the outbox still holds (the staging INSERT's `ON CONFLICT` arbiter).
+    fn key_indexes(&self) -> Vec<String> {
+        let (p, on) = self.index_names();
+        vec![
+            format!(
+                "CREATE INDEX IF NOT EXISTS {p}_order ON {on} (order_key, id) WHERE order_key IS NOT NULL AND status IN ('pending', 'failed', 'dead')"
+            ),
+            format!(
+                "CREATE UNIQUE INDEX IF NOT EXISTS {p}_unique ON {on} (unique_key) WHERE {HELD}"
+            ),
+        ]
+    }
+
+    /// Brings a table created before `order_key` and `unique_key` existed up to date: the
+    /// columns, then their indexes (`Store::upgrade_table` runs it once, when a column is
+    /// missing; a nullable column without a default is a catalogue change on both databases).
+    pub fn upgrade_table(&self) -> Vec<String> {
+        let t = &self.table;
+        let mut statements = vec![
+            format!("ALTER TABLE {t} ADD COLUMN order_key TEXT"),
+            format!("ALTER TABLE {t} ADD COLUMN unique_key TEXT"),
+        ];
+        statements.extend(self.key_indexes());
+        statements
+    }
+
+    /// Reads nothing; fails when the table predates `order_key` and `unique_key`.
+    pub fn check_key_columns(&self) -> String {
+        format!("SELECT order_key, unique_key FROM {} LIMIT 0", self.table)
     }
 
     /// The event log of the table (`<table>_events`): one row per settlement (or relay or
@@ -311,6 +413,11 @@ impl OutboxSql {
 
     /// `insert` taking the jobs: their texts move into the parameters instead of being copied
     /// (a bulk's largest cost after parsing). Returns the job ids, in order, and the statements.
+    ///
+    /// Plain jobs go in multi-row INSERTs. A job with an ordering key or a unique key gets a
+    /// statement of its own ([`insert_keyed`](Self::insert_keyed)), in list order between them,
+    /// so ids still follow the list. On PostgreSQL the ordering keys of the call are locked
+    /// first ([`lock_order_keys`](Self::lock_order_keys)).
     pub fn insert_jobs(
         &self,
         placeholder: Placeholder,
@@ -319,12 +426,175 @@ impl OutboxSql {
         let mut ids = Vec::with_capacity(jobs.len());
         let mut statements = Vec::with_capacity(jobs.len().div_ceil(MAX_ROWS_PER_INSERT));
         let literals = jobs.len() > 1;
+        if let Some(lock) = self.lock_order_keys(placeholder, &jobs) {
+            statements.push(lock);
+        }
+        let keyed = |job: &PreparedJob| job.order_key.is_some() || job.unique.is_some();
+        let mut any_keyed = false;
         let mut jobs = jobs.into_iter().peekable();
-        while jobs.peek().is_some() {
-            let chunk = jobs.by_ref().take(MAX_ROWS_PER_INSERT);
-            statements.push(self.insert_chunk(placeholder, chunk, literals, &mut ids));
+        while let Some(job) = jobs.peek() {
+            if keyed(job) {
+                let job = jobs.next().expect("peeked");
+                any_keyed = true;
+                statements.push(self.insert_keyed(placeholder, job, &mut ids));
+                continue;
+            }
+            let mut plain = Vec::new();
+            while let Some(job) = jobs.next_if(|job| !keyed(job)) {
+                plain.push(job);
+                if plain.len() == MAX_ROWS_PER_INSERT {
+                    break;
+                }
+            }
+            statements.push(self.insert_chunk(placeholder, plain.into_iter(), literals, &mut ids));
+        }
+        if any_keyed && self.notify {
+            statements.push(Statement {
+                sql: self.notify_sql(),
+                params: Vec::new(),
+                returns: None,
+            });
         }
         (ids, statements)
+    }
+
+    /// `SELECT pg_notify(...)`: the wake-up of separate relays (`OutboxSql::notify`).
+    fn notify_sql(&self) -> String {
+        // The table name is a checked identifier (`validate_table_name`): no quote in it.
+        format!("SELECT pg_notify('{STAGED_CHANNEL}', '{}')", self.table)
+    }
+
+    /// PostgreSQL: one statement that takes a transaction-level advisory lock on each ordering
+    /// key of `jobs`, in sorted order, before their rows get their ids. Two transactions
+    /// staging the same key run one after the other from here to COMMIT, so the ids of a key
+    /// follow the order in which its transactions commit, which is the order the relay sends
+    /// them in. SQLite needs none: its writers are serialized from first write to COMMIT.
+    /// One parameter: the keys as a JSON array.
+    pub fn lock_order_keys(
+        &self,
+        placeholder: Placeholder,
+        jobs: &[PreparedJob],
+    ) -> Option<Statement> {
+        if self.dialect != Dialect::Postgres {
+            return None;
+        }
+        let mut keys: Vec<&str> = jobs
+            .iter()
+            .filter_map(|job| job.order_key.as_deref())
+            .collect();
+        if keys.is_empty() {
+            return None;
+        }
+        keys.sort_unstable();
+        keys.dedup();
+        let mut sql = format!(
+            "SELECT pg_advisory_xact_lock(hashtextextended(ojs_key, {})) FROM (SELECT ojs_key FROM jsonb_array_elements_text(CAST(",
+            self.order_lock_seed()
+        );
+        placeholder.write(&mut sql, 1);
+        sql.push_str(" AS jsonb)) AS ojs_key ORDER BY ojs_key) AS ojs_keys");
+        Some(Statement {
+            sql,
+            params: vec![Some(serde_json::Value::from(keys).to_string())],
+            returns: None,
+        })
+    }
+
+    /// The seed of the ordering-key locks' hashes: FNV-1a of the table's name, so two outbox
+    /// tables' keys do not share locks.
+    fn order_lock_seed(&self) -> i64 {
+        self.table.bytes().fold(0xcbf29ce484222325u64, |h, b| {
+            (h ^ u64::from(b)).wrapping_mul(0x100000001b3)
+        }) as i64
+    }
+
+    /// One job with an ordering key or a unique key: the eight columns. With a unique key, the
+    /// INSERT meets a held job of the same key (pending or failed) in `ON CONFLICT` and never
+    /// fails, so the host's transaction stays usable on PostgreSQL; it returns the id of the
+    /// job that holds the key ([`held_outcome`] says what that means for the call):
+    /// - `reject`, `ignore`: the held row is left as it is (touched only to return it);
+    /// - `replace`: the staged job takes the held row (its id, args, options, meta), so the
+    ///   held job is never sent;
+    /// - `replace_except_schedule`: the held job keeps its id and options and takes the new
+    ///   args and meta.
+    ///
+    /// A held row that a SQLite relay is sending (under a lease) is not replaced: no row comes
+    /// back. On PostgreSQL the statement waits for the relay's claim to settle.
+    pub fn insert_keyed(
+        &self,
+        placeholder: Placeholder,
+        job: PreparedJob,
+        ids: &mut Vec<String>,
+    ) -> Statement {
+        let (uuid, json) = match self.dialect {
+            Dialect::Postgres => (("CAST(", " AS uuid)"), ("CAST(", " AS jsonb)")),
+            Dialect::Sqlite => (("", ""), ("", "")),
+        };
+        let t = &self.table;
+        let mut sql = format!("INSERT INTO {t} ({INSERT_COLUMNS}, order_key, unique_key) VALUES (");
+        let wraps = [
+            uuid,
+            ("", ""),
+            json,
+            json,
+            json,
+            ("", ""),
+            ("", ""),
+            ("", ""),
+        ];
+        for (index, wrap) in wraps.iter().enumerate() {
+            if index > 0 {
+                sql.push_str(", ");
+            }
+            sql.push_str(wrap.0);
+            placeholder.write(&mut sql, index + 1);
+            sql.push_str(wrap.1);
+        }
+        sql.push(')');
+        let returns = job.unique.as_ref().map(|unique| {
+            let (excluded, now) = match self.dialect {
+                Dialect::Postgres => ("EXCLUDED", "now()"),
+                Dialect::Sqlite => ("excluded", SQLITE_NOW_MS),
+            };
+            let bare = self.bare_table();
+            let not_in_flight = format!(" WHERE {bare}.locked_until IS NULL OR {bare}.locked_until <= {now}");
+            let set = match unique.on_conflict {
+                OnConflict::Reject | OnConflict::Ignore => {
+                    format!("unique_key = {excluded}.unique_key")
+                }
+                OnConflict::Replace => format!(
+                    "job_id = {excluded}.job_id, job_type = {excluded}.job_type, job_args = {excluded}.job_args, \
+                     job_options = {excluded}.job_options, job_meta = {excluded}.job_meta, tenant_id = {excluded}.tenant_id, \
+                     order_key = {excluded}.order_key, attempts = 0, available_at = {now}, error = NULL{not_in_flight}"
+                ),
+                OnConflict::ReplaceExceptSchedule => format!(
+                    "job_args = {excluded}.job_args, job_meta = {excluded}.job_meta{not_in_flight}"
+                ),
+            };
+            let returned = match self.dialect {
+                Dialect::Postgres => "job_id::text",
+                Dialect::Sqlite => "job_id",
+            };
+            sql.push_str(&format!(
+                " ON CONFLICT (unique_key) WHERE {HELD} DO UPDATE SET {set} RETURNING {returned}"
+            ));
+            Returns::new(ids.len(), &job.job_id, unique.on_conflict)
+        });
+        ids.push(job.job_id.clone());
+        Statement {
+            sql,
+            params: vec![
+                Some(job.job_id),
+                Some(job.job_type),
+                Some(job.args_json),
+                Some(job.options_json),
+                Some(job.meta_json),
+                job.tenant_id,
+                job.order_key,
+                job.unique.map(|unique| unique.key),
+            ],
+            returns,
+        }
     }
 
     /// In a bulk (`literals`), empty options/meta and a missing tenant are written as literals:
@@ -391,13 +661,14 @@ impl OutboxSql {
             }
         }
         if self.notify {
-            // The table name is a checked identifier (`validate_table_name`): no quote in it.
-            sql.push_str(&format!(
-                ") SELECT pg_notify('{STAGED_CHANNEL}', '{}')",
-                self.table
-            ));
+            sql.push_str(") ");
+            sql.push_str(&self.notify_sql());
         }
-        Statement { sql, params }
+        Statement {
+            sql,
+            params,
+            returns: None,
+        }
     }
 
     /// One row by its job id, for a host reading through its own connection (so it sees the
@@ -439,11 +710,25 @@ impl OutboxSql {
 
     /// The rows a claim may take: pending or failed, due, and under no live lease (one a
     /// relay of an earlier version wrote is still respected on PostgreSQL).
+    ///
+    /// A row with an ordering key is claimable only at the head of its key: while an older row
+    /// of the same key is pending, failed (waiting for its retry) or dead (until an operator
+    /// replays or purges it), it waits. A claim holds the head, which stays pending, so one job
+    /// per key is in flight across every relay.
     fn claimable(&self) -> String {
         let now = self.now();
+        let t = self.bare_table();
         format!(
-            "status IN ('pending', 'failed') AND available_at <= {now} AND (locked_until IS NULL OR locked_until <= {now})"
+            "status IN ('pending', 'failed') AND available_at <= {now} AND (locked_until IS NULL OR locked_until <= {now}) \
+             AND (order_key IS NULL OR NOT EXISTS (SELECT 1 FROM {} ojs_head WHERE ojs_head.order_key = {t}.order_key \
+             AND ojs_head.id < {t}.id AND ojs_head.status IN ('pending', 'failed', 'dead')))",
+            self.table
         )
+    }
+
+    /// The table's name without its schema: how a statement refers to the row it scans.
+    fn bare_table(&self) -> &str {
+        self.table.rsplit('.').next().unwrap_or(&self.table)
     }
 
     /// SQLite: claims due rows in one statement that puts a lease on them. Parameters: lease
@@ -688,10 +973,12 @@ impl OutboxSql {
         )
     }
 
-    /// Puts dead rows of one tenant (parameter 1, NULL = all) back to `pending` with fresh attempts.
+    /// Puts dead rows of one tenant (parameter 1, NULL = all) back to `pending` with fresh
+    /// attempts. A replayed row gives up its unique key (a newer job may hold it by now): the
+    /// operator asked for it to be sent, and the backend still judges it.
     pub fn dead_replay(&self) -> String {
         format!(
-            "UPDATE {} SET status = 'pending', attempts = 0, available_at = {}, error = NULL, locked_until = NULL, lease_token = NULL \
+            "UPDATE {} SET status = 'pending', attempts = 0, available_at = {}, error = NULL, locked_until = NULL, lease_token = NULL, unique_key = NULL \
              WHERE status = 'dead' AND {}",
             self.table,
             self.now(),

@@ -464,10 +464,35 @@ impl Store {
 
     /// Creates the table and its indexes if they do not exist.
     pub async fn migrate(&self) -> Result<()> {
-        for statement in self.sql.create_table() {
-            self.execute(&statement).await?;
+        let statements = self.sql.create_table();
+        // The table first, then its columns brought up to date (a table created by an older
+        // version), then the indexes, which name those columns.
+        self.execute(&statements[0]).await?;
+        self.upgrade_table().await?;
+        for statement in &statements[1..] {
+            self.execute(statement).await?;
         }
         Ok(())
+    }
+
+    /// Adds `order_key` and `unique_key` and their indexes to a table created before they
+    /// existed; does nothing to a table that has them. A relay runs it at start; two relays
+    /// racing: the loser's error is ignored when the columns are there.
+    pub async fn upgrade_table(&self) -> Result<()> {
+        if self.execute(&self.sql.check_key_columns()).await.is_ok() {
+            return Ok(());
+        }
+        let mut upgraded = Ok(0);
+        for statement in self.sql.upgrade_table() {
+            upgraded = self.execute(&statement).await;
+            if upgraded.is_err() {
+                break;
+            }
+        }
+        match upgraded {
+            Err(error) if self.execute(&self.sql.check_key_columns()).await.is_err() => Err(error),
+            _ => Ok(()),
+        }
     }
 
     /// Fails with `OUTBOX_TABLE_MISSING` when the table does not exist, and with
@@ -1123,6 +1148,7 @@ pub(crate) fn not_an_outbox_table(table: &str, why: &str, create_table_with: &st
         message: format!(
             "the table {table} is not an outbox table ({why}); name the outbox table, or a table that does not exist yet and create it with {create_table_with}"
         ),
+        existing_job_id: None,
     }
 }
 
