@@ -53,7 +53,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 mod events;
 
-use ojs_bridge::{self as bridge, Bridge, Ledger};
+use ojs_bridge::{self as bridge, Bridge, Ledger, Staged};
+use ojs_outbox::sql::Returns;
 use ojs_outbox::Error;
 use serde_json::{Value, json};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode};
@@ -154,6 +155,21 @@ impl Database {
 }
 
 /// Merges `patch` into `base` (objects recursively, anything else replaced).
+/// The encryption extension's envelope: args `[{"ojs_encoded": true, "encoding":
+/// "binary/encrypted", "data": "..."}]`, meta naming the encoding and a key.
+fn is_encrypted(job: &Value) -> bool {
+    let args = job["args"].as_array().map(Vec::as_slice).unwrap_or_default();
+    let envelope = match args {
+        [envelope] => envelope,
+        _ => return false,
+    };
+    envelope["ojs_encoded"] == json!(true)
+        && envelope["encoding"] == json!("binary/encrypted")
+        && envelope["data"].is_string()
+        && job["meta"]["ojs.codec.encodings"] == json!(["binary/encrypted"])
+        && job["meta"]["ojs.codec.key_id"].is_string()
+}
+
 fn merge(base: &mut Value, patch: &Value) {
     match (base, patch) {
         (Value::Object(base), Value::Object(patch)) => {
@@ -341,6 +357,28 @@ impl Host {
             .map_err(host_error)
     }
 
+    /// Runs one statement of the bridge's that returns a row (a unique job's): its first
+    /// column, or `None` when it returned no row.
+    fn fetch_first(&mut self, sql: &str, params: &[Option<String>]) -> Result<Option<String>, Error> {
+        let Host {
+            runtime,
+            connection,
+            ..
+        } = self;
+        runtime
+            .block_on(async {
+                on_connection!(connection, |c| {
+                    let mut query = sqlx::query_as::<_, (String,)>(AssertSqlSafe(sql.to_owned()));
+                    for param in params {
+                        query = query.bind(param.as_deref());
+                    }
+                    query.fetch_optional(&mut *c).await
+                })
+            })
+            .map(|row| row.map(|(id,)| id))
+            .map_err(host_error)
+    }
+
     /// Runs the host's own SQL (transaction control, DDL).
     fn run(&mut self, sql: &str) -> Result<(), Error> {
         let Host {
@@ -427,7 +465,8 @@ fn savepoint_name(depth: usize) -> String {
 }
 
 /// Statement text and parameters, borrowed from whichever staging answer they came in.
-type HostStatement<'s> = (&'s str, &'s [Option<String>]);
+/// A staging statement: text, parameters, and what its returned row means (a unique job).
+type HostStatement<'s> = (&'s str, &'s [Option<String>], Option<&'s Returns>);
 
 struct Run {
     adapter: Bridge,
@@ -509,7 +548,14 @@ impl Run {
         if Self::check_error(step, &staged)? {
             return Ok(());
         }
-        for (reference, id) in refs.iter().zip(staged.unwrap_or_default()) {
+        let ids = staged.unwrap_or_default();
+        if let (Some(same_as), Some(id)) = (step["same_as"].as_str(), ids.first()) {
+            let expected = self.id_of(same_as)?;
+            if expected != id {
+                return Err(format!("expected the id of {same_as:?} ({expected}), got {id}"));
+            }
+        }
+        for (reference, id) in refs.iter().zip(ids) {
             self.remember(reference.as_deref(), id);
         }
         Ok(())
@@ -527,7 +573,20 @@ impl Run {
             None,
             self.context.as_deref(),
         )?;
-        self.write(&[(&*job.sql, &job.params)], false, vec![job.job_id])
+        if let Some(staged) = &job.keyed {
+            return self.write_staged(staged);
+        }
+        self.write(&[(&*job.sql, &job.params, None)], false, vec![job.job_id])
+    }
+
+    /// Statements of `Bridge::stage` (or a keyed job's), as a binding runs them.
+    fn write_staged(&mut self, staged: &Staged) -> Result<Vec<String>, Error> {
+        let statements: Vec<HostStatement> = staged
+            .statements
+            .iter()
+            .map(|s| (s.sql.as_str(), s.params.as_slice(), s.returns.as_ref()))
+            .collect();
+        self.write(&statements, staged.needs_savepoint, staged.job_ids.clone())
     }
 
     /// `enqueue_bulk`: `Bridge::stage` (a JSON array in, statements out).
@@ -538,12 +597,7 @@ impl Run {
             &jobs.to_string(),
             self.context.as_deref(),
         )?;
-        let statements: Vec<HostStatement> = staged
-            .statements
-            .iter()
-            .map(|s| (s.sql.as_str(), s.params.as_slice()))
-            .collect();
-        self.write(&statements, staged.needs_savepoint, staged.job_ids.clone())
+        self.write_staged(&staged)
     }
 
     /// Runs staged statements on the host connection. `all_or_nothing` (the bridge's
@@ -569,8 +623,17 @@ impl Run {
         if let Some(open) = open {
             self.host.run(open)?;
         }
-        for (sql, params) in statements {
-            if let Err(error) = self.host.execute(sql, params) {
+        let mut job_ids = job_ids;
+        for (sql, params, returns) in statements {
+            let done = match returns {
+                None => self.host.execute(sql, params),
+                Some(returns) => self.host.fetch_first(sql, params).and_then(|returned| {
+                    job_ids[returns.job] =
+                        self.adapter.held_outcome(&returns.token, returned.as_deref())?;
+                    Ok(())
+                }),
+            };
+            if let Err(error) = done {
                 if let Some(undo) = undo {
                     self.host.run(undo)?;
                 }
@@ -991,6 +1054,15 @@ impl Run {
                         ));
                     }
                 }
+            }
+        }
+        for (reference, id) in self.ids_of(&step["encrypted"])? {
+            let job = jobs
+                .iter()
+                .find(|job| job["id"].as_str() == Some(id.as_str()))
+                .ok_or(format!("{reference:?} not stored"))?;
+            if !is_encrypted(job) {
+                return Err(format!("{reference:?} is not stored encrypted: {job}"));
             }
         }
         Ok(())

@@ -231,7 +231,9 @@ fn used_refs(step: &Value) -> Vec<String> {
             keys(step.get("deliveries_at_least"), &mut refs);
             keys(step.get("deliveries_exactly"), &mut refs);
             keys(step.get("jobs"), &mut refs);
+            list(step.get("encrypted"), &mut refs);
         }
+        "enqueue_after_commit" => refs.extend(step["same_as"].as_str().map(str::to_owned)),
         "events_subscribe" => refs.extend(step["last_event_id"]["ref"].as_str().map(str::to_owned)),
         "wait_events" => refs.extend(
             step["events"]

@@ -551,6 +551,7 @@ pub const OPTION_KEYS: &[&str] = &[
     "trust_tenant_header",
     "outbox",
     "relay",
+    "encryption",
 ];
 
 /// A key with two spellings (the §5.2 name and the §8 examples' alias) given both ways: the
