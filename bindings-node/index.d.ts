@@ -58,6 +58,11 @@ export interface JobOptions {
     states?: JobState[];
   };
   tags?: string[];
+  /**
+   * The outbox's own option (never sent): jobs with the same key reach the backend one at a
+   * time, in the order their transactions committed (docs/express.md, "Ordering keys").
+   */
+  ordering_key?: string;
 }
 
 /** One job of a bulk. */
@@ -109,8 +114,17 @@ export interface TransactionProvider {
   /** Whether the library's transactions are synchronous functions (better-sqlite3). */
   sync?: boolean;
   syncFor?(db: ProviderDatabase): boolean;
-  /** Runs one statement of the core, as given, on `executor` (a database or a transaction). */
+  /**
+   * Runs one statement of the core, as given, on `executor` (a database or a transaction). A
+   * statement may return rows (PostgreSQL's `SELECT pg_advisory_xact_lock(...)`): ignored.
+   */
   execute(executor: ProviderDatabase, sql: string, params: unknown[]): unknown;
+  /**
+   * Runs one statement of the core that returns a row (a unique job's INSERT ... RETURNING)
+   * and answers the first column of its first row, or null when it returned none (a promise
+   * of it for an asynchronous library). Without it: the first column of what `execute` answers.
+   */
+  queryValue?(executor: ProviderDatabase, sql: string, params: unknown[]): string | null | Promise<string | null>;
   /** Runs `work(tx)` in a new transaction: settles after COMMIT, or rejects after ROLLBACK / a failed COMMIT. */
   begin<T>(db: ProviderDatabase, work: (tx: ProviderDatabase) => T, options?: unknown): Promise<Awaited<T>> | T;
   /** The same in a savepoint of `tx`. */
@@ -196,6 +210,18 @@ export interface CreateOjsOptions {
   outbox?: Record<string, Json>;
   /** "in_process" (default) or "external", or the adapter.relay section. */
   relay?: 'in_process' | 'external' | Record<string, Json>;
+  /**
+   * adapter.encryption: args sealed (AES-256-GCM) at staging. `keyId` (or `key_id`) names the
+   * key that seals; `keys` maps every key id, the current one and older ones still to be read,
+   * to its 32 bytes in base64. Key ids are passed as written (never respelled); the core checks
+   * everything (a bad key is INVALID_CONFIG at createOjs). Rotation: add the new key to `keys`
+   * and point `keyId` at it (docs/express.md, "Encrypted args").
+   */
+  encryption?: {
+    keyId?: string;
+    key_id?: string;
+    keys: Record<string, string>;
+  };
   /** Other adapter keys, merged into the configuration as given. */
   config?: Record<string, Json>;
   /** Start the in-process relay at once (default true); otherwise call start(). */
@@ -441,7 +467,8 @@ export declare function ojsMiddleware(options: CreateOjsOptions): RequestHandler
 export type ErrorCode =
   | 'INVALID_JOB_TYPE' | 'INVALID_QUEUE' | 'INVALID_ARGS' | 'INVALID_OPTIONS' | 'INVALID_META'
   | 'PAYLOAD_TOO_LARGE' | 'INVALID_CONFIG' | 'INVALID_DATABASE_URL' | 'OUTBOX_TABLE_MISSING'
-  | 'DATABASE' | 'BACKEND_UNAVAILABLE' | 'BACKEND_REJECTED' | 'NO_TRANSACTION' | 'RELAY_SHUT_DOWN';
+  | 'DATABASE' | 'BACKEND_UNAVAILABLE' | 'BACKEND_REJECTED' | 'NO_TRANSACTION' | 'RELAY_SHUT_DOWN'
+  | 'DUPLICATE';
 
 export declare class OJSError extends Error {
   readonly code: ErrorCode;
@@ -466,6 +493,17 @@ export declare class BackendUnavailableError extends BackendError {}
 export declare class BackendRejectedError extends BackendError {}
 export declare class NoTransactionError extends OJSError {}
 export declare class RelayShutDownError extends OJSError {}
+/**
+ * A unique job (`options.unique`, onConflict 'reject') whose key a staged, unsent job holds:
+ * nothing was staged and the transaction is still usable. Code DUPLICATE.
+ */
+export declare class DuplicateJobError extends OJSError {
+  /** The id of the job holding the unique key; null when it is being sent right now (retry). */
+  readonly existingJobId: string | null;
+  /** The same, in the spec's spelling. */
+  readonly existing_job_id: string | null;
+  constructor(message: string, init?: { code: ErrorCode; field?: string | null; retryable?: boolean; existingJobId?: string | null; cause?: unknown });
+}
 export declare const ERROR_CLASSES: Record<ErrorCode, typeof OJSError>;
 
 declare global {

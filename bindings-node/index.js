@@ -42,5 +42,6 @@ module.exports = {
   BackendRejectedError: errors.BackendRejectedError,
   NoTransactionError: errors.NoTransactionError,
   RelayShutDownError: errors.RelayShutDownError,
+  DuplicateJobError: errors.DuplicateJobError,
   ERROR_CLASSES: errors.ERROR_CLASSES,
 };

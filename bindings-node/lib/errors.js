@@ -50,6 +50,24 @@ class NoTransactionError extends OJSError {}
 /** The relay could not start or was stopped before its flush ended. */
 class RelayShutDownError extends OJSError {}
 
+/**
+ * A unique job (`options.unique`, on_conflict `reject`) whose key a staged, not yet sent job
+ * holds: nothing was staged, and the transaction is still usable. `existingJobId` (also
+ * `existing_job_id`) names the held job, or is null when it is being sent right now (a
+ * `replace` that could not replace it: try again).
+ */
+class DuplicateJobError extends OJSError {
+  constructor(message, init = {}) {
+    super(message, init);
+    this.existingJobId = init.existingJobId ?? null;
+  }
+
+  /** The spec's spelling of `existingJobId`. */
+  get existing_job_id() {
+    return this.existingJobId;
+  }
+}
+
 const CLASS_BY_CODE = {
   INVALID_JOB_TYPE: InvalidJobTypeError,
   INVALID_QUEUE: InvalidQueueError,
@@ -65,6 +83,7 @@ const CLASS_BY_CODE = {
   BACKEND_REJECTED: BackendRejectedError,
   NO_TRANSACTION: NoTransactionError,
   RELAY_SHUT_DOWN: RelayShutDownError,
+  DUPLICATE: DuplicateJobError,
 };
 
 /** The OJSError subclass for `code` (OJSError itself for a code this version does not know). */
@@ -73,7 +92,7 @@ function errorFor(code, message, field = null, cause = undefined) {
   return new Class(message, { code, field, cause });
 }
 
-/** The class of each family with several codes (the transaction and relay families have one). */
+/** The class of each family with several codes (the transaction, relay and duplicate families have one). */
 const FAMILY_CLASSES = {
   validation: ValidationError,
   configuration: ConfigurationError,
@@ -83,7 +102,7 @@ const FAMILY_CLASSES = {
 
 /**
  * The error of one `Error::to_json` text (`{"code", "field", "message", "retryable",
- * "family"}`); null when `text` is not one.
+ * "family"}`, and `"existing_job_id"` for a DUPLICATE); null when `text` is not one.
  */
 function fromJson(text, cause = undefined) {
   let payload;
@@ -94,7 +113,13 @@ function fromJson(text, cause = undefined) {
   }
   if (payload === null || typeof payload.code !== 'string' || typeof payload.family !== 'string') return null;
   const Class = CLASS_BY_CODE[payload.code] || FAMILY_CLASSES[payload.family] || OJSError;
-  return new Class(payload.message, { code: payload.code, field: payload.field, retryable: payload.retryable, cause });
+  return new Class(payload.message, {
+    code: payload.code,
+    field: payload.field,
+    retryable: payload.retryable,
+    existingJobId: payload.existing_job_id,
+    cause,
+  });
 }
 
 /** Turns an error thrown by the addon into its OJSError; other errors pass unchanged. */
@@ -140,6 +165,7 @@ module.exports = {
   BackendRejectedError,
   NoTransactionError,
   RelayShutDownError,
+  DuplicateJobError,
   ERROR_CLASSES: CLASS_BY_CODE,
   FAMILY_CLASSES,
   errorFor,

@@ -14,7 +14,8 @@
 const native = require('./native');
 // A knex level has the providers' shape (`root.ledgers`, `root.depth`): one ledger lookup.
 const { ledgerOf } = require('./transaction');
-const { InvalidConfigError, NoTransactionError, errorFor, fromJson, callNative } = require('./errors');
+const { OJSError, InvalidConfigError, NoTransactionError, errorFor, fromJson, callNative } = require('./errors');
+const { firstColumn, runStaged } = require('./staged');
 
 /** The core's dialect name for a knex instance or transactor. */
 function dialectOf(knex) {
@@ -301,6 +302,8 @@ function jobsJson(jobs) {
  * core's rule (SQLSTATE from pg, message from better-sqlite3); the driver's error is the cause.
  */
 function databaseError(error) {
+  // The core's own verdict (a DUPLICATE of a unique job's statement) is no database error.
+  if (error instanceof OJSError) return error;
   const message = String((error && error.message) || error);
   const sqlstate = error && typeof error.code === 'string' && /^[0-9A-Z]{5}$/.test(error.code) ? error.code : null;
   // knex puts the query before the driver's message ("<sql> - <message>"): classify both.
@@ -313,12 +316,18 @@ function databaseError(error) {
 /**
  * Runs the core's statements (`decodeStaged` in lib/staged.js) through `executor` (knex
  * instance or transactor): in a savepoint of their own (a transaction of their own outside
- * one) when the core says they must be all or nothing (`needsSavepoint`).
+ * one) when the core says they must be all or nothing (`needsSavepoint`). A statement with
+ * `returns` (a unique job's) is read for its row and judged by `heldOutcome` (`runStaged`): a
+ * DUPLICATE thrown there rolls the savepoint back and is thrown as it is.
  */
-async function execute(executor, staged) {
-  const run = async (connection) => {
-    for (const statement of staged.statements) await connection.raw(statement.sql, statement.params);
-  };
+async function execute(executor, staged, heldOutcome) {
+  const run = (connection) =>
+    runStaged(
+      staged,
+      (sql, params) => connection.raw(sql, params),
+      (sql, params) => connection.raw(sql, params).then(firstColumn),
+      heldOutcome,
+    );
   try {
     if (staged.needsSavepoint) await executor.transaction(run);
     else await run(executor);

@@ -9,20 +9,30 @@ const hostKnex = require('./knex');
 const providers = require('./providers');
 const transactions = require('./transaction');
 const { runScoped, currentScope, requestResolvers } = require('./context');
-const { decodeStaged } = require('./staged');
+const { decodeStaged, firstColumn, runStaged } = require('./staged');
 const { RelayHost } = require('./relay-host');
 const relayLog = require('./log');
 const events = require('./events');
 const { router } = require('./router');
 const lifecycle = require('./lifecycle');
 
-/** camelCase keys to the core's snake_case, recursively; snake_case keys pass unchanged. */
-function snakeKeys(value) {
-  if (Array.isArray(value) || value === null || typeof value !== 'object') return value;
+/**
+ * The configuration objects whose keys are the application's names, not option names: passed
+ * as given (`encryption.keys`: key ids, which `keyId` names, so `myKey` stays `myKey`).
+ */
+const DATA_KEYS = new Set(['encryption.keys']);
+
+/**
+ * camelCase keys to the core's snake_case, recursively; snake_case keys pass unchanged, and so
+ * does every key of a `DATA_KEYS` object (`path`: the dotted snake_case path of `value`).
+ */
+function snakeKeys(value, path = '') {
+  if (Array.isArray(value) || value === null || typeof value !== 'object' || DATA_KEYS.has(path)) return value;
   const out = {};
   for (const [key, inner] of Object.entries(value)) {
     if (inner === undefined) continue;
-    out[key.replace(/[A-Z]/g, (c) => `_${c.toLowerCase()}`)] = snakeKeys(inner);
+    const snake = key.replace(/[A-Z]/g, (c) => `_${c.toLowerCase()}`);
+    out[snake] = snakeKeys(inner, path === '' ? snake : `${path}.${snake}`);
   }
   return out;
 }
@@ -47,7 +57,7 @@ function buildConfig(options) {
   for (const [key, value] of Object.entries(options)) {
     if (!accepted.includes(key)) callNative(() => rejectOption(key, accepted));
     if (value === undefined || EXPRESS_OPTIONS.includes(key)) continue;
-    adapter[snakeKey(key)] = key === 'relay' && typeof value === 'string' ? { mode: value } : snakeKeys(value);
+    adapter[snakeKey(key)] = key === 'relay' && typeof value === 'string' ? { mode: value } : snakeKeys(value, snakeKey(key));
   }
   if (adapter.database_url === undefined && options.knex) adapter.database_url = hostKnex.databaseUrlOf(options.knex);
   else if (adapter.database_url === undefined && options.db !== undefined) adapter.database_url = databaseUrlOfDb(options);
@@ -172,6 +182,11 @@ function stagedParams(text, start) {
 /**
  * One job through the core's per-job stager: the INSERT's six parameters. The stager's INSERT
  * text comes with the first job only and is kept on the stager (`stager.sql`).
+ *
+ * A job with an ordering key or a unique policy (a keyed job) comes back as the core's
+ * `Staged` instead (an empty first field, then its JSON; `decodeStaged`): an object, not an
+ * array, run as a bulk of one (`runStaged`). Its id is not recorded in the ledger by the core:
+ * the caller records the id the statements report. Its SQL is never the stager's INSERT text.
  */
 function stageOne(stager, ledger, type, argsText, optionsText, metaText, context) {
   const withSql = stager.sql === undefined;
@@ -181,6 +196,7 @@ function stageOne(stager, ledger, type, argsText, optionsText, metaText, context
   } catch (error) {
     throw fromNative(error);
   }
+  if (staged.charCodeAt(0) === 0) return decodeStaged(staged, stager.texts);
   let start = 0;
   if (withSql) {
     start = staged.indexOf('\0') + 1;
@@ -239,6 +255,8 @@ class Ojs {
     this._providerStagers = new Map();
     const host = hostOptions();
     this.native = callNative(() => new NativeBridge(JSON.stringify(this.config), host));
+    /** The core's verdict on a unique job's staging statement (`held_outcome`): an id, or DUPLICATE thrown. */
+    this._heldOutcome = (token, returned) => callNative(() => this.native.heldOutcome(token, returned));
     /** Where the relay's log records go (lib/log.js): info, warn and error methods. */
     this.logger = relayLog.checkLogger(options.logger);
     const notice = this.native.notice;
@@ -406,7 +424,8 @@ class Ojs {
           const jobs = `[${hostKnex.jobJson(type, args, options, meta)}]`;
           return Promise.resolve(this._stageProvider(executor, jobs, scope, false)).then((ids) => ids[0]);
         }
-        const { jobId, done, ledger } = this._stageOne(executor, type, args, options, meta, scope, false);
+        const { jobId, done, ledger, keyed } = this._stageOne(executor, type, args, options, meta, scope, false);
+        if (keyed !== undefined) return Promise.resolve(keyed).then((ids) => ids[0]);
         if (done === null) return Promise.resolve(jobId);
         return done.then(
           () => {
@@ -436,6 +455,7 @@ class Ojs {
       const stager = this._stagers[dialect] || this._stager(dialect);
       // In a transaction the core records the id in its ledger (woken at the outermost commit).
       const params = stageOne(stager, ledger, type, argsText, optionsText, metaText, contextText(scope, this));
+      if (!Array.isArray(params)) return this._runKnex(executor, level, params).then((ids) => ids[0]);
       const jobId = params[0];
       let query;
       try {
@@ -485,7 +505,8 @@ class Ojs {
     if (typeof type !== 'string') {
       return this._stageProvider(executor, `[${hostKnex.jobJson(type, args, options, meta)}]`, scope, true)[0];
     }
-    const { jobId, ledger } = this._stageOne(executor, type, args, options, meta, scope, true);
+    const { jobId, ledger, keyed } = this._stageOne(executor, type, args, options, meta, scope, true);
+    if (keyed !== undefined) return keyed[0];
     if (ledger === null) this.notifyCommitted([jobId]);
     return jobId;
   }
@@ -558,6 +579,10 @@ class Ojs {
     const ledger = level === null ? null : transactions.ledgerOf(level, this).handle;
     const stager = this._providerStager(binding.dialect, binding.placeholder);
     const params = stageOne(stager, ledger, type, argsText, optionsText, metaText, contextText(scope, this));
+    if (!Array.isArray(params)) {
+      // A keyed job: its statements as a bulk of one; `keyed` the ids (synchronous library) or their promise.
+      return { keyed: this._runProvider(executor, params, { level, binding }) };
+    }
     const jobId = params[0];
     let result;
     try {
@@ -576,8 +601,20 @@ class Ojs {
    * libraries return the ids; the others a promise of them.
    */
   _stageProvider(executor, jobsText, scope, sync, place = this._place(executor, sync)) {
-    const { level, binding } = place;
+    const { binding } = place;
     const staged = stageMany(this._providerStager(binding.dialect, binding.placeholder), jobsText, contextText(scope, this));
+    return this._runProvider(executor, staged, place);
+  }
+
+  /**
+   * Runs a decoded `Staged` (`stageMany`, or a keyed job of `stageOne`) through a provider, in
+   * a savepoint of its own when the core says so, then records the ids it reports. A statement
+   * with `returns` runs through the provider's `queryValue` (without one: the first column of
+   * what `execute` answers); the core says what its answer means (`heldOutcome`: a DUPLICATE
+   * thrown there rolls the savepoint back). Synchronous libraries return the ids; the others
+   * a promise of them.
+   */
+  _runProvider(executor, staged, { level, binding }) {
     const { provider } = binding;
     const finish = () => {
       if (staged.ids.length === 0) return staged.ids;
@@ -587,11 +624,15 @@ class Ojs {
     };
     const wrapped = (tx) => {
       if (!staged.needsSavepoint) tx = executor;
-      if (binding.sync) {
-        for (const statement of staged.statements) provider.execute(tx, statement.sql, statement.params);
-        return undefined;
-      }
-      return staged.statements.reduce((previous, statement) => previous.then(() => provider.execute(tx, statement.sql, statement.params)), Promise.resolve());
+      const execute = (sql, params) => provider.execute(tx, sql, params);
+      const query = provider.queryValue
+        ? (sql, params) => provider.queryValue(tx, sql, params)
+        : (sql, params) => {
+            const result = execute(sql, params);
+            return !binding.sync && result && typeof result.then === 'function' ? result.then(firstColumn) : firstColumn(result);
+          };
+      const ran = runStaged(staged, execute, query, this._heldOutcome, binding.sync);
+      return binding.sync ? undefined : Promise.resolve(ran);
     };
     const run = () => {
       if (!staged.needsSavepoint) return wrapped(executor);
@@ -627,7 +668,15 @@ class Ojs {
     }
     const dialect = level !== null ? level.dialect : executor === this.knex ? this.dialect : hostKnex.dialectOf(executor);
     const staged = stageMany(this._stagers[dialect] || this._stager(dialect), jobsText, contextText(scope, this));
-    await hostKnex.execute(executor, staged);
+    return this._runKnex(executor, level, staged);
+  }
+
+  /**
+   * Runs a decoded `Staged` on a knex executor (`level`: its transaction's, or null), then
+   * records the ids it reports in the level's ledger (or wakes the relay for them).
+   */
+  async _runKnex(executor, level, staged) {
+    await hostKnex.execute(executor, staged, this._heldOutcome);
     if (staged.ids.length === 0) return staged.ids;
     if (level !== null) hostKnex.ledgerOf(level, this).ledger.staged(staged.idsText);
     else this.notifyCommitted(staged.ids);

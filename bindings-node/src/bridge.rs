@@ -443,6 +443,12 @@ impl NativeBridge {
         })
     }
 
+    /// What a unique job's enqueue call reports (`Bridge::held_outcome`): see `held_outcome`.
+    #[napi]
+    pub fn held_outcome(&self, token: String, returned: Option<String>) -> napi::Result<String> {
+        self.sync(|bridge| bridge.held_outcome(&token, returned.as_deref()))
+    }
+
     /// The committed rows of these jobs (an `encode_ids` text), as JSON.
     #[napi]
     pub fn rows_json(&self, job_ids: String) -> AsyncTask<Blocking<String>> {
@@ -569,7 +575,10 @@ pub fn stage_job(
             context_json.as_deref(),
         )
         .map_err(to_js)?;
-    if let Some(ledger) = ledger {
+    // A keyed job (`StagedJob::keyed`: an empty first field, then its `Staged` JSON) has no id
+    // yet that is sure: a unique job's is known once its statement ran (`held_outcome`).
+    // JavaScript records the ids it reports, as for a bulk.
+    if let (Some(ledger), None) = (ledger, &staged.keyed) {
         ledger
             .borrow_mut()
             .staged(std::iter::once(staged.job_id.clone()))
@@ -598,6 +607,16 @@ pub fn stage_jobs(
             context_json.as_deref(),
         )
         .map_err(to_js)?;
+    // The kept-texts encoding has no field for a statement's `returns` (a unique job's): such
+    // a bulk crosses as `StagedJob::encode` sends a keyed job, an empty first field and then
+    // `Staged::to_json` (the kept-texts text starts with `1` or `0`, never with NUL).
+    if staged
+        .statements
+        .iter()
+        .any(|statement| statement.returns.is_some())
+    {
+        return Ok(format!("\0{}", staged.to_json()));
+    }
     Ok(staged.encode(&mut stager.kept.borrow_mut()))
 }
 

@@ -209,6 +209,10 @@ class Run {
       const id = await this.expecting(step, () =>
         this.withContext(() => this.ojs.enqueueAfterCommit(executor, step.type, step.args, step.options)),
       );
+      // `same_as`: the call reported the id of a job staged before (a unique job's `ignore`).
+      if (id && step.same_as !== undefined && id !== this.id(step.same_as)) {
+        throw new Error(`returned ${id}, expected the id of ${JSON.stringify(step.same_as)} (${this.id(step.same_as)})`);
+      }
       if (id && step.ref) this.refs.set(step.ref, id);
     }
     if (!this.top && !step.expect_error) this.lastCommitUs = Date.now() * 1000;
@@ -534,6 +538,24 @@ class Run {
     for (const [ref, exactly] of Object.entries(step.deliveries_exactly || {})) {
       if (deliveries(ref) !== exactly) throw new Error(`${JSON.stringify(ref)} was delivered ${deliveries(ref)} times, expected ${exactly}`);
     }
+    // `encrypted`: the stored args are the encryption envelope, the meta names the codec.
+    for (const ref of step.encrypted || []) {
+      const job = jobs.find((j) => j.id === this.id(ref));
+      if (!job) throw new Error(`${JSON.stringify(ref)} not stored`);
+      const args = job.args;
+      const envelope = Array.isArray(args) && args.length === 1 ? args[0] : null;
+      const sealed =
+        envelope !== null &&
+        typeof envelope === 'object' &&
+        envelope.ojs_encoded === true &&
+        envelope.encoding === 'binary/encrypted' &&
+        typeof envelope.data === 'string';
+      if (!sealed) throw new Error(`${JSON.stringify(ref)}: args are not the encrypted envelope: ${JSON.stringify(args)}`);
+      const meta = job.meta || {};
+      if (!isDeepStrictEqual(meta['ojs.codec.encodings'], ['binary/encrypted']) || typeof meta['ojs.codec.key_id'] !== 'string') {
+        throw new Error(`${JSON.stringify(ref)}: meta lacks the codec keys: ${JSON.stringify(meta)}`);
+      }
+    }
     for (const [ref, { meta_absent: metaAbsent = [], ...fields }] of Object.entries(step.jobs || {})) {
       const job = jobs.find((j) => j.id === this.id(ref));
       if (!job) throw new Error(`${JSON.stringify(ref)} not stored`);
@@ -569,7 +591,9 @@ async function runCase(testCase, database) {
   const config = merge(suiteDefaults(), testCase.config || {});
   config.outbox = { ...config.outbox, table_name: table };
   if (external) config.relay = { ...config.relay, mode: 'external' };
-  const ojs = createOjs({ url: backend.url, ...options, outbox: config.outbox, relay: config.relay, autoStart: false, handleSignals: false });
+  // Every other key of the merged config (`encryption`) goes to the core as the case gives it.
+  const { outbox, relay, ...rest } = config;
+  const ojs = createOjs({ url: backend.url, ...options, ...rest, outbox, relay, autoStart: false, handleSignals: false });
   let relayProcess = null;
   const run = new Run(testCase, database, db, ojs, null, table);
   try {

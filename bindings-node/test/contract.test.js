@@ -33,6 +33,7 @@ const TABLE = {
   BACKEND_REJECTED: 'BackendRejectedError',
   NO_TRANSACTION: 'NoTransactionError',
   RELAY_SHUT_DOWN: 'RelayShutDownError',
+  DUPLICATE: 'DuplicateJobError',
 };
 const FAMILIES = {
   validation: 'ValidationError',
@@ -52,7 +53,7 @@ test('every core code maps to its class, which derives from its family class and
       const Family = ojsPackage[FAMILIES[family]];
       assert.ok(Class === Family || Class.prototype instanceof Family, `${code} is a ${FAMILIES[family]}`);
     } else {
-      assert.ok(['transaction', 'relay'].includes(family), `${code}: family ${family} has a class`);
+      assert.ok(['transaction', 'relay', 'duplicate'].includes(family), `${code}: family ${family} has a class`);
     }
     // Decoded from the core's encoding: the class, and code, field, retryable on the error.
     const error = require(path.join(PACKAGE_DIR, 'lib', 'errors')).fromJson(
@@ -64,6 +65,13 @@ test('every core code maps to its class, which derives from its family class and
     assert.equal(error.retryable, retryable);
     assert.equal(error.message, 'f: why');
   }
+  // A DUPLICATE names the job holding the key, in both spellings.
+  const duplicate = require(path.join(PACKAGE_DIR, 'lib', 'errors')).fromJson(
+    JSON.stringify({ code: 'DUPLICATE', field: 'options.unique', message: 'held', retryable: false, family: 'duplicate', existing_job_id: 'j-1' }),
+  );
+  assert.ok(duplicate instanceof ojsPackage.DuplicateJobError);
+  assert.equal(duplicate.existingJobId, 'j-1');
+  assert.equal(duplicate.existing_job_id, 'j-1');
 });
 
 test('a core error thrown by the addon carries code, field and retryable, not an encoded message', () => {

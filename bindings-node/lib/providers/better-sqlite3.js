@@ -16,8 +16,25 @@ function isDatabase(db) {
   );
 }
 
+const { firstColumn } = require('../staged');
+
 /** Prepared statements per database, by SQL text (the staging INSERT repeats). */
 const statements = new WeakMap();
+
+/** The prepared statement of `sql` on `db`, kept for the first 16 texts. */
+function prepare(db, sql) {
+  let cache = statements.get(db);
+  if (cache === undefined) {
+    cache = new Map();
+    statements.set(db, cache);
+  }
+  let prepared = cache.get(sql);
+  if (prepared === undefined) {
+    prepared = db.prepare(sql);
+    if (cache.size < 16) cache.set(sql, prepared);
+  }
+  return prepared;
+}
 
 module.exports = {
   name: 'better-sqlite3',
@@ -36,17 +53,13 @@ module.exports = {
   },
 
   execute(db, sql, params) {
-    let cache = statements.get(db);
-    if (cache === undefined) {
-      cache = new Map();
-      statements.set(db, cache);
-    }
-    let prepared = cache.get(sql);
-    if (prepared === undefined) {
-      prepared = db.prepare(sql);
-      if (cache.size < 16) cache.set(sql, prepared);
-    }
-    return prepared.run(params);
+    return prepare(db, sql).run(params);
+  },
+
+  /** The first row's first column (a statement that returns rows: `get`), or null. */
+  queryValue(db, sql, params) {
+    const row = prepare(db, sql).get(params);
+    return row === undefined ? null : firstColumn([row]);
   },
 
   begin(db, work) {

@@ -9,6 +9,8 @@
 // its placeholders and each parameter is bound as ONE parameter (`sql.param`), whatever its
 // value; Drizzle then numbers them in its driver's style.
 
+const { firstColumn } = require('../staged');
+
 const KIND = Symbol.for('drizzle:entityKind');
 
 let drizzleSql = null;
@@ -77,6 +79,13 @@ module.exports = {
   execute(executor, text, params) {
     const query = statement(text, params);
     return isSync(executor) ? executor.run(query) : executor.execute(query);
+  },
+
+  /** The rows as objects: `all` on better-sqlite3 (synchronous), `execute`'s result on PostgreSQL. */
+  queryValue(executor, text, params) {
+    const query = statement(text, params);
+    if (isSync(executor)) return firstColumn(executor.all(query));
+    return Promise.resolve(executor.execute(query)).then(firstColumn);
   },
 
   begin(db, work, options) {

@@ -5,7 +5,11 @@
 //   name, matches(db), dialect(db) -> 'postgresql' | 'sqlite',
 //   placeholder ('dollar' | 'question') or placeholderFor(dialect),
 //   sync (or syncFor(db)): whether the library's transactions are synchronous functions,
-//   execute(executor, sql, params): runs one statement of the core, as given,
+//   execute(executor, sql, params): runs one statement of the core, as given (it may return
+//     rows, e.g. PostgreSQL's `SELECT pg_advisory_xact_lock(...)`: they are ignored),
+//   queryValue(executor, sql, params) (optional): runs one statement of the core that returns
+//     a row and answers the first column of its first row (null: no row) — a unique job's
+//     staging INSERT ... RETURNING; without it, the first column of what execute answers,
 //   begin(db, work, options): runs work(tx) in a new transaction; settles after COMMIT or ROLLBACK,
 //   savepoint(tx, work): the same in a savepoint of tx,
 //   foreignTransaction(db): db is a transaction the provider did not open (its commit unseen),

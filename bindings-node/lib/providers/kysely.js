@@ -8,6 +8,8 @@
 // the text and parameters reach the driver as they are, in the placeholder style of the
 // dialect's driver (`$n` for PostgreSQL, `?` for SQLite), which the core emits.
 
+const { firstColumn } = require('../staged');
+
 let compiledQuery = null;
 /** Kysely's CompiledQuery (the peer dependency, loaded when first needed). */
 function CompiledQuery() {
@@ -57,6 +59,10 @@ module.exports = {
 
   execute(executor, sql, params) {
     return executor.executeQuery(CompiledQuery().raw(sql, params));
+  },
+
+  queryValue(executor, sql, params) {
+    return executor.executeQuery(CompiledQuery().raw(sql, params)).then((result) => firstColumn(result.rows));
   },
 
   async begin(db, work) {

@@ -8,6 +8,7 @@
 // pg sends `$n` placeholders to the server as they are: the core emits them ("dollar").
 
 const native = require('../native');
+const { firstColumn } = require('../staged');
 
 /** Transaction control for pg, on one client. */
 const CONTROL = {
@@ -59,6 +60,10 @@ module.exports = {
 
   execute(executor, sql, params) {
     return executor.query(sql, params);
+  },
+
+  queryValue(executor, sql, params) {
+    return executor.query(sql, params).then(firstColumn);
   },
 
   async begin(db, work) {

@@ -5,6 +5,8 @@
 // savepoint). The core's statements run as `tx.$executeRawUnsafe(sql, ...params)`, in the
 // placeholder style of the database (`$n` on PostgreSQL, `?` on SQLite).
 
+const { firstColumn } = require('../staged');
+
 /** What Prisma sets on a transaction client (its scope context). */
 const TRANSACTION_SCOPE = Symbol.for('prisma.client.transaction.scope_context');
 
@@ -37,6 +39,10 @@ module.exports = {
 
   execute(executor, sql, params) {
     return executor.$executeRawUnsafe(sql, ...params);
+  },
+
+  queryValue(executor, sql, params) {
+    return executor.$queryRawUnsafe(sql, ...params).then(firstColumn);
   },
 
   begin(db, work, options) {

@@ -10,6 +10,8 @@
 // COMMIT statement returned, whatever it returned. It is not used: the wake-up follows the
 // managed transaction's promise, which rejects when COMMIT failed.
 
+const { firstColumn } = require('../staged');
+
 function isSequelize(db) {
   return (
     typeof db === 'object' &&
@@ -55,6 +57,13 @@ module.exports = {
   execute(executor, sql, params) {
     if (isTransaction(executor)) return executor.sequelize.query(sql, { bind: params, transaction: executor, raw: true });
     return executor.query(sql, { bind: params, raw: true });
+  },
+
+  /** As a SELECT (`type: 'SELECT'`): the rows, on SQLite too (an INSERT would be `run`, rowless). */
+  queryValue(executor, sql, params) {
+    const options = { bind: params, raw: true, type: 'SELECT' };
+    const query = isTransaction(executor) ? executor.sequelize.query(sql, { ...options, transaction: executor }) : executor.query(sql, options);
+    return query.then(firstColumn);
   },
 
   begin(db, work, options) {

@@ -9,6 +9,8 @@
 // savepoint is released, before the outermost COMMIT. It is not used: the wake-up follows the
 // outermost `transaction(cb)` promise, which settles after COMMIT.
 
+const { firstColumn } = require('../staged');
+
 function isDataSource(db) {
   return typeof db.initialize === 'function' && typeof db.createQueryRunner === 'function' && typeof db.transaction === 'function' && db.options;
 }
@@ -45,6 +47,10 @@ module.exports = {
 
   execute(executor, sql, params) {
     return executor.query(sql, params);
+  },
+
+  queryValue(executor, sql, params) {
+    return executor.query(sql, params).then(firstColumn);
   },
 
   begin(db, work, options) {
