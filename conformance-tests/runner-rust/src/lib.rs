@@ -54,8 +54,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 mod events;
 
 use ojs_bridge::{self as bridge, Bridge, Ledger, Staged};
-use ojs_outbox::sql::Returns;
 use ojs_outbox::Error;
+use ojs_outbox::sql::Returns;
 use serde_json::{Value, json};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode};
 use sqlx::{AssertSqlSafe, ConnectOptions, Connection, PgConnection, SqliteConnection};
@@ -158,7 +158,10 @@ impl Database {
 /// The encryption extension's envelope: args `[{"ojs_encoded": true, "encoding":
 /// "binary/encrypted", "data": "..."}]`, meta naming the encoding and a key.
 fn is_encrypted(job: &Value) -> bool {
-    let args = job["args"].as_array().map(Vec::as_slice).unwrap_or_default();
+    let args = job["args"]
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or_default();
     let envelope = match args {
         [envelope] => envelope,
         _ => return false,
@@ -359,7 +362,11 @@ impl Host {
 
     /// Runs one statement of the bridge's that returns a row (a unique job's): its first
     /// column, or `None` when it returned no row.
-    fn fetch_first(&mut self, sql: &str, params: &[Option<String>]) -> Result<Option<String>, Error> {
+    fn fetch_first(
+        &mut self,
+        sql: &str,
+        params: &[Option<String>],
+    ) -> Result<Option<String>, Error> {
         let Host {
             runtime,
             connection,
@@ -552,7 +559,9 @@ impl Run {
         if let (Some(same_as), Some(id)) = (step["same_as"].as_str(), ids.first()) {
             let expected = self.id_of(same_as)?;
             if expected != id {
-                return Err(format!("expected the id of {same_as:?} ({expected}), got {id}"));
+                return Err(format!(
+                    "expected the id of {same_as:?} ({expected}), got {id}"
+                ));
             }
         }
         for (reference, id) in refs.iter().zip(ids) {
@@ -628,8 +637,9 @@ impl Run {
             let done = match returns {
                 None => self.host.execute(sql, params),
                 Some(returns) => self.host.fetch_first(sql, params).and_then(|returned| {
-                    job_ids[returns.job] =
-                        self.adapter.held_outcome(&returns.token, returned.as_deref())?;
+                    job_ids[returns.job] = self
+                        .adapter
+                        .held_outcome(&returns.token, returned.as_deref())?;
                     Ok(())
                 }),
             };

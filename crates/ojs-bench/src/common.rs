@@ -251,6 +251,32 @@ pub async fn stage(outbox: &Outbox, kind: &str, rows: usize) -> BoxResult<Durati
     Ok(started.elapsed())
 }
 
+/// `stage` with ordering keys: job `i` has `ordering_key` `key-{i mod keys}`, staged in the
+/// same chunks (each keyed job is an INSERT of its own, after the chunk's key locks).
+pub async fn stage_keyed(
+    outbox: &Outbox,
+    kind: &str,
+    rows: usize,
+    keys: usize,
+) -> BoxResult<Duration> {
+    let started = Instant::now();
+    let mut done = 0;
+    while done < rows {
+        let n = STAGE_CHUNK.min(rows - done);
+        let jobs = (done..done + n)
+            .map(|i| {
+                bench_job(kind, i)
+                    .with_options(json!({"ordering_key": format!("key-{}", i % keys)}))
+            })
+            .collect();
+        let mut tx = outbox.begin().await?;
+        tx.enqueue_bulk(jobs).await?;
+        tx.commit().await?;
+        done += n;
+    }
+    Ok(started.elapsed())
+}
+
 pub async fn server_version(admin: &sqlx::PgPool) -> String {
     sqlx::query_scalar::<_, String>("SHOW server_version")
         .fetch_one(admin)

@@ -88,7 +88,24 @@ pub struct DrainArgs {
     /// have; the delivery check proves no row went out twice. 1 is the main run.
     #[arg(long, value_delimiter = ',', default_value = "1")]
     pub relays: Vec<usize>,
+    /// Ordering keys (issue 27): drains of `--keyed-rows` rows at the largest batch size
+    /// without keys and with `--keys` distinct `ordering_key`s (job i has key i mod keys),
+    /// interleaved this many times; the keyed median against the unkeyed one. 0: skipped.
+    #[arg(long, default_value_t = 3)]
+    pub keyed_rounds: usize,
+    #[arg(long, default_value_t = 1000)]
+    pub keys: usize,
+    #[arg(long, default_value_t = 20_000)]
+    pub keyed_rows: usize,
+    /// Encrypted args (issue 27): `--keyed-rows` jobs staged (`enqueue_bulk`, PostgreSQL) with
+    /// and without an encryption key, interleaved this many times, and the seal alone on this
+    /// process's CPU; the cost per job. 0: skipped.
+    #[arg(long, default_value_t = 3)]
+    pub encryption_rounds: usize,
 }
+
+/// Issue 27: jobs with 1,000 distinct ordering keys drain at this share of unkeyed ones or more.
+const KEYED_TARGET: f64 = 0.80;
 
 /// The issue-16 thresholds the summary checks.
 const FLOOR_TARGET: f64 = 0.60;
@@ -103,6 +120,8 @@ struct Variant {
     events: Events,
     /// Relays draining the one table at once.
     relays: usize,
+    /// Distinct ordering keys of the backlog (0: none).
+    keys: usize,
 }
 
 /// The default configuration: its event log on, nobody listening.
@@ -110,6 +129,7 @@ const MAIN: Variant = Variant {
     sync_off: false,
     events: Events::Logged,
     relays: 1,
+    keys: 0,
 };
 
 /// What listens to the relay's events during a drain.
@@ -271,6 +291,12 @@ pub async fn run(args: DrainArgs) -> BoxResult<()> {
     if !args.event_modes.is_empty() && !args.event_modes.iter().all(String::is_empty) {
         event_costs(&args, &admin, &devserver).await?;
     }
+    if args.keyed_rounds > 0 {
+        keyed_cost(&args, &admin, &devserver).await?;
+    }
+    if args.encryption_rounds > 0 {
+        encryption_cost(&args, &admin, &devserver).await?;
+    }
 
     let phases: Vec<Vec<String>> = results.iter().filter_map(phase_cells).collect();
     if !phases.is_empty() {
@@ -387,6 +413,150 @@ async fn event_costs(
     Ok(())
 }
 
+/// Issue 27: the drain at the largest batch size without ordering keys and with `--keys`
+/// distinct ones, interleaved `keyed_rounds` times and closed by one more unkeyed run; the
+/// keyed median against the unkeyed median.
+async fn keyed_cost(
+    args: &DrainArgs,
+    admin: &sqlx::PgPool,
+    devserver: &DevServer,
+) -> BoxResult<()> {
+    let batch_size = args.batch_sizes.iter().copied().max().unwrap_or(500);
+    let mut runs: Vec<(usize, RunResult)> = Vec::new();
+    let mut order = Vec::new();
+    for _ in 0..args.keyed_rounds {
+        order.extend([0, args.keys]);
+    }
+    order.push(0);
+    for keys in order {
+        let variant = Variant { keys, ..MAIN };
+        let result =
+            relay_run(args, admin, devserver, batch_size, args.keyed_rows, variant).await?;
+        runs.push((keys, result));
+    }
+    let median = |keys: usize| {
+        let mut rates: Vec<f64> = runs
+            .iter()
+            .filter(|(k, _)| *k == keys)
+            .map(|(_, r)| r.jobs_per_s)
+            .collect();
+        rates.sort_by(f64::total_cmp);
+        rates[rates.len() / 2]
+    };
+    let (plain, keyed) = (median(0), median(args.keys));
+    let ratio = keyed / plain;
+    let mut table = Vec::new();
+    for (keys, result) in &runs {
+        let mut record = result.record.clone();
+        record["bench"] = json!("drain_keyed");
+        record["ordering_keys"] = json!(keys);
+        emit(&args.out, record)?;
+        table.push(vec![
+            if *keys == 0 {
+                "none".to_owned()
+            } else {
+                keys.to_string()
+            },
+            batch_size.to_string(),
+            result.rows.to_string(),
+            format!("{:.0}", result.jobs_per_s),
+        ]);
+    }
+    print_table(
+        "drain with ordering keys (PostgreSQL, fsync on): job i has ordering_key i mod keys",
+        &["ordering keys", "batch", "rows", "jobs/s"],
+        &table,
+    );
+    emit(
+        &args.out,
+        json!({"bench": "drain_keyed_summary", "keys": args.keys, "batch_size": batch_size,
+               "unkeyed_median_jobs_per_s": round1(plain), "keyed_median_jobs_per_s": round1(keyed),
+               "ratio": round3(ratio), "target": KEYED_TARGET}),
+    )?;
+    println!(
+        "keyed drain ({} keys) vs unkeyed, medians of the same run: {keyed:.0} / {plain:.0} jobs/s = {ratio:.3} (target >= {KEYED_TARGET:.2}: {})",
+        args.keys,
+        if ratio >= KEYED_TARGET {
+            "met"
+        } else {
+            "NOT met"
+        }
+    );
+    Ok(())
+}
+
+/// Issue 27: what encrypting args costs per job, where it is paid (staging, in the
+/// application's transaction): the same bulk staged with and without a key, interleaved, and
+/// the seal alone (AES-256-GCM of the bench job's args plus the envelope) on one core.
+async fn encryption_cost(
+    args: &DrainArgs,
+    admin: &sqlx::PgPool,
+    devserver: &DevServer,
+) -> BoxResult<()> {
+    let table = table_name("encryption");
+    let rows = args.keyed_rows;
+    let key = ojs_outbox::codec::base64_encode(&[7u8; 32]);
+    let mut staged: Vec<(bool, f64)> = Vec::new();
+    for round in 0..args.encryption_rounds * 2 + 1 {
+        let encrypted = round % 2 == 1;
+        drop_table(admin, &table).await?;
+        let mut config = config_for(&args.database_url, &devserver.url, &table);
+        if encrypted {
+            config.encryption = Some(std::sync::Arc::new(ojs_outbox::codec::Codec::from_value(
+                &json!({"key_id": "bench", "keys": {"bench": key}}),
+            )?));
+        }
+        let outbox = Outbox::connect(config).await?;
+        outbox.store().migrate().await?;
+        let took = stage(&outbox, "bench.encrypted", rows).await?;
+        staged.push((encrypted, took.as_secs_f64() * 1e6 / rows as f64));
+    }
+    drop_table(admin, &table).await?;
+    let median = |encrypted: bool| {
+        let mut values: Vec<f64> = staged
+            .iter()
+            .filter(|(e, _)| *e == encrypted)
+            .map(|(_, us)| *us)
+            .collect();
+        values.sort_by(f64::total_cmp);
+        values[values.len() / 2]
+    };
+    let (plain, encrypted) = (median(false), median(true));
+    let codec =
+        ojs_outbox::codec::Codec::from_value(&json!({"key_id": "bench", "keys": {"bench": key}}))?;
+    let jobs: Vec<_> = (0..rows)
+        .map(|i| ojs_outbox::job::prepare(bench_job("bench.encrypted", i), None))
+        .collect::<Result<_, _>>()?;
+    let started = Instant::now();
+    for mut job in jobs {
+        codec.seal(&mut job)?;
+        std::hint::black_box(&job);
+    }
+    let seal_us = started.elapsed().as_secs_f64() * 1e6 / rows as f64;
+    emit(
+        &args.out,
+        json!({"bench": "encryption_cost", "rows": rows,
+               "stage_us_per_job_plain": round3(plain), "stage_us_per_job_encrypted": round3(encrypted),
+               "stage_ratio": round3(encrypted / plain), "seal_us_per_job": round3(seal_us)}),
+    )?;
+    print_table(
+        "encrypted args (PostgreSQL, fsync on): staging in bulks of the adapter API, medians of interleaved runs, and the seal alone",
+        &[
+            "staging µs/job plain",
+            "staging µs/job encrypted",
+            "ratio",
+            "seal µs/job (CPU)",
+        ],
+        &[vec![
+            format!("{plain:.2}"),
+            format!("{encrypted:.2}"),
+            format!("{:.3}", encrypted / plain),
+            format!("{seal_us:.2}"),
+        ]],
+    );
+    Ok(())
+}
+
 fn cpu_cell(record: &Value, key: &str) -> String {
     let rows = record["rows"].as_f64().unwrap_or(f64::NAN);
     match record["cpu"][key].as_f64() {
@@ -406,6 +576,7 @@ async fn fresh_backlog(
     devserver: &DevServer,
     table: &str,
     rows: usize,
+    keys: usize,
 ) -> BoxResult<Duration> {
     let url = args.database_url.as_str();
     drop_table(admin, table).await?;
@@ -419,7 +590,11 @@ async fn fresh_backlog(
         .await?;
     }
     let outbox = Outbox::connect(config_for(url, &devserver.url, table)).await?;
-    let staged = stage(&outbox, "bench.drain", rows).await?;
+    let staged = if keys > 0 {
+        stage_keyed(&outbox, "bench.drain", rows, keys).await?
+    } else {
+        stage(&outbox, "bench.drain", rows).await?
+    };
     drop(outbox);
     settle_database(admin, table).await?;
     devserver.reset().await?;
@@ -443,12 +618,14 @@ async fn relay_run(
         sync_off,
         events,
         relays,
+        keys,
     } = variant;
     let table = table_name(&format!(
-        "drain_{batch_size}{}_{relays}",
-        if sync_off { "_async" } else { "" }
+        "drain_{batch_size}{}_{relays}{}",
+        if sync_off { "_async" } else { "" },
+        if keys > 0 { "_keyed" } else { "" }
     ));
-    let staged = fresh_backlog(args, admin, devserver, &table, rows).await?;
+    let staged = fresh_backlog(args, admin, devserver, &table, rows, keys).await?;
     let relay_url = if sync_off {
         with_sync_off(&args.database_url)
     } else {
@@ -623,7 +800,7 @@ async fn baseline_run(
 ) -> BoxResult<RunResult> {
     let table = table_name("naive");
     let rows = args.baseline_rows;
-    let staged = fresh_backlog(args, admin, devserver, &table, rows).await?;
+    let staged = fresh_backlog(args, admin, devserver, &table, rows, 0).await?;
     let pool = PgPoolOptions::new()
         .max_connections(1)
         .connect(&args.database_url)
@@ -730,7 +907,7 @@ async fn floor_run(
     rows: usize,
 ) -> BoxResult<RunResult> {
     let table = table_name(&format!("floor_{batch_size}"));
-    let staged = fresh_backlog(args, admin, devserver, &table, rows).await?;
+    let staged = fresh_backlog(args, admin, devserver, &table, rows, 0).await?;
     let store = Store::connect(&args.database_url, &table).await?;
     let pool = store
         .postgres_pool()

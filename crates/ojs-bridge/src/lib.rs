@@ -343,8 +343,8 @@ impl Bridge {
         })?;
         let job = self.config.seal(job)?;
         if job.order_key.is_some() || job.unique.is_some() {
-            let (job_ids, statements) = OutboxSql::for_config(dialect, &self.config)
-                .insert_jobs(placeholder, vec![job]);
+            let (job_ids, statements) =
+                OutboxSql::for_config(dialect, &self.config).insert_jobs(placeholder, vec![job]);
             return Ok(StagedJob {
                 keyed: Some(Staged {
                     needs_savepoint: ojs_outbox::ledger::needs_savepoint(statements.len()),

@@ -153,10 +153,7 @@ mod tests {
         let same = claim_of(json!({}), "email.send", "q2", json!([1]), json!({"x": 1}));
         let other_args = claim_of(json!({}), "email.send", "q1", json!([2]), Value::Null);
         let other_type = claim_of(json!({}), "sms.send", "q1", json!([1]), Value::Null);
-        assert_eq!(
-            a, same,
-            "queue and meta are not in it"
-        );
+        assert_eq!(a, same, "queue and meta are not in it");
         assert_ne!(a, other_args);
         assert_ne!(a, other_type);
         let explicit = claim_of(
@@ -166,10 +163,7 @@ mod tests {
             json!([1]),
             Value::Null,
         );
-        assert_eq!(
-            a, explicit,
-            "key order does not matter"
-        );
+        assert_eq!(a, explicit, "key order does not matter");
     }
 
     #[test]
@@ -183,14 +177,8 @@ mod tests {
                 Value::Null,
             )
         };
-        assert_eq!(
-            by_queue("a", "x"),
-            by_queue("a", "y")
-        );
-        assert_ne!(
-            by_queue("a", "x"),
-            by_queue("b", "x")
-        );
+        assert_eq!(by_queue("a", "x"), by_queue("a", "y"));
+        assert_ne!(by_queue("a", "x"), by_queue("b", "x"));
         let type_only = claim_of(json!({"keys": ["type"]}), "x", "a", json!([1]), Value::Null);
         let type_and_queue = claim_of(
             json!({"keys": ["type", "queue"]}),

@@ -271,7 +271,10 @@ impl OutboxTransaction<'_> {
     }
 
     pub async fn enqueue_after_commit(&mut self, job: NewJob) -> Result<String> {
-        let prepared = self.outbox.config.seal(prepare(job, self.context.as_ref())?)?;
+        let prepared = self
+            .outbox
+            .config
+            .seal(prepare(job, self.context.as_ref())?)?;
         let mut ids = self.stage(vec![prepared]).await?;
         Ok(ids.remove(0))
     }

@@ -315,7 +315,7 @@ async fn one_keys_jobs_arrive_in_commit_order_through_retries_dead_heads_and_kil
         eventually("k2's head dead, k0 and k1 delivered", async || {
             let rows = first
                 .store()
-                .rows_by_job_id(&[dead_head.clone()])
+                .rows_by_job_id(std::slice::from_ref(&dead_head))
                 .await
                 .ok()?;
             let got = backend.snapshot().jobs.len();
