@@ -370,3 +370,66 @@ async fn one_keys_jobs_arrive_in_commit_order_through_retries_dead_heads_and_kil
 fn fault(value: Value) -> Fault {
     serde_json::from_value(value).unwrap()
 }
+
+/// docs/relay.md#ordering, without a key, on PostgreSQL: ids are taken at INSERT, so a
+/// transaction that commits later can hold the smaller id; its row is sent when it becomes
+/// visible, after the younger one. (SQLite cannot show this: its writers are serialized from
+/// their first write to COMMIT, so its ids follow commit order.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_a_key_a_row_goes_out_when_its_transaction_commits() {
+    let Some(url) = databases("visible")
+        .into_iter()
+        .find(|url| url.starts_with("postgres"))
+    else {
+        eprintln!(
+            "SKIP: PostgreSQL only (SQLite ids follow commit order); OJS_TEST_DATABASE_URL is unset"
+        );
+        return;
+    };
+    let backend = DevServer::start(0).await.unwrap();
+    let outbox = outbox(&url, "keys_visible", &backend.url()).await;
+    outbox.start_relay();
+    let mut older = outbox.begin().await.unwrap();
+    let a = older
+        .enqueue_after_commit(NewJob::new("visible.first", json!([1])))
+        .await
+        .unwrap();
+    let mut younger = outbox.begin().await.unwrap();
+    let b = younger
+        .enqueue_after_commit(NewJob::new("visible.second", json!([2])))
+        .await
+        .unwrap();
+    younger.commit().await.unwrap();
+    eventually("b delivered", async || {
+        backend
+            .snapshot()
+            .jobs
+            .iter()
+            .any(|job| job.id == b)
+            .then_some(())
+    })
+    .await;
+    older.commit().await.unwrap();
+    eventually("a delivered", async || {
+        backend
+            .snapshot()
+            .jobs
+            .iter()
+            .any(|job| job.id == a)
+            .then_some(())
+    })
+    .await;
+    outbox.stop_relay().await;
+    let ids: Vec<String> = backend
+        .snapshot()
+        .jobs
+        .iter()
+        .map(|job| job.id.clone())
+        .collect();
+    assert_eq!(
+        ids,
+        vec![b.clone(), a.clone()],
+        "b first: it committed first"
+    );
+    assert!(a < b, "a's UUIDv7 (and row id) is the older one");
+}
