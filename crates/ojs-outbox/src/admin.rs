@@ -257,6 +257,7 @@ fn status_table(target: &Target<'_>, s: &OutboxStatus) -> String {
         ("sent", s.sent.to_string()),
         ("unique rejected", s.unique_rejected.to_string()),
         ("dead", s.dead.to_string()),
+        ("held behind dead", s.held_by_dead.to_string()),
         // A PostgreSQL relay holds its claim by row locks, which a read cannot see.
         match s.in_flight {
             Some(leased) => ("in flight (leased)", leased.to_string()),

@@ -216,6 +216,14 @@ fn table_families(
                 (",status=\"dead\"".into(), s.dead.to_string()),
             ],
         );
+        write_family(
+            out,
+            table,
+            "ojs_outbox_held_by_dead_jobs",
+            "gauge",
+            "Rows waiting behind a dead row of their ordering key (replay or purge the dead row).",
+            &one(s.held_by_dead.to_string()),
+        );
     }
 }
 

@@ -886,6 +886,20 @@ impl OutboxSql {
     /// Counts by status with the in-flight count, the oldest row's age (ms) and the rows whose
     /// job the backend's unique policy refused, per status.
     /// Returns `status, rows, in_flight, oldest_age_ms, unique_rejected`.
+    /// How many pending or failed rows wait behind a dead row of their ordering key.
+    pub fn held_by_dead(&self) -> String {
+        let t = &self.table;
+        let count = match self.dialect {
+            Dialect::Postgres => "COUNT(*)::bigint",
+            Dialect::Sqlite => "COUNT(*)",
+        };
+        format!(
+            "SELECT {count} FROM {t} ojs_held WHERE ojs_held.order_key IS NOT NULL AND ojs_held.status IN ('pending', 'failed') \
+             AND EXISTS (SELECT 1 FROM {t} ojs_dead WHERE ojs_dead.order_key = ojs_held.order_key \
+             AND ojs_dead.id < ojs_held.id AND ojs_dead.status = 'dead')"
+        )
+    }
+
     pub fn status_counts(&self) -> String {
         let t = &self.table;
         let rejected = crate::relay::UNIQUE_REJECTED_NOTE;

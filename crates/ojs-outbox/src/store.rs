@@ -172,6 +172,9 @@ pub struct OutboxStatus {
     pub oldest_pending_age_ms: i64,
     /// Mean creation-to-delivery time of rows sent in the last minute, in ms.
     pub recent_lag_ms: i64,
+    /// Pending or failed rows that wait behind a dead row of their ordering key: they go out
+    /// once an operator replays or purges it (docs/relay.md#ordering).
+    pub held_by_dead: i64,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -887,8 +890,14 @@ impl Store {
         ))
         .fetch_one(pool)
         .await?);
+        let held: (i64,) = on_pool!(&self.pool, |pool| sqlx::query_as(AssertSqlSafe(
+            self.sql.held_by_dead()
+        ))
+        .fetch_one(pool)
+        .await?);
         let mut status = OutboxStatus {
             recent_lag_ms: lag.0,
+            held_by_dead: held.0,
             in_flight: (self.dialect() == Dialect::Sqlite).then_some(0),
             ..OutboxStatus::default()
         };

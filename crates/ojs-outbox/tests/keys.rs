@@ -330,6 +330,11 @@ async fn one_keys_jobs_arrive_in_commit_order_through_retries_dead_heads_and_kil
             .filter(|job| job.job_type == "step.k2")
             .count();
         assert_eq!(k2_arrived, 0, "{url}: a dead head holds its key");
+        let status = first.store().status().await.unwrap();
+        assert_eq!(
+            status.held_by_dead, 7,
+            "{url}: k2's seven wait behind it: {status:?}"
+        );
         backend.clear_faults();
         assert_eq!(first.dead_replay(None).await.unwrap(), 1);
         eventually("every job delivered", async || {

@@ -41,6 +41,7 @@ async fn migrate_twice_then_status_is_zero(kind: Kind, name: &str) {
         "unique_rejected",
         "oldest_pending_age_ms",
         "recent_lag_ms",
+        "held_by_dead",
     ] {
         assert_eq!(count(&status, key), 0, "{key} on a fresh table: {status}");
     }
