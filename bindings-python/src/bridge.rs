@@ -63,7 +63,8 @@ impl Bridge {
     }
 
     /// Validates the jobs (JSON array text) and returns `Staged::to_json`: `{"job_ids",
-    /// "statements": [{"sql", "params"}], "needs_savepoint"}`. Pure computation: keeps the GIL.
+    /// "statements": [{"sql", "params", "returns"?}], "needs_savepoint"}` (a statement with
+    /// `returns` is run as a query; see `held_outcome`). Pure computation: keeps the GIL.
     #[pyo3(signature = (dialect, placeholder, jobs_json, context_json=None))]
     fn stage(
         &self,
@@ -80,6 +81,8 @@ impl Bridge {
 
     /// `stage` for one job given as JSON texts (the per-call hot path): `StagedJob::encode`,
     /// one NUL-separated text, the INSERT first when `with_sql` (ask for it once per dialect).
+    /// A keyed job (`ordering_key`, `unique`) is a text starting with NUL, then the job's
+    /// `Staged::to_json` (run as a bulk of one; its SQL is never the per-job INSERT).
     /// Keeps the GIL: pure computation of a few microseconds.
     #[pyo3(signature = (dialect, placeholder, job_type, args_json, options_json=None, meta_json=None, context_json=None, with_sql=false))]
     #[allow(clippy::too_many_arguments)]
@@ -106,6 +109,15 @@ impl Bridge {
             )
             .map(|staged| staged.encode(with_sql))
             .map_err(to_py)
+    }
+
+    /// What a unique job's enqueue call reports once its staging statement (one with
+    /// `returns`) ran (`Bridge::held_outcome`): `token` is `returns.token`, `returned` the first
+    /// column of the first row the statement returned (None: no row). The job id to report, or
+    /// `NativeError` (DUPLICATE, with `existing_job_id`). Pure computation: keeps the GIL.
+    #[pyo3(signature = (token, returned=None))]
+    fn held_outcome(&self, token: &str, returned: Option<&str>) -> PyResult<String> {
+        self.inner.held_outcome(token, returned).map_err(to_py)
     }
 
     /// The SELECT of one outbox row by job id (`Bridge::select_job_sql`), for the host to run

@@ -12,7 +12,7 @@ create_exception!(
     _native,
     NativeError,
     PyException,
-    "A core error: args[0] is its JSON text {\"code\", \"field\", \"message\", \"retryable\", \"family\"}."
+    "A core error: args[0] is its JSON text {\"code\", \"field\", \"message\", \"retryable\", \"family\", \"existing_job_id\"?}."
 );
 
 pub fn to_py(error: Error) -> PyErr {

@@ -195,6 +195,7 @@ DOCUMENTED_CLASSES = {
     "BACKEND_REJECTED": "BackendRejectedError",
     "NO_TRANSACTION": "NoTransactionError",
     "RELAY_SHUT_DOWN": "RelayShutDownError",
+    "DUPLICATE": "DuplicateJobError",
 }
 DOCUMENTED_FAMILIES = {
     "validation": "ValidationError",
@@ -203,6 +204,7 @@ DOCUMENTED_FAMILIES = {
     "backend": "BackendError",
     "transaction": "NoTransactionError",
     "relay": "RelayShutDownError",
+    "duplicate": "DuplicateJobError",
 }
 
 
@@ -225,6 +227,12 @@ def test_every_core_code_decodes_to_its_documented_class_under_its_family():
         assert (error.code, error.field, str(error), error.retryable) == (
             code, "f", "m", entry["retryable"])
     assert issubclass(errors.ConfigurationError, ImproperlyConfigured)
+    # DUPLICATE carries the id of the job that holds the unique key.
+    duplicate = errors.decode(json.dumps({
+        "code": "DUPLICATE", "field": "options.unique", "message": "m", "retryable": False,
+        "family": "duplicate", "existing_job_id": "0190a8e0-0000-7000-8000-000000000001"}))
+    assert type(duplicate) is errors.DuplicateJobError
+    assert duplicate.existing_job_id == "0190a8e0-0000-7000-8000-000000000001"
     # A code this version does not know yet: the class of its family, else OJSError.
     unknown = errors.decode('{"code": "NEW_ONE", "field": null, "message": "m", '
                             '"retryable": false, "family": "backend"}')

@@ -217,6 +217,11 @@ class Run:
             error = exc
         if self.check_error(step, error):
             return
+        if not bulk and "same_as" in step:
+            wanted = self.id_of(step["same_as"])
+            if ids[0] != wanted:
+                raise CaseFailed(f"expected the id of {step['same_as']!r} ({wanted}), the call "
+                                 f"returned {ids[0]}")
         for ref, job_id in zip(refs, ids):
             if ref:
                 self.refs[ref] = job_id
@@ -462,6 +467,13 @@ class Run:
             if n != exactly:
                 raise CaseFailed(f"{ref!r} was delivered {n} times, expected {exactly}")
         by_id = {job["id"]: job for job in jobs}
+        for ref in step.get("encrypted", []):
+            job = by_id.get(self.id_of(ref))
+            if job is None:
+                raise CaseFailed(f"{ref!r} not stored")
+            why = not_encrypted(job)
+            if why:
+                raise CaseFailed(f"{ref!r} is not stored encrypted: {why}; stored {job}")
         for ref, fields in (step.get("jobs") or {}).items():
             job = by_id.get(self.id_of(ref))
             if job is None:
@@ -500,6 +512,28 @@ class Run:
                 self.backend.call("DELETE", "/_dev/faults")
             finally:
                 self.ojs.reset()
+
+
+def not_encrypted(job: dict) -> Optional[str]:
+    """Why a stored job is not the encryption extension's form (None when it is): ``args`` one
+    envelope ``{"ojs_encoded": true, "encoding": "binary/encrypted", "data": text}``, meta with
+    ``ojs.codec.encodings`` ``["binary/encrypted"]`` and a text ``ojs.codec.key_id``."""
+    args = job.get("args")
+    if not (isinstance(args, list) and len(args) == 1 and isinstance(args[0], dict)):
+        return "args is not a one-element array holding an object"
+    envelope = args[0]
+    if envelope.get("ojs_encoded") is not True:
+        return "args[0].ojs_encoded is not true"
+    if envelope.get("encoding") != "binary/encrypted":
+        return "args[0].encoding is not \"binary/encrypted\""
+    if not isinstance(envelope.get("data"), str):
+        return "args[0].data is not a string"
+    meta = job.get("meta") or {}
+    if meta.get("ojs.codec.encodings") != ["binary/encrypted"]:
+        return "meta[\"ojs.codec.encodings\"] is not [\"binary/encrypted\"]"
+    if not isinstance(meta.get("ojs.codec.key_id"), str):
+        return "meta[\"ojs.codec.key_id\"] is not a string"
+    return None
 
 
 def is_subset(expected: Any, actual: Any) -> bool:

@@ -26,6 +26,7 @@ from .errors import (
     BackendUnavailableError,
     ConfigurationError,
     DatabaseError,
+    DuplicateJobError,
     InvalidArgsError,
     InvalidConfigError,
     InvalidDatabaseUrlError,
@@ -75,4 +76,5 @@ __all__ = [
     "BackendRejectedError",
     "NoTransactionError",
     "RelayShutDownError",
+    "DuplicateJobError",
 ]

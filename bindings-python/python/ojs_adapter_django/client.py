@@ -187,6 +187,23 @@ def _staging_cursor(connection: Any) -> Any:
     return cursor
 
 
+def _execute(cursor: Any, bridge: _native.Bridge,
+             statements: Sequence[tuple[str, list, Optional[Mapping[str, Any]]]],
+             job_ids: list[str]) -> None:
+    """Runs the statements on ``cursor``. Any may return rows (PostgreSQL's advisory lock and
+    NOTIFY are SELECTs): only those of a statement with ``returns`` are read, and the core's
+    ``held_outcome`` decides what they mean; this module never compares ids."""
+    for sql, params, returns in statements:
+        cursor.execute(sql, params)
+        if returns is not None:
+            row = cursor.fetchone()
+            returned = None if row is None or row[0] is None else str(row[0])
+            try:
+                job_ids[returns["job"]] = bridge.held_outcome(returns["token"], returned)
+            except _native.NativeError as native:
+                raise from_native(native) from None
+
+
 class _Wake:
     """The after-commit wake-up of the jobs staged one after another at one savepoint level."""
 
@@ -440,12 +457,16 @@ class OJS:
                                       options_json, meta_json, context_json(), sql is None)
         except _native.NativeError as native:
             raise from_native(native) from None
+        if staged[:1] == "\0":
+            # A keyed job (ordering_key, unique): its own statements, run as a bulk of one. Its
+            # SQL is never the per-job INSERT, so nothing is cached.
+            return self._run_staged(connection, alias, bridge, json.loads(staged[1:]))[0]
         if sql is None:
             sql, staged = staged.split("\0", 1)
             self._insert_sql[alias] = sql
         params = _staged_job(staged)
         job_id: str = params[0]  # type: ignore[assignment]
-        self._write(connection, alias, bridge, ((sql, params),), [job_id], False)
+        self._write(connection, alias, bridge, ((sql, params, None),), [job_id], False)
         return job_id
 
     def enqueue_bulk(self, jobs: Iterable[Mapping[str, Any]], *,
@@ -466,18 +487,27 @@ class OJS:
                                              _jobs_json(jobs), context_json()))
         except _native.NativeError as native:
             raise from_native(native) from None
-        statements = [(statement["sql"], statement["params"])
+        return self._run_staged(connection, alias, bridge, staged)
+
+    def _run_staged(self, connection: Any, alias: str, bridge: _native.Bridge,
+                    staged: Mapping[str, Any]) -> list[str]:
+        """Runs a ``Staged`` (decoded ``Staged::to_json``) and returns the ids to report: the
+        staged ids, where a unique job's statement may have named another (``held_outcome``)."""
+        statements = [(statement["sql"], statement["params"], statement.get("returns"))
                       for statement in staged["statements"]]
-        job_ids = staged["job_ids"]
+        job_ids = list(staged["job_ids"])
         self._write(connection, alias, bridge, statements, job_ids, staged["needs_savepoint"])
         return job_ids
 
     def _write(self, connection: Any, alias: str, bridge: _native.Bridge,
-               statements: Sequence[tuple[str, list]], job_ids: list[str],
-               needs_savepoint: bool) -> None:
-        """Runs the core's INSERT(s) on Django's connection, in a savepoint of their own when
+               statements: Sequence[tuple[str, list, Optional[Mapping[str, Any]]]],
+               job_ids: list[str], needs_savepoint: bool) -> None:
+        """Runs the core's statements on Django's connection, in a savepoint of their own when
         the core says so, and arranges the wake-up: at the outermost commit inside atomic(), at
-        once in autocommit."""
+        once in autocommit. A statement with ``returns`` (a unique job's) is a query: the core
+        says, from the first column of its first row, which id the call reports for job
+        ``returns["job"]`` (written into ``job_ids``), or raises DuplicateJobError (in a
+        savepoint, rolled back with it: the bulk stages nothing)."""
         in_atomic = connection.in_atomic_block
         if not in_atomic and not connection.get_autocommit():
             raise TransactionManagementError(
@@ -495,16 +525,12 @@ class OJS:
         try:
             if needs_savepoint:
                 with transaction.atomic(using=alias), connection.cursor() as cursor:
-                    for sql, params in statements:
-                        cursor.execute(sql, params)
+                    _execute(cursor, bridge, statements, job_ids)
             elif in_atomic:
-                cursor = _staging_cursor(connection)
-                for sql, params in statements:
-                    cursor.execute(sql, params)
+                _execute(_staging_cursor(connection), bridge, statements, job_ids)
             else:
                 with connection.cursor() as cursor:
-                    for sql, params in statements:
-                        cursor.execute(sql, params)
+                    _execute(cursor, bridge, statements, job_ids)
         except DjangoDatabaseError as exc:
             raise _database_error(exc, "staging the outbox rows") from exc
         if in_atomic:

@@ -1,9 +1,10 @@
 """One exception hierarchy for every failure the core reports (docs/errors.md).
 
 An error crosses from the core as one JSON text (``Error::to_json``: code, field, message,
-retryable, family); ``decode`` turns it into the class of its code. The codes, messages, fields,
-the retryable flag and the family all come from the core; this module only names a Python class
-for each code and family. Callers test ``.code``, never the message.
+retryable, family, and ``existing_job_id`` for DUPLICATE); ``decode`` turns it into the class
+of its code. The codes, messages, fields, the retryable flag and the family all come from the
+core; this module only names a Python class for each code and family. Callers test ``.code``,
+never the message.
 """
 
 from __future__ import annotations
@@ -115,6 +116,24 @@ class RelayShutDownError(OJSError):
     """RELAY_SHUT_DOWN: the relay could not start or was stopped before its flush ended."""
 
 
+class DuplicateJobError(OJSError):
+    """DUPLICATE: ``options.unique`` with ``on_conflict`` ``reject`` met a job of the same
+    unique key that the outbox still holds (staged, not yet sent). ``existing_job_id`` names it
+    (None when the holding job is being sent right now: try again). Nothing was staged, and the
+    open transaction is still usable."""
+
+    existing_job_id: Optional[str]
+
+    def __init__(self, message: str, *, code: str = "DUPLICATE", field: Optional[str] = None,
+                 retryable: bool = False, existing_job_id: Optional[str] = None) -> None:
+        super().__init__(message, code=code, field=field, retryable=retryable)
+        self.existing_job_id = existing_job_id
+
+    def __repr__(self) -> str:
+        return (f"{type(self).__name__}(code={self.code!r}, field={self.field!r}, "
+                f"existing_job_id={self.existing_job_id!r}, message={self.message!r})")
+
+
 #: The class of each code (docs/errors.md).
 CLASS_BY_CODE: dict[str, type[OJSError]] = {
     "INVALID_JOB_TYPE": InvalidJobTypeError,
@@ -131,6 +150,7 @@ CLASS_BY_CODE: dict[str, type[OJSError]] = {
     "BACKEND_REJECTED": BackendRejectedError,
     "NO_TRANSACTION": NoTransactionError,
     "RELAY_SHUT_DOWN": RelayShutDownError,
+    "DUPLICATE": DuplicateJobError,
 }
 
 #: The class of each family: the parent of its codes' classes (the class of a code this version
@@ -142,6 +162,7 @@ CLASS_BY_FAMILY: dict[str, type[OJSError]] = {
     "backend": BackendError,
     "transaction": NoTransactionError,
     "relay": RelayShutDownError,
+    "duplicate": DuplicateJobError,
 }
 
 
@@ -150,8 +171,11 @@ def decode(text: str) -> OJSError:
     error = json.loads(text)
     code = error["code"]
     cls = CLASS_BY_CODE.get(code) or CLASS_BY_FAMILY.get(error.get("family"), OJSError)
+    extra = {}
+    if issubclass(cls, DuplicateJobError):
+        extra["existing_job_id"] = error.get("existing_job_id")
     return cls(error["message"], code=code, field=error.get("field"),
-               retryable=bool(error.get("retryable")))
+               retryable=bool(error.get("retryable")), **extra)
 
 
 def from_native(native: _native.NativeError) -> OJSError:
@@ -166,6 +190,6 @@ __all__ = [
     "ConfigurationError", "InvalidConfigError", "InvalidDatabaseUrlError",
     "DatabaseError", "OutboxTableMissingError",
     "BackendError", "BackendUnavailableError", "BackendRejectedError",
-    "NoTransactionError", "RelayShutDownError",
+    "NoTransactionError", "RelayShutDownError", "DuplicateJobError",
     "CLASS_BY_CODE", "CLASS_BY_FAMILY", "decode", "from_native",
 ]
