@@ -91,7 +91,8 @@ unsafe fn answer(
 }
 
 /// One job (`Bridge::stage_job`): the answer is `StagedJob::encode(with_sql != 0)`, the
-/// INSERT's text first when asked, then its parameters, NUL-separated.
+/// INSERT's text first when asked, then its parameters, NUL-separated; for a job with an
+/// ordering key or a unique key, a NUL and then its `Staged::to_json` (run as a bulk of one).
 ///
 /// # Safety
 /// `stager` is a live `Stager` handle; every `(pointer, length)` pair is null or `length`

@@ -6,8 +6,9 @@
 //!   `ojs_bridge::Bridge`'s); a `Stager` (uniffi object too) is a Bridge bound to one dialect
 //!   and placeholder style, for the per-job calls;
 //! - every error crosses as uniffi's `NativeError::Failure { json }`, the JSON text of
-//!   `Error::to_json` (`{"code", "field", "message", "retryable", "family"}`), decoded by one
-//!   Ruby function (`OJS::Error.from_json`); a panic is uniffi's "unexpected error" status;
+//!   `Error::to_json` (`{"code", "field", "message", "retryable", "family"}`, and
+//!   `"existing_job_id"` for `DUPLICATE`), decoded by one Ruby function (`OJS::Error.from_json`);
+//!   a panic is uniffi's "unexpected error" status;
 //! - the calls made once per job or per commit (`hot.rs`) are exported from this library as C
 //!   functions, because uniffi's generated Ruby lowers a string byte by byte (measured:
 //!   docs/rails.md, "Performance"). They take the uniffi handles of `Bridge`/`Stager` (borrowed,
@@ -176,6 +177,15 @@ impl Bridge {
             dialect,
             placeholder,
         })
+    }
+
+    /// What a unique job's enqueue call reports once its staging statement (one with
+    /// `returns`) ran (`ojs_bridge::Bridge::held_outcome`): `token` is the statement's
+    /// `returns.token`, `returned` the first column of the row it returned (nil: no row). The
+    /// job id to report for job `returns.job`, or the core's `DUPLICATE` error (with
+    /// `existing_job_id`). Called once per unique job, never per plain one.
+    pub fn held_outcome(&self, token: String, returned: Option<String>) -> NativeResult<String> {
+        Ok(self.inner.held_outcome(&token, returned.as_deref())?)
     }
 
     /// Abrupt stop, as a crash: no flush, leases stay until they expire (tests of recovery).

@@ -97,7 +97,7 @@ class BadInputTest < Minitest::Test
 
   # docs/errors.md's table: every code of the core (`error::codes_json`) is its class, below its
   # family's class (ValidationError, ConfigurationError, DatabaseError, BackendError; the
-  # transaction and relay families' one code each directly below OJS::Error), with the core's
+  # transaction, relay and duplicate families' one code each directly below OJS::Error), with the core's
   # retryable flag; decoded from the core's error JSON by the one decoder.
   EXPECTED_CLASSES = {
     "INVALID_JOB_TYPE" => "InvalidJobType", "INVALID_QUEUE" => "InvalidQueue", "INVALID_ARGS" => "InvalidArgs",
@@ -105,11 +105,11 @@ class BadInputTest < Minitest::Test
     "INVALID_CONFIG" => "InvalidConfig", "INVALID_DATABASE_URL" => "InvalidDatabaseUrl",
     "OUTBOX_TABLE_MISSING" => "OutboxTableMissing", "DATABASE" => "DatabaseError",
     "BACKEND_UNAVAILABLE" => "BackendUnavailable", "BACKEND_REJECTED" => "BackendRejected",
-    "NO_TRANSACTION" => "NoTransaction", "RELAY_SHUT_DOWN" => "RelayShutDown"
+    "NO_TRANSACTION" => "NoTransaction", "RELAY_SHUT_DOWN" => "RelayShutDown", "DUPLICATE" => "DuplicateJob"
   }.freeze
   FAMILY_CLASSES = { "validation" => "ValidationError", "configuration" => "ConfigurationError",
                      "database" => "DatabaseError", "backend" => "BackendError",
-                     "transaction" => "Error", "relay" => "Error" }.freeze
+                     "transaction" => "Error", "relay" => "Error", "duplicate" => "Error" }.freeze
 
   def test_every_core_code_is_its_class_below_its_family
     codes = JSON.parse(OJS::Native.error_codes_json)
@@ -128,6 +128,16 @@ class BadInputTest < Minitest::Test
       assert_equal info["retryable"], OJS::Error.for_code(info["code"], "m").retryable?
     end
     assert_same OJS::Error, OJS::OJSError
+  end
+
+  # DUPLICATE's JSON carries the held job's id: OJS::DuplicateJob#existing_job_id.
+  def test_duplicate_carries_the_existing_job_id
+    json = JSON.generate("code" => "DUPLICATE", "field" => "options.unique", "message" => "m", "retryable" => false,
+                         "family" => "duplicate", "existing_job_id" => "0190a1b2-0000-7000-8000-000000000001")
+    error = OJS::Error.from_json(json)
+    assert_instance_of OJS::DuplicateJob, error
+    assert_equal "0190a1b2-0000-7000-8000-000000000001", error.existing_job_id
+    assert_nil OJS::Error.for_code("DUPLICATE", "m").existing_job_id
   end
 
   def test_bad_configuration_raises_invalid_config_naming_the_key

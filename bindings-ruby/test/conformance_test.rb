@@ -73,6 +73,7 @@ module Conformance
         c.outbox_table = @table
         c.outbox_options = config["outbox"]
         c.relay_options = config["relay"]
+        c.encryption = config["encryption"] # the key ring, as the case has it (nil: none)
         c.auto_start = false # the case says when the relay runs
       end
       OJS::Migration.create_outbox_table(connection)
@@ -217,6 +218,9 @@ module Conformance
       end
       return unless ids
 
+      if (same = step["same_as"])
+        fail_step("returned #{ids.first}, expected #{same.inspect}'s id #{id_of(same)}") unless ids.first == id_of(same)
+      end
       jobs.map(&:first).zip(ids).each { |ref, id| @refs[ref] = id if ref }
       @last_commit_us = now_us if autocommit
     end
@@ -440,6 +444,21 @@ module Conformance
       fail_step("#{actual} events received, expected #{step['total']}: #{summary(subscription.events)}") unless actual == step["total"]
     end
 
+    # The encryption extension's envelope as the backend stored it: args one object
+    # {"ojs_encoded": true, "encoding": "binary/encrypted", "data": text}, and the codec meta.
+    def expect_encrypted(ref, job)
+      args = job["args"]
+      envelope = args.is_a?(Array) && args.length == 1 && args.first.is_a?(Hash) ? args.first : nil
+      unless envelope && envelope["ojs_encoded"] == true && envelope["encoding"] == "binary/encrypted" &&
+             envelope["data"].is_a?(String)
+        fail_step("#{ref.inspect}: args are not the encrypted envelope: #{args.inspect}")
+      end
+      meta = job["meta"] || {}
+      unless meta["ojs.codec.encodings"] == ["binary/encrypted"] && meta["ojs.codec.key_id"].is_a?(String)
+        fail_step("#{ref.inspect}: meta lacks the codec keys: #{meta.inspect}")
+      end
+    end
+
     def expect_backend(step)
       received = @backend.received
       jobs = stored_jobs(received)
@@ -465,6 +484,10 @@ module Conformance
       (step["deliveries_exactly"] || {}).each do |ref, exactly|
         n = deliveries.call(ref)
         fail_step("#{ref.inspect} was delivered #{n} times, expected #{exactly}") unless n == exactly
+      end
+      (step["encrypted"] || []).each do |ref|
+        job = jobs.find { |stored| stored["id"] == id_of(ref) } or fail_step("#{ref.inspect} not stored")
+        expect_encrypted(ref, job)
       end
       (step["jobs"] || {}).each do |ref, want|
         job = jobs.find { |stored| stored["id"] == id_of(ref) } or fail_step("#{ref.inspect} not stored")

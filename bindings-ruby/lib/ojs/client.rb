@@ -47,7 +47,9 @@ module OJS
     # (`ojs_ruby_bridge_stage_job`, see OJS::HotCalls); the row is written on `connection` with
     # the core's INSERT (its text fetched once per connection kind). Returns the job id.
     # Anything but a String/Symbol type and an Array of args takes the general path
-    # (enqueue_after_commit), so the core's own message names what is wrong.
+    # (enqueue_after_commit), so the core's own message names what is wrong. A job with an
+    # ordering key or a unique key comes back as the core's statements (`Staged`), run as a
+    # bulk of one (write_staged).
     def enqueue_job(type, args, options, meta, connection = configuration.connection_class.connection)
       type = type.name if type.instance_of?(Symbol)
       unless type.instance_of?(String) && args.instance_of?(Array) &&
@@ -64,6 +66,8 @@ module OJS
       meta_json = meta.nil? ? nil : JSONValue.dump(meta, "meta")
       params = stage_job(@stagers[connection.adapter_name] || stager_of(connection),
                          type, args_json, options_json, meta_json, Context.json)
+      return write_staged(connection, params).first if params.is_a?(Hash)
+
       sql = params.pop
       begin
         # The core's single-row INSERT is one text per connection kind: prepared once per
@@ -95,8 +99,15 @@ module OJS
         HotCalls.ojs_ruby_bridge_stage(stager[1], json, json.bytesize, context, context ? context.bytesize : 0,
                                        buffer, buffer.size, status)
       end))
-      job_ids = staged["job_ids"]
-      write_rows(connection, staged)
+      write_staged(connection, staged)
+    end
+
+    # Runs the core's statements (`Staged`: a bulk, or one keyed job) on `connection` and
+    # registers the wake-up of the ids they staged; returns the ids to report, in job order.
+    # A unique job's id is what the core's `held_outcome` says (the held job's for "ignore"),
+    # and that id is also the one the wake-up records.
+    def write_staged(connection, staged)
+      job_ids = write_rows(connection, staged)
       if connection.transaction_open?
         TransactionHook.register(connection, self, job_ids)
       else
@@ -107,7 +118,10 @@ module OJS
 
     # The core's parameters for one job's row, JSON texts in, nothing written (what
     # enqueue_job writes; the benchmark's raw INSERT uses them too):
-    # `[job_id, job_type, job_args, job_options, job_meta, tenant_id, insert_sql]`.
+    # `[job_id, job_type, job_args, job_options, job_meta, tenant_id, insert_sql]`. A job with
+    # an ordering key or a unique key has statements of its own: then the parsed `Staged` Hash
+    # (the answer's first field is empty: a NUL, then its JSON), never split as the row's
+    # parameters nor taken as the per-job INSERT text.
     def stage_job(stager, type, args_json, options_json, meta_json, context_json)
       sql = stager[2]
       status = HotCalls.status
@@ -120,7 +134,10 @@ module OJS
         buffer = staging_buffer(length)
       end
       HotCalls.raise_failure(status) if length.zero? # an answer is never empty
-      params = Client.decode_staged_job(buffer.get_bytes(0, length).force_encoding(Encoding::UTF_8), sql.nil?)
+      text = buffer.get_bytes(0, length).force_encoding(Encoding::UTF_8)
+      return JSON.parse(text.byteslice(1, length - 1)) if text.getbyte(0).zero?
+
+      params = Client.decode_staged_job(text, sql.nil?)
       stager[2] = params[6].freeze if sql.nil?
       params[6] = stager[2]
       params
@@ -325,24 +342,48 @@ module OJS
     end
 
     # The statements of `Staged::to_json`, inside a savepoint of their own exactly when the
-    # core says they must be all or nothing (`needs_savepoint`).
+    # core says they must be all or nothing (`needs_savepoint`; an error raised in it, such as
+    # OJS::DuplicateJob, rolls the savepoint back and leaves the host transaction usable).
+    # Returns the job ids to report: the staged ids, each unique job's replaced by what the
+    # core's `held_outcome` makes of the id its statement returned (`returns`).
     def write_rows(connection, staged)
       statements = staged["statements"]
+      job_ids = staged["job_ids"]
       if staged["needs_savepoint"]
         connection.transaction(requires_new: true) do
-          statements.each { |statement| execute(connection, statement["sql"], statement["params"]) }
+          statements.each { |statement| run_statement(connection, statement, job_ids) }
         end
       else
-        statements.each { |statement| execute(connection, statement["sql"], statement["params"]) }
+        statements.each { |statement| run_statement(connection, statement, job_ids) }
       end
+      job_ids
     end
 
-    # The INSERT on the application's connection, in its current transaction, through
-    # ActiveRecord's own parameterized path (logged as "OJS"). A driver error is classified by
-    # the core: a missing table is OJS::OutboxTableMissing, anything else OJS::DatabaseError
-    # (the ActiveRecord exception is the cause).
-    def execute(connection, sql, params)
-      connection.exec_query(sql, "OJS", params)
+    # One statement. One with `returns` is a query: the first column of its first row (nil:
+    # no row) goes to the core's `held_outcome` with the statement's token, whose answer is
+    # the id of job `returns.job` (or its error, OJS::DuplicateJob, raised). Any other
+    # statement may return a row too (PostgreSQL's advisory lock and pg_notify SELECTs, whose
+    # `void` column ActiveRecord's result would warn about): it runs as exec_update, which
+    # reads no rows.
+    def run_statement(connection, statement, job_ids)
+      returns = statement["returns"]
+      unless returns
+        execute(connection, statement["sql"], statement["params"], :exec_update)
+        return
+      end
+
+      result = execute(connection, statement["sql"], statement["params"])
+      returned = result.rows.first&.first
+      returned = returned.to_s unless returned.nil?
+      job_ids[returns["job"]] = OJS.native_call { bridge.held_outcome(returns["token"], returned) }
+    end
+
+    # A statement on the application's connection, in its current transaction, through
+    # ActiveRecord's own parameterized path (logged as "OJS"); returns its result. A driver
+    # error is classified by the core: a missing table is OJS::OutboxTableMissing, anything
+    # else OJS::DatabaseError (the ActiveRecord exception is the cause).
+    def execute(connection, sql, params, call = :exec_query)
+      connection.public_send(call, sql, "OJS", params)
     rescue ::ActiveRecord::StatementInvalid => e
       raise database_error(e)
     end

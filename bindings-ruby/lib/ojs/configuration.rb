@@ -19,6 +19,10 @@ module OJS
   #     config.auto_start = true                  # the in-process relay starts by itself
   #     config.current_tenant_id = ->(env) { env["warden"]&.user&.account_id&.to_s } # the tenant
   #     config.trust_tenant_header = false        # adapter.trust_tenant_header
+  #     config.encryption = {                     # adapter.encryption: args sealed at staging
+  #       key_id: "k2",                           # the key new jobs are sealed with
+  #       keys: { "k1" => ENV["OJS_KEY_K1"], "k2" => ENV["OJS_KEY_K2"] } # base64, 32 bytes each
+  #     }
   #   end
   #
   # A setting that does not exist (a misspelling, a removed name) raises OJS::InvalidConfig.
@@ -61,6 +65,13 @@ module OJS
     # tenant (when current_tenant_id gives none). Off by default: any client can send that
     # header; trust it only behind a gateway that sets it and strips the client's.
     attr_accessor :trust_tenant_header
+    # adapter.encryption: the key ring of the OJS encryption extension, a Hash
+    # `{ key_id: "k2", keys: { "k1" => "<base64 of 32 bytes>", "k2" => "..." } }` (nil: args
+    # travel in plaintext). Passed to the core as it is: the core checks it when OJS.configure
+    # runs (a bad key is OJS::InvalidConfig naming it) and seals each new job's args with
+    # `key_id`'s key; the other keys still open jobs sealed before a rotation. Key ids are
+    # passed as written (Symbol keys become their names, nothing is re-spelled).
+    attr_accessor :encryption
     # The Logger the adapter writes to: the relay's pauses (warn), resumes (info) and dead
     # letters (error, with the job id), and the development-URL notice. nil: Rails.logger when
     # Rails is loaded, else a Logger on $stderr (OJS.logger).
@@ -79,7 +90,7 @@ module OJS
     # The settings of this class, as `config.<name> =` spells them.
     SETTINGS = %w[url ojs_url adapter outbox_table database_url auth_token trust_tenant_header relay
                   outbox_options relay_options connection_class auto_start current_user_id current_tenant_id
-                  logger].freeze
+                  logger encryption].freeze
     # Names this gem used before, and what they are now.
     RENAMED = { "start_relay_on_first_use" => "auto_start" }.freeze
 
@@ -133,6 +144,7 @@ module OJS
       }.compact
       core["outbox"] = outbox unless outbox.empty?
       core["relay"] = relay_section unless relay_section.empty?
+      core["encryption"] = encryption unless encryption.nil?
       JSONValue.dump({ "adapter" => core }, "config")
     end
 

@@ -41,10 +41,13 @@ module OJS
       end
 
       # The one decoder of the core's error encoding (`Error::to_json`: {"code", "field",
-      # "message", "retryable", "family"}), whichever call it came from.
+      # "message", "retryable", "family"}, and "existing_job_id" for DUPLICATE), whichever call
+      # it came from.
       def from_json(text)
         failure = JSON.parse(text)
-        for_code(failure["code"], failure["message"], field: failure["field"], retryable: failure["retryable"])
+        error = for_code(failure["code"], failure["message"], field: failure["field"], retryable: failure["retryable"])
+        error.existing_job_id = failure["existing_job_id"] if error.is_a?(DuplicateJob)
+        error
       end
     end
   end
@@ -83,6 +86,24 @@ module OJS
   # The relay could not start or was stopped before its flush ended.
   class RelayShutDown < Error; end
 
+  # A unique job (`options[:unique]`) conflicts with a job the outbox still holds (staged and
+  # not yet sent): on_conflict "reject" (or a held job being sent right now that the policy
+  # would have replaced). Decided in the application's transaction by the staging statement,
+  # which never fails in SQL: the transaction stays usable (a bulk holding the job stages
+  # nothing). `existing_job_id` names the held job (nil when it was being sent).
+  class DuplicateJob < Error
+    attr_accessor :existing_job_id
+
+    def initialize(message = nil, existing_job_id: nil, **rest)
+      super(message, **rest)
+      @existing_job_id = existing_job_id
+    end
+
+    def inspect
+      "#<#{self.class.name} code=#{code.inspect} existing_job_id=#{existing_job_id.inspect} message=#{message.inspect}>"
+    end
+  end
+
   class Error
     CLASSES = {
       "INVALID_JOB_TYPE" => InvalidJobType,
@@ -98,11 +119,12 @@ module OJS
       "BACKEND_UNAVAILABLE" => BackendUnavailable,
       "BACKEND_REJECTED" => BackendRejected,
       "NO_TRANSACTION" => NoTransaction,
-      "RELAY_SHUT_DOWN" => RelayShutDown
+      "RELAY_SHUT_DOWN" => RelayShutDown,
+      "DUPLICATE" => DuplicateJob
     }.freeze
 
-    # The family classes of docs/errors.md; a code of the transaction and relay families is
-    # its own class, directly below OJS::Error.
+    # The family classes of docs/errors.md; a code of the transaction, relay and duplicate
+    # families is its own class, directly below OJS::Error.
     FAMILIES = {
       "validation" => ValidationError,
       "configuration" => ConfigurationError,
