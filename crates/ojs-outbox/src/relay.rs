@@ -350,6 +350,9 @@ struct Prefetched {
 struct Settling {
     task: AbortOnDrop<Settled>,
     rows: Vec<ClaimedRow>,
+    /// `true` once the settlement has committed: a claim of the rows behind its keyed rows
+    /// (their ordering keys' next jobs) waits for it.
+    done: tokio::sync::watch::Receiver<bool>,
 }
 
 /// What ended the relay's idle wait.
@@ -585,8 +588,11 @@ impl Engine {
                     let claim_next = self.claim_due();
                     self.prefetched = Some(AbortOnDrop(tokio::spawn(claim_next)));
                 }
+                // A keyed row's successor is due once it settles: claim again then (the claim
+                // waits for the settlement), rather than after a poll interval.
+                let keyed = claim.rows.iter().any(|row| row.keyed);
                 self.deliver(&token, claim).await;
-                full && self.pause_until.is_none() && !self.stopping()
+                (full || keyed) && self.pause_until.is_none() && !self.stopping()
             }
             Err(e) => {
                 self.database_trouble(e).await;
@@ -597,6 +603,10 @@ impl Engine {
 
     /// The poller's claim statement, as a future that owns what it needs (it may run as a
     /// task beside the round that sends).
+    ///
+    /// While a settlement of rows with ordering keys is in flight, the claim waits for it: the
+    /// next jobs of those keys become due only when it commits, and a claim that ran before
+    /// would find them held back and scan the whole backlog for nothing.
     fn claim_due(&mut self) -> impl std::future::Future<Output = Prefetched> + Send + 'static {
         let token = self.next_lease_token();
         let store = self.store.clone();
@@ -605,7 +615,15 @@ impl Engine {
             self.config.outbox.batch_size,
             self.skip_recent,
         );
+        let keyed_settling = self
+            .settling
+            .as_ref()
+            .filter(|settling| settling.rows.iter().any(|row| row.keyed))
+            .map(|settling| settling.done.clone());
         async move {
+            if let Some(mut done) = keyed_settling {
+                let _ = done.wait_for(|done| *done).await;
+            }
             let started = Instant::now();
             let claimed = store.claim_due(&token, lease, limit, skip_recent).await;
             Prefetched {
@@ -733,9 +751,16 @@ impl Engine {
         if held {
             // PostgreSQL: the claim's transaction commits while the next round claims (other
             // rows: these stay locked until then) and sends.
+            let (done_tx, done) = tokio::sync::watch::channel(false);
+            let settle = async move {
+                let settled = settle.await;
+                let _ = done_tx.send(true);
+                settled
+            };
             self.settling = Some(Settling {
                 task: AbortOnDrop(tokio::spawn(settle)),
                 rows,
+                done,
             });
         } else {
             let settled = settle.await;
@@ -1504,6 +1529,7 @@ mod tests {
             options_json: "{}".into(),
             meta_json: "{}".into(),
             attempts: 0,
+            keyed: false,
         }
     }
 

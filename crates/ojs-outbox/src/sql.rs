@@ -734,7 +734,8 @@ impl OutboxSql {
     /// SQLite: claims due rows in one statement that puts a lease on them. Parameters: lease
     /// token, lease ms, limit, then either skip-recent ms (`by_ids == false`) or the job ids
     /// as a JSON array text. Returns
-    /// `id, job_id, job_type, job_args, job_options, job_meta, attempts`.
+    /// `id, job_id, job_type, job_args, job_options, job_meta, attempts`, and whether the row
+    /// has an ordering key.
     pub fn claim_sqlite(&self, by_ids: bool) -> String {
         debug_assert_eq!(self.dialect, Dialect::Sqlite);
         let t = &self.table;
@@ -743,12 +744,14 @@ impl OutboxSql {
         let filter = if by_ids {
             "job_id IN (SELECT value FROM json_each(?4))".to_owned()
         } else {
-            format!("created_at <= {now} - ?4")
+            // A keyed row is not left to the hot path: its successor is due when the head
+            // settles, when no commit announces it.
+            format!("(created_at <= {now} - ?4 OR order_key IS NOT NULL)")
         };
         format!(
             "UPDATE {t} SET locked_until = {now} + ?2, lease_token = ?1 \
              WHERE id IN (SELECT id FROM {t} WHERE {due} AND {filter} ORDER BY id LIMIT ?3) \
-             RETURNING id, job_id, job_type, job_args, job_options, job_meta, attempts"
+             RETURNING id, job_id, job_type, job_args, job_options, job_meta, attempts, order_key IS NOT NULL"
         )
     }
 
@@ -757,8 +760,9 @@ impl OutboxSql {
     /// round trip, where sqlx sends a BEGIN and waits for it before any statement. The locks
     /// hold the rows until the settlement commits, so the claim writes nothing. Its values
     /// are written into the text, and only values that cannot carry SQL: a count, a number
-    /// of milliseconds, UUIDs formatted here. Returns the columns of `claim_sqlite` and
-    /// `ctid` as text (where the locked row lies, for `settle_sent_and_commit_pg`).
+    /// of milliseconds, UUIDs formatted here. Returns the columns of `claim_sqlite` (but its
+    /// last), `ctid` as text (where the locked row lies, for `settle_sent_and_commit_pg`), and
+    /// whether the row has an ordering key.
     pub fn begin_and_claim_pg(&self, limit: usize, filter: ClaimFilter<'_>) -> String {
         debug_assert_eq!(self.dialect, Dialect::Postgres);
         let t = &self.table;
@@ -769,11 +773,13 @@ impl OutboxSql {
                 format!("job_id = ANY(ARRAY[{}]::uuid[])", ids.join(","))
             }
             ClaimFilter::OlderThanMs(ms) => {
-                format!("created_at <= now() - {ms} * interval '1 millisecond'")
+                format!(
+                    "(created_at <= now() - {ms} * interval '1 millisecond' OR order_key IS NOT NULL)"
+                )
             }
         };
         format!(
-            "BEGIN; SELECT id, job_id::text, job_type, job_args::text, job_options::text, job_meta::text, attempts, ctid::text \
+            "BEGIN; SELECT id, job_id::text, job_type, job_args::text, job_options::text, job_meta::text, attempts, ctid::text, order_key IS NOT NULL \
              FROM {t} WHERE {due} AND {filter} ORDER BY id LIMIT {limit} FOR UPDATE SKIP LOCKED"
         )
     }

@@ -60,6 +60,8 @@ pub struct ClaimedRow {
     pub options_json: String,
     pub meta_json: String,
     pub attempts: i32,
+    /// The row has an ordering key: the next row of its key is due once this one settles.
+    pub keyed: bool,
 }
 
 /// The rows of one claim and what holds them until they are settled: on SQLite the lease
@@ -1042,6 +1044,7 @@ fn claimed_pg(row: &sqlx::postgres::PgRow) -> ClaimedRow {
         options_json: row.get(4),
         meta_json: row.get(5),
         attempts: row.get(6),
+        keyed: row.get(8),
     }
 }
 
@@ -1054,6 +1057,7 @@ fn claimed_sqlite(row: &sqlx::sqlite::SqliteRow) -> ClaimedRow {
         options_json: row.get(4),
         meta_json: row.get(5),
         attempts: row.get(6),
+        keyed: row.get(7),
     }
 }
 
