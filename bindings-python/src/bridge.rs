@@ -120,10 +120,17 @@ impl Bridge {
         self.inner.held_outcome(token, returned).map_err(to_py)
     }
 
+    /// A row's args as the application staged them (`Bridge::open_args`): opened with the key
+    /// ring when they are the encryption envelope, else as they are. Pure computation: keeps
+    /// the GIL.
+    fn open_args(&self, args_json: &str, meta_json: &str) -> PyResult<String> {
+        self.inner.open_args(args_json, meta_json).map_err(to_py)
+    }
+
     /// The SELECT of one outbox row by job id (`Bridge::select_job_sql`), for the host to run
     /// on its own connection, so it sees what its open transaction staged: `job_type, job_args`
-    /// (JSON text), `status, attempts, error, created_at_ms`; one parameter, the job id. Pure
-    /// computation: keeps the GIL.
+    /// (JSON text), `status, attempts, error, created_at_ms, job_meta` (JSON text); one
+    /// parameter, the job id. Pure computation: keeps the GIL.
     fn select_job_sql(&self, dialect: &str, placeholder: &str) -> PyResult<String> {
         self.inner
             .select_job_sql(dialect, placeholder)

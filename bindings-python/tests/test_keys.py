@@ -241,3 +241,26 @@ def test_after_rotation_the_worker_still_opens_jobs_of_the_old_key(alias, backen
         assert sorted(label for label, *_ in runs(alias)) == ["after", "before"]
     finally:
         new.reset()
+
+
+@DB
+def test_get_result_of_an_encrypted_task_shows_its_arguments(alias, backend):
+    """``get_result`` opens encrypted args with the key ring (the core's ``open_args`` for the
+    outbox row, the core's worker ``get`` for the backend's job): the row the open transaction
+    staged, then the job the backend holds."""
+    ojs = adapter(backend.url, alias, encryption=ENCRYPTION)
+    create_runs_table(alias)
+    try:
+        with override_settings(TASKS=tasks_setting(alias, ojs)):
+            with transaction.atomic(using=alias):
+                result = record_run.enqueue(alias, "secret-label", value={"pin": "0000"})
+                staged = record_run.get_result(result.id)
+                assert list(staged.args) == [alias, "secret-label"]
+                assert staged.kwargs == {"value": {"pin": "0000"}}
+            (job,) = backend.wait_for([result.id])
+            assert "secret-label" not in json.dumps(job)
+            held = record_run.get_result(result.id)
+            assert list(held.args) == [alias, "secret-label"]
+            assert held.kwargs == {"value": {"pin": "0000"}}
+    finally:
+        ojs.reset()

@@ -83,6 +83,7 @@ class Bridge:
     ) -> str:
         """``StagedJob::encode(with_sql)``: ``[sql]``, job_id, type, args, options, meta,
         ``[tenant]``, NUL-separated."""
+    def open_args(self, args_json: str, meta_json: str) -> str: ...
     def select_job_sql(self, dialect: str, placeholder: str) -> str:
         """The core's SELECT of one outbox row by job id, for the host's own connection (it sees
         the rows of its open transaction): columns ``job_type, job_args`` (JSON text), ``status,

@@ -603,7 +603,7 @@ class OJS:
     def outbox_job(self, job_id: str, *, using: Optional[str] = None) -> Optional[dict]:
         """The outbox row of ``job_id`` as Django's connection of ``using`` sees it, so inside
         ``atomic()`` also a row the open transaction staged (a rolled-back one is gone): ``{"type",
-        "args" (decoded), "status" ("pending", "failed", "sent", "dead"), "attempts", "error"
+        "args" (decoded; encrypted args opened with the key ring), "status" ("pending", "failed", "sent", "dead"), "attempts", "error"
         (text or None), "created_at" (aware UTC datetime)}``, or None when there is no such row
         (or ``job_id`` is no UUID). The statement is the core's (``Bridge::select_job_sql``),
         run on Django's cursor. A failure of the cursor raises OutboxTableMissingError or
@@ -626,7 +626,9 @@ class OJS:
             raise _database_error(exc, f"reading the outbox row of job {job_id}") from exc
         if row is None:
             return None
-        job_type, args_json, status, attempts, error, created_at_ms = row
+        job_type, args_json, status, attempts, error, created_at_ms, meta_json = row
+        # Encrypted args open with this process's key ring (the core's codec).
+        args_json = self._call(alias, "open_args", args_json, meta_json)
         return {"type": job_type, "args": json.loads(args_json), "status": status,
                 "attempts": int(attempts), "error": error,
                 "created_at": _EPOCH + timedelta(milliseconds=int(created_at_ms))}

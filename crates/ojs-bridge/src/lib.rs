@@ -388,6 +388,27 @@ impl Bridge {
         })
     }
 
+    /// A job's args as the application staged them: `args_json` opened with this process's
+    /// key ring when they are the encryption envelope (`meta_json` names the key), else as
+    /// they are (also in a process without a key ring: the envelope is what it may see). For a
+    /// host that reads an outbox row itself (`select_job_sql`). Envelope that the ring cannot
+    /// open (an unknown key, altered data): an error naming the reason, never the data.
+    pub fn open_args(&self, args_json: &str, meta_json: &str) -> Result<String> {
+        let args: Value = serde_json::from_str(args_json)
+            .map_err(|e| Error::field(ErrorCode::InvalidArgs, "args", e.to_string()))?;
+        if !ojs_outbox::codec::is_encoded(&args) {
+            return Ok(args_json.to_owned());
+        }
+        let Some(codec) = self.config.encryption.as_deref() else {
+            return Ok(args_json.to_owned());
+        };
+        let meta: Value = serde_json::from_str(meta_json)
+            .map_err(|e| Error::field(ErrorCode::InvalidMeta, "meta", e.to_string()))?;
+        Ok(codec
+            .open_args(&args, &meta)?
+            .map_or_else(|| args_json.to_owned(), |plain| plain.to_string()))
+    }
+
     /// What a unique job's enqueue call reports, once its staging statement (one with
     /// `returns`) ran: `token` is `returns.token`, `returned` the first column of the row it
     /// returned (`None`: no row). The job id to report (the staged job's, or the held job's for

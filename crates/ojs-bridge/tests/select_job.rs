@@ -60,6 +60,7 @@ macro_rules! reads_its_own_row {
             .as_millis() as i64;
         let created = row.get::<i64, _>(5);
         assert!((now_ms - created).abs() < 60_000, "{created} vs {now_ms}");
+        assert_eq!(row.get::<String, _>(6), "{}", "job_meta");
         tx.rollback().await.unwrap();
         sqlx::raw_sql(AssertSqlSafe(bridge.drop_table_sql($dialect).unwrap()))
             .execute(&mut *host)
@@ -105,4 +106,48 @@ fn a_host_reads_its_own_staged_row_on_postgres() {
         let mut host = sqlx::PgConnection::connect(&url).await.unwrap();
         reads_its_own_row!(&bridge, &mut host, "postgresql", "dollar", i32);
     });
+}
+
+/// A host that read an encrypted row itself gets the staged args back through the bridge (its
+/// key ring), plain args as they are, the envelope without a ring, and an error that carries
+/// no data when its ring cannot open them.
+#[test]
+fn open_args_gives_back_what_was_staged() {
+    let key = ojs_outbox::codec::base64_encode(&[5u8; 32]);
+    let config = serde_json::json!({"adapter": {"ojs_url": "http://127.0.0.1:9",
+        "database_url": "sqlite::memory:", "encryption": {"key_id": "k", "keys": {"k": key}}}});
+    let sealing = Bridge::new(&config.to_string()).unwrap();
+    let staged = sealing
+        .stage_job(
+            "sqlite",
+            "question",
+            "card.capture",
+            r#"[{"card":"4111"}]"#,
+            None,
+            None,
+            None,
+        )
+        .unwrap();
+    let args = staged.params[2].clone().unwrap();
+    let meta = staged.params[4].clone().unwrap();
+    assert!(
+        args.contains("ojs_encoded") && !args.contains("4111"),
+        "{args}"
+    );
+    let opened: serde_json::Value =
+        serde_json::from_str(&sealing.open_args(&args, &meta).unwrap()).unwrap();
+    assert_eq!(opened, serde_json::json!([{"card": "4111"}]));
+    assert_eq!(sealing.open_args("[7]", "{}").unwrap(), "[7]");
+    let keyless = bridge("sqlite::memory:");
+    assert_eq!(
+        keyless.open_args(&args, &meta).unwrap(),
+        args,
+        "no ring: the envelope"
+    );
+    let other_key = ojs_outbox::codec::base64_encode(&[6u8; 32]);
+    let config = serde_json::json!({"adapter": {"ojs_url": "http://127.0.0.1:9",
+        "database_url": "sqlite::memory:", "encryption": {"key_id": "k", "keys": {"k": other_key}}}});
+    let wrong = Bridge::new(&config.to_string()).unwrap();
+    let error = wrong.open_args(&args, &meta).unwrap_err();
+    assert!(!error.message.contains("4111"), "{}", error.message);
 }

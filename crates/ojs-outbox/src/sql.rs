@@ -673,19 +673,21 @@ impl OutboxSql {
 
     /// One row by its job id, for a host reading through its own connection (so it sees the
     /// rows its open transaction staged): `job_type, job_args, status, attempts, error,
-    /// created_at_ms`, the same types in both dialects (texts, integers; `created_at_ms`
-    /// milliseconds since the epoch). One parameter: the job id.
+    /// created_at_ms, job_meta`, the same types in both dialects (texts, integers;
+    /// `created_at_ms` milliseconds since the epoch). One parameter: the job id. Encrypted args
+    /// open with `job_meta` (`Bridge::open_args`).
     pub fn select_job(&self, placeholder: Placeholder) -> String {
-        let (id, args, created) = match self.dialect {
+        let (id, args, created, meta) = match self.dialect {
             Dialect::Postgres => (
                 ("CAST(", " AS uuid)"),
                 "job_args::text",
                 "CAST(EXTRACT(EPOCH FROM created_at) * 1000 AS bigint)",
+                "job_meta::text",
             ),
-            Dialect::Sqlite => (("", ""), "job_args", "created_at"),
+            Dialect::Sqlite => (("", ""), "job_args", "created_at", "job_meta"),
         };
         let mut sql = format!(
-            "SELECT job_type, {args}, status, attempts, error, {created} FROM {} WHERE job_id = {}",
+            "SELECT job_type, {args}, status, attempts, error, {created}, {meta} FROM {} WHERE job_id = {}",
             self.table, id.0
         );
         placeholder.write(&mut sql, 1);

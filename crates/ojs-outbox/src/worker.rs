@@ -204,6 +204,15 @@ impl Backend {
         let answer = self.send_worker(command).await?;
         match command {
             WorkerCommand::Fetch { .. } => Ok(self.open_fetched(answer, codec).await),
+            // A job read back (its state, its result) shows its args as the application
+            // staged them when this process holds the key; as stored when it cannot open them.
+            WorkerCommand::Get { .. } => {
+                let mut answer = answer;
+                if let Some(job) = answer.get_mut("job").filter(|job| job.is_object()) {
+                    let _ = open_job(job, codec);
+                }
+                Ok(answer)
+            }
             _ => Ok(answer),
         }
     }
