@@ -63,6 +63,7 @@ export interface JobOptions {
    * time, in the order their transactions committed (docs/express.md, "Ordering keys").
    */
   ordering_key?: string;
+  orderingKey?: string;
 }
 
 /** One job of a bulk. */

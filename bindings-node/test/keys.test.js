@@ -111,7 +111,7 @@ for (const database of ['sqlite', 'postgres']) {
     await withAdapter(database, 'order', {}, async (ojs, knex) => {
       await ojs.start();
       const ids = await knex.transaction(async (trx) => [
-        await ojs.enqueueAfterCommit(trx, 'account.debit', [1], { ordering_key: 'account-1' }),
+        await ojs.enqueueAfterCommit(trx, 'account.debit', [1], { orderingKey: 'account-1' }),
         ...(await ojs.enqueueBulk(trx, [
           { type: 'account.debit', args: [2], options: { ordering_key: 'account-1' } },
           { type: 'account.other', args: [3] },

@@ -16,6 +16,7 @@ const TOP: &[(&str, &str)] = &[
     ("expiresAt", "expires_at"),
     ("timeoutMs", "timeout_ms"),
     ("visibilityTimeoutMs", "visibility_timeout_ms"),
+    ("orderingKey", "ordering_key"),
 ];
 const RETRY: &[(&str, &str)] = &[
     ("maxAttempts", "max_attempts"),
