@@ -49,6 +49,7 @@ use std::collections::HashMap;
 use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
+use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 mod events;
@@ -453,6 +454,54 @@ impl Host {
     }
 }
 
+/// `race_enqueue`'s second transaction, on its own host connection: BEGIN, one
+/// `enqueue_after_commit` as a binding runs it (a keyed job's statements, `held_outcome`),
+/// COMMIT whatever the enqueue's outcome (a failed enqueue leaves the transaction usable),
+/// then the after-commit wake-up. The job's id, or the enqueue's error.
+fn stage_alone(
+    host: &mut Host,
+    adapter: &Bridge,
+    step: &Value,
+    context: Option<&str>,
+) -> Result<String, Error> {
+    host.run("BEGIN")?;
+    let options = step.get("options").map(Value::to_string);
+    let staged = adapter
+        .stage_job(
+            host.dialect,
+            host.placeholder,
+            step["type"].as_str().unwrap_or_default(),
+            &step["args"].to_string(),
+            options.as_deref(),
+            None,
+            context,
+        )
+        .and_then(|job| match &job.keyed {
+            None => host
+                .execute(&job.sql, &job.params)
+                .map(|()| job.job_id.clone()),
+            Some(staged) => {
+                let mut ids = staged.job_ids.clone();
+                for statement in &staged.statements {
+                    match &statement.returns {
+                        None => host.execute(&statement.sql, &statement.params)?,
+                        Some(returns) => {
+                            let returned = host.fetch_first(&statement.sql, &statement.params)?;
+                            ids[returns.job] =
+                                adapter.held_outcome(&returns.token, returned.as_deref())?;
+                        }
+                    }
+                }
+                Ok(ids.remove(0))
+            }
+        });
+    host.run("COMMIT")?;
+    if let Ok(id) = &staged {
+        adapter.notify_committed(vec![id.clone()]);
+    }
+    staged
+}
+
 /// A host driver's failure as a binding reports it: the code from the bridge's rule.
 fn host_error(error: sqlx::Error) -> Error {
     let (sqlstate, message) = match &error {
@@ -476,8 +525,15 @@ fn savepoint_name(depth: usize) -> String {
 type HostStatement<'s> = (&'s str, &'s [Option<String>], Option<&'s Returns>);
 
 struct Run {
-    adapter: Bridge,
+    adapter: Arc<Bridge>,
     host: Host,
+    /// The case's database and URL, for the second connection of a race.
+    database: (Database, String),
+    /// A second transaction staging in the background (`race_enqueue`), with its step's ref.
+    race: Option<(
+        Option<String>,
+        std::sync::mpsc::Receiver<Result<String, Error>>,
+    )>,
     backend: Backend,
     /// The open host transaction's bookkeeping; `None` when none is open (autocommit).
     ledger: Option<Ledger>,
@@ -750,6 +806,39 @@ impl Run {
             "relay_stop" => self.adapter.stop_relay(),
             "relay_kill" => self.adapter.kill_relay(),
             "sleep" => std::thread::sleep(Duration::from_millis(step["ms"].as_u64().unwrap_or(0))),
+            "race_enqueue" => {
+                if self.ledger.is_none() || self.race.is_some() {
+                    return Err(
+                        "race_enqueue: needs an open transaction and no race running".into(),
+                    );
+                }
+                let (database, url) = self.database.clone();
+                let adapter = self.adapter.clone();
+                let context = self.context.clone();
+                let job = step.clone();
+                let reference = step["ref"].as_str().map(str::to_owned);
+                let (done, outcome) = std::sync::mpsc::channel();
+                std::thread::spawn(move || {
+                    let staged = Host::connect(&database, &url)
+                        .map_err(|e| Error::new(ojs_outbox::ErrorCode::Database, e))
+                        .and_then(|mut host| {
+                            let staged = stage_alone(&mut host, &adapter, &job, context.as_deref());
+                            host.close();
+                            staged
+                        });
+                    let _ = done.send(staged);
+                });
+                self.race = Some((reference, outcome));
+            }
+            "race_join" => {
+                let (reference, outcome) = self.race.take().ok_or("race_join: no race running")?;
+                let staged = outcome
+                    .recv_timeout(timeout)
+                    .map_err(|_| "race_join: the racing transaction did not end in time")?;
+                if !Self::check_error(step, &staged)? {
+                    self.remember(reference.as_deref(), staged.unwrap_or_default());
+                }
+            }
             "prune" => {
                 self.adapter
                     .prune(step["older_than"].as_str().unwrap_or("PT0S"))
@@ -1128,8 +1217,10 @@ pub fn run_case(case: &Case, database: &Database, backend_url: &str) -> Result<(
     }
     let adapter = Bridge::new(&config.to_string()).map_err(|e| format!("case config: {e}"))?;
     let mut run = Run {
-        adapter,
+        adapter: Arc::new(adapter),
         host,
+        database: (database.clone(), database_url.clone()),
+        race: None,
         backend,
         ledger: None,
         refs: HashMap::new(),

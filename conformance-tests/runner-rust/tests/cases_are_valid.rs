@@ -93,6 +93,14 @@ fn lint_case(case: &Value) -> Vec<String> {
             "enqueue_after_commit" | "enqueue" if !expects_error => {
                 new_refs.extend(step["ref"].as_str().map(str::to_owned));
             }
+            // The race's ref is defined when it is joined without an expected error.
+            "race_join" if !expects_error => {
+                let started = steps[..index]
+                    .iter()
+                    .rev()
+                    .find(|earlier| earlier["op"] == "race_enqueue");
+                new_refs.extend(started.and_then(|s| s["ref"].as_str()).map(str::to_owned));
+            }
             "enqueue_bulk" if !expects_error => {
                 if let Some(jobs) = step.get("jobs").and_then(Value::as_array) {
                     new_refs.extend(
