@@ -6,8 +6,10 @@ target/matrix/django-<MAJOR.MINOR>.tsv (and .txt)."""
 
 from __future__ import annotations
 
+import contextvars
 import json
 import re
+import threading
 import time
 from pathlib import Path
 from typing import Any, Optional
@@ -28,7 +30,7 @@ KNOWN_OPS = {
     "backend_fault", "backend_clear_faults", "backend_manifest", "relay_start", "relay_stop",
     "relay_kill", "sleep", "prune", "dead_replay", "dead_purge", "wait_delivered",
     "wait_outbox", "expect_backend", "expect_requests", "expect_outbox",
-    "events_subscribe", "wait_events", "expect_events",
+    "events_subscribe", "wait_events", "expect_events", "race_enqueue", "race_join",
 }
 
 #: (case id, database) -> "PASS" | "FAIL: why" | "SKIP: reason", for the matrix.
@@ -140,6 +142,78 @@ class Subscriber:
         return event
 
 
+class Race:
+    """``race_enqueue``'s second transaction: a thread of its own, so a connection of its own
+    (Django's connections are per thread), that opens ``transaction.atomic(using=alias)``,
+    calls the adapter's ``enqueue_after_commit`` in it and commits it, also when the enqueue
+    failed (a DUPLICATE leaves the transaction usable). It runs in a copy of the caller's
+    context, so the request context set by ``set_context`` goes along, and closes its
+    connection at the end."""
+
+    #: How long the cleanup of a failed case waits for a race still running.
+    CLEANUP_JOIN_S = 30.0
+
+    def __init__(self, run: "Run", step: dict) -> None:
+        self.ref: Optional[str] = step.get("ref")
+        self.step = step
+        self.ojs = run.ojs
+        self.alias = run.alias
+        self.job_id: Optional[str] = None
+        self.error: Optional[OJSError] = None
+        self.crash: Optional[BaseException] = None
+        #: The thread's DB-API connection, so a cleanup that cannot wait may cancel its query.
+        self.raw: Any = None
+        context = contextvars.copy_context()
+        self.thread = threading.Thread(target=context.run, args=(self.body,),
+                                       name=f"race-{self.ref}", daemon=True)
+        self.thread.start()
+
+    def body(self) -> None:
+        step = self.step
+        connection = connections[self.alias]
+        try:
+            # The test settings give SQLite a busy timeout of 20 s ("timeout"), so this
+            # connection waits for the main transaction's write lock instead of failing at
+            # once; Django's own default (5 s) is shorter, so say it on this connection only.
+            if connection.vendor == "sqlite":
+                options = connection.settings_dict.get("OPTIONS") or {}
+                if options.get("timeout", 5) < 20:
+                    connection.settings_dict = {**connection.settings_dict,
+                                                "OPTIONS": {**options, "timeout": 20}}
+            connection.ensure_connection()
+            self.raw = connection.connection
+            with transaction.atomic(using=self.alias):
+                try:
+                    self.job_id = self.ojs.enqueue_after_commit(
+                        step.get("type"), step.get("args"), using=self.alias,
+                        meta=step.get("meta"), **(step.get("options") or {}))
+                except OJSError as exc:
+                    self.error = exc
+        except BaseException as exc:  # reported by race_join (or the cleanup)
+            self.crash = exc
+        finally:
+            connection.close()
+
+    def join(self, timeout: float) -> bool:
+        self.thread.join(timeout)
+        return not self.thread.is_alive()
+
+    def cleanup(self) -> None:
+        """After a case (the main transaction already rolled back, so nothing blocks the race
+        any more): waits for the thread; if it still runs, cancels its statement
+        (PostgreSQL; psycopg's ``cancel`` may be called from another thread) and waits again."""
+        if self.join(self.CLEANUP_JOIN_S):
+            return
+        cancel = getattr(self.raw, "cancel", None)
+        if cancel is not None:
+            try:
+                cancel()
+            except Exception:
+                pass
+        if not self.join(self.CLEANUP_JOIN_S):
+            raise RuntimeError(f"race_enqueue {self.ref!r}: the second transaction did not end")
+
+
 class Run:
     def __init__(self, case: dict, alias: str, backend: Any) -> None:
         self.case = case
@@ -154,6 +228,7 @@ class Run:
         merge(config, case.get("config") or {})
         self.ojs = OJS(config, auto_start=False)
         self.subscribers: dict[str, Subscriber] = {}
+        self.race: Optional[Race] = None
 
     # -- helpers -----------------------------------------------------------------------
 
@@ -324,6 +399,12 @@ class Run:
                 actual = outbox_count(self.alias, self.table)
                 if actual != step["total"]:
                     raise CaseFailed(f"expected {step['total']} outbox rows, found {actual}")
+        elif op == "race_enqueue":
+            if not self.atomics or self.race is not None:
+                raise CaseFailed("race_enqueue: needs an open transaction and no race running")
+            self.race = Race(self, step)
+        elif op == "race_join":
+            self.race_join(step, timeout)
         elif op == "events_subscribe":
             self.events_subscribe(step)
         elif op == "wait_events":
@@ -341,6 +422,21 @@ class Run:
     def need_tx(self) -> None:
         if not self.atomics:
             raise CaseFailed("no transaction is open")
+
+    def race_join(self, step: dict, timeout: float) -> None:
+        race = self.race
+        if race is None:
+            raise CaseFailed("race_join: no race running")
+        if not race.join(timeout):
+            # Left in self.race: the case's cleanup waits for it once the main transaction
+            # is rolled back.
+            raise CaseFailed(f"race_join: the racing transaction did not end within {timeout}s")
+        self.race = None
+        if race.crash is not None:
+            raise CaseFailed(f"race_enqueue: the second transaction failed: "
+                             f"{type(race.crash).__name__}: {race.crash}")
+        if not self.check_error(step, race.error) and race.ref:
+            self.refs[race.ref] = race.job_id
 
     def wait_delivered(self, step: dict, timeout: float) -> None:
         wanted = [(ref, self.id_of(ref)) for ref in step["refs"]]
@@ -506,12 +602,19 @@ class Run:
         finally:
             while self.atomics:
                 self.atomics.pop().__exit__(_Rollback, _Rollback(), None)
-            clear_request_context()
-            self.subscribers.clear()
+            # A race left running (a case that failed before race_join): the rollback above
+            # unblocked it; it ends, closing its connection, before the next case starts.
+            race, self.race = self.race, None
             try:
-                self.backend.call("DELETE", "/_dev/faults")
+                if race is not None:
+                    race.cleanup()
             finally:
-                self.ojs.reset()
+                clear_request_context()
+                self.subscribers.clear()
+                try:
+                    self.backend.call("DELETE", "/_dev/faults")
+                finally:
+                    self.ojs.reset()
 
 
 def not_encrypted(job: dict) -> Optional[str]:
