@@ -155,6 +155,7 @@ impl Relay {
             } else {
                 Duration::ZERO
             },
+            resumed: false,
             counters: counters.clone(),
             relay_id: relay_id.clone(),
             claims: 0,
@@ -309,6 +310,9 @@ struct Engine {
     backend: Backend,
     config: Config,
     skip_recent: Duration,
+    /// A pause just ended: the next poll takes every due row, however recent, in id order, so
+    /// the rows the pause released go out before hot ids that arrived during it.
+    resumed: bool,
     counters: Arc<Counters>,
     relay_id: String,
     claims: u64,
@@ -430,6 +434,8 @@ impl Engine {
                     _ = stop.changed() => {}
                 }
                 self.pause_until = None;
+                self.resumed = true;
+                next_poll = Instant::now();
                 continue;
             }
             let now = Instant::now();
@@ -613,7 +619,11 @@ impl Engine {
         let (lease, limit, skip_recent) = (
             self.config.relay.lease,
             self.config.outbox.batch_size,
-            self.skip_recent,
+            if std::mem::take(&mut self.resumed) {
+                Duration::ZERO
+            } else {
+                self.skip_recent
+            },
         );
         let keyed_settling = self
             .settling
