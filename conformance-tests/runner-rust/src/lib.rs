@@ -521,6 +521,13 @@ fn savepoint_name(depth: usize) -> String {
 }
 
 /// Statement text and parameters, borrowed from whichever staging answer they came in.
+/// A `race_enqueue` running in the background: its step's ref and, once it ends, the
+/// enqueue's outcome.
+type Race = (
+    Option<String>,
+    std::sync::mpsc::Receiver<Result<String, Error>>,
+);
+
 /// A staging statement: text, parameters, and what its returned row means (a unique job).
 type HostStatement<'s> = (&'s str, &'s [Option<String>], Option<&'s Returns>);
 
@@ -530,10 +537,7 @@ struct Run {
     /// The case's database and URL, for the second connection of a race.
     database: (Database, String),
     /// A second transaction staging in the background (`race_enqueue`), with its step's ref.
-    race: Option<(
-        Option<String>,
-        std::sync::mpsc::Receiver<Result<String, Error>>,
-    )>,
+    race: Option<Race>,
     backend: Backend,
     /// The open host transaction's bookkeeping; `None` when none is open (autocommit).
     ledger: Option<Ledger>,
