@@ -12,11 +12,15 @@ const { PG_URL } = require('./support');
 
 let pgDb = null;
 
+/** A race's second connection waits this long for SQLite's write lock (better-sqlite3: 5 s). */
+const BUSY_TIMEOUT_MS = 10000;
+
 const query = async (db, sql, params = []) => (await db.executeQuery(CompiledQuery.raw(sql, params))).rows;
 
 conformance({
   column: 'express-kysely',
   databases: ['sqlite', 'postgres'],
+  file: __filename,
   ...callbackTransactions(),
   async setup() {
     pgDb = new Kysely({ dialect: new PostgresDialect({ pool: new pg.Pool({ connectionString: PG_URL, max: 4 }) }) });
@@ -33,6 +37,11 @@ conformance({
     }
     await query(pgDb, `DROP TABLE IF EXISTS ${table}`);
     return { db: pgDb, options: { db: pgDb, databaseUrl: PG_URL }, close: async () => {} };
+  },
+  /** A race's second connection on the case's SQLite file (in a worker thread). */
+  second(sqliteFile) {
+    const db = new Kysely({ dialect: new SqliteDialect({ database: new Database(sqliteFile, { timeout: BUSY_TIMEOUT_MS }) }) });
+    return { db, options: { db, databaseUrl: `sqlite://${sqliteFile}` }, close: () => db.destroy() };
   },
   rows(trx, database, table, ids) {
     if (database === 'postgres') return query(trx, `SELECT job_id::text AS job_id, status FROM ${table} WHERE job_id::text = ANY($1)`, [ids]);

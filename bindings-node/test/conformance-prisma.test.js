@@ -8,18 +8,22 @@
 const fs = require('node:fs');
 const { conformance, callbackTransactions } = require('./conformance-runner');
 const { PG_URL } = require('./support');
-const { postgresPrisma, sqlitePrisma } = require('./prisma-support');
+const { postgresPrisma, sqlitePrisma, prismaClient } = require('./prisma-support');
 
 let pgPrisma = null;
 
 /** Interactive transactions time out after 5 s by default: a case may hold one longer. */
 const TRANSACTION = { timeout: 120000, maxWait: 30000 };
 
+/** A race's second connection waits this long for SQLite's write lock (better-sqlite3: 5 s). */
+const BUSY_TIMEOUT_MS = 10000;
+
 const list = (database, ids) => ids.map((_, i) => (database === 'postgres' ? `$${i + 1}` : '?')).join(', ');
 
 conformance({
   column: 'express-prisma',
   databases: ['sqlite', 'postgres'],
+  file: __filename,
   ...callbackTransactions(TRANSACTION),
   async setup() {
     pgPrisma = postgresPrisma(PG_URL);
@@ -36,6 +40,13 @@ conformance({
     }
     await pgPrisma.$executeRawUnsafe(`DROP TABLE IF EXISTS ${table}`);
     return { db: pgPrisma, options: { db: pgPrisma, databaseUrl: PG_URL }, close: async () => {} };
+  },
+  /** A race's second connection on the case's SQLite file (in a worker thread): sqlitePrisma's, with a busy timeout. */
+  second(sqliteFile) {
+    const { PrismaClient } = prismaClient('sqlite', 'sqlite');
+    const { PrismaBetterSqlite3 } = require('@prisma/adapter-better-sqlite3');
+    const db = new PrismaClient({ adapter: new PrismaBetterSqlite3({ url: `file:${sqliteFile}`, timeout: BUSY_TIMEOUT_MS }) });
+    return { db, options: { db, databaseUrl: `sqlite://${sqliteFile}` }, close: () => db.$disconnect() };
   },
   rows(tx, database, table, ids) {
     const id = database === 'postgres' ? 'job_id::text' : 'job_id';

@@ -14,6 +14,16 @@
 // Cases with `relay_kill` run the relay as a separate process (`ojs-relay run`, the package's
 // bin, relay mode "external"), because an in-process relay cannot be killed without killing
 // the test; SIGKILL on that process is the abrupt death the cases describe.
+//
+// `race_enqueue` runs a second transaction of the library (`library.race`: knex.transaction,
+// ojs.transaction on the other libraries) on a second connection while the case's transaction
+// is open; its INSERT waits for that transaction (a row lock on PostgreSQL, the write lock on
+// SQLite). On PostgreSQL it runs here, concurrently (the pool's other connection, driven
+// asynchronously). On SQLite every library here sits on better-sqlite3, which is synchronous:
+// a second connection waiting for the write lock would block this thread, so the main
+// transaction could never commit. There it runs in a worker thread with its own connection
+// (`library.second`, busy timeout 10 s) and its own adapter (createOjs with the case's
+// config): this file is the worker's script (`raceWorker` below).
 
 const { test, after } = require('node:test');
 const assert = require('node:assert/strict');
@@ -22,6 +32,7 @@ const fs = require('node:fs');
 const path = require('node:path');
 const crypto = require('node:crypto');
 const { isDeepStrictEqual } = require('node:util');
+const { Worker, isMainThread, workerData, parentPort } = require('node:worker_threads');
 const { ojsPackage, PACKAGE_DIR, REPO, sleep, WAIT_MS, scratchDir, startDevserver } = require('./support');
 
 const { createOjs, OJSError } = ojsPackage;
@@ -67,6 +78,12 @@ function tableFor(testCase) {
   const hash = crypto.createHash('sha1').update(testCase.id).digest('hex').slice(0, 6);
   return `node_case_${slug.slice(0, 40)}_${hash}`;
 }
+
+/** In a worker thread running a race's second transaction (`raceWorker`), its data. */
+const RACE_WORKER = (!isMainThread && workerData && workerData.ojsRace) || null;
+
+/** How long the end of a case waits for a race still running before giving up on it. */
+const RACE_CLEANUP_MS = 15000;
 
 let backend;
 let library;
@@ -138,6 +155,29 @@ class RelayProcess {
   }
 }
 
+/** `promise`'s value, or `null` when `ms` pass first. */
+async function within(promise, ms) {
+  let timer;
+  try {
+    return await Promise.race([promise, new Promise((resolve) => {
+      timer = setTimeout(() => resolve(null), ms);
+    })]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+/** An error of the race's enqueue as it crosses from a worker thread (plain data). */
+function plainError(error) {
+  return {
+    ojs: error instanceof OJSError,
+    name: error && error.name,
+    code: error && error.code,
+    message: error && error.message,
+    stack: error && error.stack,
+  };
+}
+
 class Run {
   constructor(testCase, database, db, ojs, relayProcess, table) {
     this.testCase = testCase;
@@ -153,6 +193,14 @@ class Run {
     this.lastCommitUs = 0;
     /** Event subscriptions by name: `{ stream, events, ids, ended }`. */
     this.subscriptions = new Map();
+    /**
+     * The second transaction of `race_enqueue` while it runs: `{ ref, outcome, stop }`, its
+     * outcome resolving to `{ id }`, `{ error }` (the enqueue's, plainError) or `{ failure }`.
+     */
+    this.race = null;
+    /** What a race's worker thread needs (SQLite): the database file, createOjs's config. */
+    this.sqliteFile = null;
+    this.raceConfig = null;
   }
 
   id(ref) {
@@ -365,6 +413,13 @@ class Run {
         }
         break;
       }
+      case 'race_enqueue':
+        if (!this.stack.length || this.race) throw new Error('race_enqueue: needs an open transaction and no race running');
+        this.race = this.database === 'sqlite' ? this.raceInWorker(step) : this.raceHere(step);
+        break;
+      case 'race_join':
+        await this.joinRace(step, timeout);
+        break;
       case 'events_subscribe':
         await this.subscribe(step);
         break;
@@ -376,6 +431,85 @@ class Run {
         break;
       default:
         throw new Error(`unknown op ${JSON.stringify(step.op)}`);
+    }
+  }
+
+  // ---- races (race_enqueue / race_join) ----------------------------------------------------
+
+  /**
+   * The race's second transaction in this thread (PostgreSQL): `library.race` opens it on the
+   * library's database (another connection of its pool), enqueues, commits also after a failed
+   * enqueue (the work returns the error instead of throwing it). Not awaited here.
+   */
+  raceHere(step) {
+    const work = async (tx) => {
+      try {
+        return { id: await this.withContext(() => this.ojs.enqueueAfterCommit(tx, step.type, step.args, step.options)) };
+      } catch (error) {
+        return { error: plainError(error) };
+      }
+    };
+    const outcome = Promise.resolve()
+      .then(() => library.race(this.ojs, this.db, work))
+      .catch((error) => ({ failure: error.stack || String(error) }));
+    return { ref: step.ref, outcome, stop: async () => {} };
+  }
+
+  /** The race's second transaction in a worker thread with its own connection (SQLite). */
+  raceInWorker(step) {
+    if (!library.file || !library.second) throw new Error(`race_enqueue: the ${library.column} library gives no second SQLite connection (file, second)`);
+    const worker = new Worker(__filename, {
+      execArgv: [],
+      workerData: {
+        ojsRace: {
+          libraryFile: library.file,
+          sqliteFile: this.sqliteFile,
+          config: this.raceConfig,
+          context: this.context,
+          job: { type: step.type, args: step.args, options: step.options },
+        },
+      },
+    });
+    const outcome = new Promise((resolve) => {
+      worker.once('message', resolve);
+      worker.once('error', (error) => resolve({ failure: `the worker thread failed: ${error.stack || error}` }));
+      worker.once('exit', (code) => resolve({ failure: `the worker thread exited (${code}) without an outcome` }));
+    });
+    return { ref: step.ref, outcome, stop: () => worker.terminate() };
+  }
+
+  async joinRace(step, timeout) {
+    const race = this.race;
+    if (!race) throw new Error('race_join: no race running');
+    const outcome = await within(race.outcome, timeout);
+    // Still running: left in this.race, for the end of the case to clean up.
+    if (outcome === null) throw new Error(`race_join: the racing transaction did not end within ${timeout} ms`);
+    this.race = null;
+    if (outcome.failure) throw new Error(`race_join: the racing transaction failed: ${outcome.failure}`);
+    const expected = step.expect_error;
+    if (outcome.error) {
+      const { ojs, code, message, stack } = outcome.error;
+      if (!expected) throw new Error(`race_join: the racing enqueue failed: ${stack || `${code}: ${message}`}`);
+      if (!ojs) throw new Error(`race_join: expected ${expected}, got a non-OJSError: ${stack || message}`);
+      if (code !== expected) throw new Error(`race_join: expected ${expected}, got ${code}: ${message}`);
+      return;
+    }
+    if (expected) throw new Error(`race_join: expected error ${expected}, the racing enqueue succeeded (${outcome.id})`);
+    if (race.ref) this.refs.set(race.ref, outcome.id);
+  }
+
+  /**
+   * The end of a case with a race still running (a step failed): once the case's transactions
+   * are rolled back nothing blocks it, so it is awaited; a worker that still does not end is
+   * terminated (its connection closes with its thread).
+   */
+  async endRace() {
+    const race = this.race;
+    this.race = null;
+    if (!race) return;
+    if ((await within(race.outcome, RACE_CLEANUP_MS)) === null) {
+      console.error(`conformance: a racing transaction did not end within ${RACE_CLEANUP_MS} ms after its case; stopping it`);
+      await race.stop();
     }
   }
 
@@ -596,6 +730,8 @@ async function runCase(testCase, database) {
   const ojs = createOjs({ url: backend.url, ...options, ...rest, outbox, relay, autoStart: false, handleSignals: false });
   let relayProcess = null;
   const run = new Run(testCase, database, db, ojs, null, table);
+  run.sqliteFile = path.join(sqliteDir, `${table}.db`);
+  run.raceConfig = { url: backend.url, rest, outbox, relay };
   try {
     await ojs.migrate();
     if (external) {
@@ -618,6 +754,7 @@ async function runCase(testCase, database) {
   } finally {
     while (run.stack.length > 1) await library.rollback(run.stack.pop()).catch(() => {});
     if (run.stack.length) await library.rollback(run.stack.pop()).catch(() => {});
+    await run.endRace();
     run.closeSubscriptions();
     if (relayProcess) await relayProcess.stop('SIGKILL');
     await Promise.race([ojs.close(), sleep(8000)]);
@@ -629,10 +766,16 @@ async function runCase(testCase, database) {
  * Runs every case through `lib`: `{ column, databases, setup(), teardown(), open(database,
  * sqliteFile, table) -> {db, options, close}, begin(ojs, db), savepoint(ojs, tx), commit(ojs,
  * tx, crashBeforeHook), rollback(tx), txOf(tx), rows(executor, database, table, ids),
- * count(executor, database, table) }`.
+ * count(executor, database, table), race(ojs, db, work) }` (race: `work(tx)` in a transaction
+ * of its own on `db`, committed, resolving with work's result), and with SQLite also `file`
+ * (the module calling conformance, loaded by a race's worker thread) and `second(sqliteFile)
+ * -> {db, options, close}` (a new connection on the case's file, for that worker).
+ *
+ * In a race's worker thread this only records `lib`.
  */
 function conformance(lib) {
   library = lib;
+  if (RACE_WORKER) return;
   sqliteDir = scratchDir(`conformance-${lib.column}`);
   after(async () => {
     await library.teardown();
@@ -694,6 +837,7 @@ function callbackTransactions(options) {
     return { tx, end, done };
   };
   return {
+    race: (ojs, db, work) => ojs.transaction(db, work, options),
     begin: (ojs, db) => open(ojs, db, options),
     savepoint: (ojs, top) => open(ojs, top.tx),
     txOf: (top) => top.tx,
@@ -711,4 +855,37 @@ function callbackTransactions(options) {
   };
 }
 
+/**
+ * A worker thread's race (SQLite): loads the library's module (its conformance call records the
+ * library), opens a second connection and an adapter with the case's config, runs
+ * `library.race` with one enqueue_after_commit, closes both and posts the outcome.
+ */
+async function raceWorker({ libraryFile, sqliteFile, config, context, job }) {
+  let outcome;
+  let second = null;
+  let ojs = null;
+  try {
+    require(libraryFile);
+    second = await library.second(sqliteFile);
+    const { url, rest, outbox, relay } = config;
+    ojs = createOjs({ url, ...second.options, ...rest, outbox, relay, autoStart: false, handleSignals: false });
+    const enqueue = (tx) => ojs.enqueueAfterCommit(tx, job.type, job.args, job.options);
+    const work = async (tx) => {
+      try {
+        return { id: await (context ? ojs.withContext(context, () => enqueue(tx)) : enqueue(tx)) };
+      } catch (error) {
+        return { error: plainError(error) };
+      }
+    };
+    outcome = await library.race(ojs, second.db, work);
+  } catch (error) {
+    outcome = { failure: error.stack || String(error) };
+  }
+  if (ojs) await ojs.close().catch(() => {});
+  if (second) await Promise.resolve(second.close()).catch(() => {});
+  parentPort.postMessage(outcome);
+}
+
 module.exports = { conformance, callbackTransactions };
+
+if (RACE_WORKER) raceWorker(RACE_WORKER);

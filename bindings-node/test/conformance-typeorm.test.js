@@ -11,11 +11,15 @@ const { PG_URL } = require('./support');
 
 let pgSource = null;
 
+/** A race's second connection waits this long for SQLite's write lock (better-sqlite3: 5 s). */
+const BUSY_TIMEOUT_MS = 10000;
+
 const list = (database, ids) => ids.map((_, i) => (database === 'postgres' ? `$${i + 1}` : '?')).join(', ');
 
 conformance({
   column: 'express-typeorm',
   databases: ['sqlite', 'postgres'],
+  file: __filename,
   ...callbackTransactions(),
   async setup() {
     pgSource = await new DataSource({ type: 'postgres', url: PG_URL, poolSize: 4 }).initialize();
@@ -31,6 +35,11 @@ conformance({
     }
     await pgSource.query(`DROP TABLE IF EXISTS ${table}`);
     return { db: pgSource, options: { db: pgSource }, close: async () => {} };
+  },
+  /** A race's second connection on the case's SQLite file (in a worker thread). */
+  async second(sqliteFile) {
+    const db = await new DataSource({ type: 'better-sqlite3', database: sqliteFile, timeout: BUSY_TIMEOUT_MS }).initialize();
+    return { db, options: { db }, close: () => db.destroy() };
   },
   rows(manager, database, table, ids) {
     const id = database === 'postgres' ? 'job_id::text' : 'job_id';

@@ -3,13 +3,17 @@
 // SQLite (better-sqlite3) and PostgreSQL (pg). The runner is conformance-runner.js.
 
 const { conformance } = require('./conformance-runner');
-const { sqliteKnex, postgresKnex } = require('./support');
+const { sqliteKnex, postgresKnex, knexLib } = require('./support');
 
 let pgKnex = null;
+
+/** A race's second connection waits this long for SQLite's write lock (better-sqlite3: 5 s). */
+const BUSY_TIMEOUT_MS = 10000;
 
 conformance({
   column: 'express',
   databases: ['sqlite', 'postgres'],
+  file: __filename,
   async setup() {
     pgKnex = postgresKnex();
   },
@@ -24,6 +28,23 @@ conformance({
     await pgKnex.raw(`DROP TABLE IF EXISTS ${table}`);
     return { db: pgKnex, options: { knex: pgKnex }, close: async () => {} };
   },
+  /** A race's second connection on the case's SQLite file (its own knex, in a worker thread). */
+  second(sqliteFile) {
+    const knex = knexLib({
+      client: 'better-sqlite3',
+      connection: { filename: sqliteFile },
+      useNullAsDefault: true,
+      pool: {
+        afterCreate(connection, done) {
+          connection.pragma(`busy_timeout = ${BUSY_TIMEOUT_MS}`);
+          done(null, connection);
+        },
+      },
+    });
+    return { db: knex, options: { knex }, close: () => knex.destroy() };
+  },
+  /** A second knex.transaction: on PostgreSQL another connection of the pool. */
+  race: (ojs, knex, work) => knex.transaction(work),
   begin: (ojs, knex) => knex.transaction(),
   savepoint: (ojs, trx) => trx.transaction(),
   txOf: (trx) => trx,
