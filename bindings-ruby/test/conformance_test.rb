@@ -58,6 +58,7 @@ module Conformance
       @table = "rb_case_#{slug[0, 40]}"
       @slug = slug
       @subscriptions = {} # name => Subscription (events_subscribe)
+      @race = nil # the background transaction of race_enqueue (a Race), until race_join
     end
 
     def call
@@ -93,6 +94,7 @@ module Conformance
     def teardown
       @subscriptions.each_value { |subscription| subscription.stream.close }
       @connection&.rollback_transaction while @connection&.transaction_open?
+      abandon_race
       @backend.call(:delete, "/_dev/faults")
       OJS.stop_relay
       OJS.clear_context
@@ -152,6 +154,8 @@ module Conformance
       when "dead_replay" then OJS.dead_replay(tenant: step["tenant_id"])
       when "dead_purge" then OJS.dead_purge(tenant: step["tenant_id"])
       when "sleep" then sleep(step["ms"] / 1000.0)
+      when "race_enqueue" then race_enqueue(step)
+      when "race_join" then race_join(step, timeout)
       when "wait_delivered" then wait_delivered(step, timeout)
       when "wait_outbox" then wait_outbox(step, timeout)
       when "expect_backend" then expect_backend(step)
@@ -223,6 +227,106 @@ module Conformance
       end
       jobs.map(&:first).zip(ids).each { |ref, id| @refs[ref] = id if ref }
       @last_commit_us = now_us if autocommit
+    end
+
+    # --- race_enqueue / race_join (README "Steps") -------------------------------------------
+
+    # A second transaction in the background: a thread, its outcome (the job id or the
+    # OJS::Error) and the step's ref.
+    Race = Struct.new(:thread, :ref)
+
+    # In a thread, on a SECOND connection of ActiveRecord's pool (never the case's one, which
+    # holds the open transaction): ActiveRecord::Base.transaction around the real
+    # OJS.enqueue_after_commit, committed also when the enqueue raised (its savepoint is rolled
+    # back: the transaction stays usable). Its INSERT waits for the main transaction (a
+    # PostgreSQL row lock; SQLite's write lock, see waiting_for_sqlite_lock), so the step
+    # returns at once.
+    def race_enqueue(step)
+      fail_step("race_enqueue needs an open transaction") if @levels.zero?
+      fail_step("race_enqueue: a race is already running") if @race
+
+      pool = ActiveRecord::Base.connection_pool
+      # The main connection is checked out; the thread needs another one (the relay has its own).
+      fail_step("race_enqueue: the pool has #{pool.size} connection(s), needs 2") if pool.size < 2
+      job = job_of(step)
+      context = OJS.context
+      thread = Thread.new do
+        Thread.current.report_on_exception = false
+        OJS.with_context(context) { stage_alone(pool, job) }
+      ensure
+        # The thread's connection goes back to the pool, even when something leased it for
+        # good (ActiveRecord 7.2's Base.connection inside with_connection makes the lease sticky).
+        pool.release_connection
+      end
+      @race = Race.new(thread, step["ref"])
+    end
+
+    # The racing transaction's body: returns [:ok, id] or [:error, the OJS::Error].
+    def stage_alone(pool, job)
+      pool.with_connection do |connection|
+        fail_step("race_enqueue got the case's own connection") if connection.equal?(@connection)
+
+        waiting_for_sqlite_lock(connection, pool) do
+          ActiveRecord::Base.transaction do
+            [:ok, OJS.enqueue_after_commit(job[:type], job[:args], **(job[:options] || {}))]
+          rescue OJS::Error => e
+            [:error, e] # committed all the same
+          end
+        end
+      end
+    end
+
+    RACE_LOCK_WAIT = 10 # seconds the racing transaction waits for SQLite's write lock
+
+    # SQLite: the racing INSERT must wait for the main transaction's write lock, not fail with
+    # "database is locked". The pool's busy timeout (`timeout:` in TestSupport.connect) waits
+    # inside sqlite3_step, and the sqlite3 gem holds Ruby's GVL there: the main thread could
+    # not run its commit meanwhile, and the wait would always end in BusyException. So on this
+    # connection only, while the race runs, a Ruby busy handler waits instead (its sleep lets
+    # the main thread run); the pool's busy timeout is restored before the connection goes back.
+    def waiting_for_sqlite_lock(connection, pool)
+      return yield unless connection.adapter_name.match?(/sqlite/i)
+
+      raw = connection.raw_connection
+      deadline = TestSupport.monotonic + RACE_LOCK_WAIT
+      raw.busy_handler { |_count| TestSupport.monotonic < deadline && (sleep(0.005) || true) }
+      begin
+        yield
+      ensure
+        timeout = pool.db_config.configuration_hash[:timeout]
+        timeout ? raw.busy_timeout(Integer(timeout)) : raw.busy_handler
+      end
+    end
+
+    def race_join(step, timeout)
+      race = @race or fail_step("race_join: no race running")
+      fail_step("race_join: the racing transaction did not end within #{timeout}s") unless race.thread.join(timeout)
+
+      @race = nil
+      outcome, value = race.thread.value # re-raises what the thread raised (a database error)
+      leased = ActiveRecord::Base.connection_pool.connections.count(&:in_use?)
+      fail_step("the racing thread's connection was not returned to the pool (#{leased} in use)") if leased > 1
+      expected = step["expect_error"]
+      if outcome == :error
+        fail_step("the racing enqueue failed: #{value.code}: #{value.message}") unless expected
+        fail_step("the racing enqueue: expected #{expected}, got #{value.code}: #{value.message}") unless value.code == expected
+        klass = OJS::Error::CLASSES.fetch(expected)
+        fail_step("#{expected} raised as #{value.class}, expected #{klass}") unless value.is_a?(klass)
+      else
+        fail_step("the racing enqueue: expected error #{expected}, it succeeded (#{value})") if expected
+        @refs[race.ref] = value if race.ref
+      end
+    end
+
+    # Teardown: the main transaction is rolled back by now, so the racing one can end; wait for
+    # it, and kill it (its transaction rolled back, its connection returned) if it hangs.
+    def abandon_race
+      race = @race or return
+      @race = nil
+      return if race.thread.join(15)
+
+      race.thread.kill
+      race.thread.join(5)
     end
 
     def enqueue_now(step)
