@@ -3,6 +3,20 @@
 //! the connection drops it reconnects (backing off, 100 ms to 5 s) with `Last-Event-ID` set to
 //! the last event it handed over, and drops an event id it already handed over, so a consumer
 //! loses nothing the server still keeps and sees no id twice.
+//!
+//! The SSE parser (`Parser`, below) is hand-written because the maintained crates change what a
+//! byte the stream cannot decode does. Here, as in the HTML standard's "UTF-8 decode", invalid
+//! bytes become U+FFFD in that line and the stream goes on. `eventsource-stream` 0.2.3 keeps
+//! everything after the first invalid byte in its UTF-8 buffer and retries the same decode on
+//! each chunk, so the connection hands over no further event while its buffer grows.
+//! `sse-stream` 0.3 validates UTF-8 strictly and ends the stream at the first error. The
+//! reconnect then sends `Last-Event-ID`, the server replays the same event, and the client
+//! would loop on it. `sse-stream` also returns raw blocks, so it would not carry `id` across
+//! events and would hand over metadata-only blocks. Feeding either crate lossily decoded text
+//! would take a line buffer in front of it (a split at `\n` cannot cut a UTF-8 sequence), and
+//! that buffer is most of this parser. The parser keeps CRLF and LF line ends, comments,
+//! multi-line `data`, an `id` that lasts until the next one, and `retry` ignored: the client's
+//! own backoff applies.
 
 use std::collections::{HashSet, VecDeque};
 use std::time::Duration;
