@@ -29,6 +29,7 @@ pub mod stop_signal;
 pub mod store;
 mod wake;
 pub mod worker;
+pub mod worker_loop;
 
 pub use config::{Config, DEVELOPMENT_OJS_URL, Host, Loaded, RelayMode};
 pub use error::{Error, ErrorCode, ErrorFamily, Result};
