@@ -366,8 +366,13 @@ impl WorkerLoop {
         let Some([fetcher, supervisor, settler]) = taken else {
             return; // stopped before
         };
-        // The fetcher ends after its fetch in progress, whose jobs it gives back.
-        let _ = fetcher.await;
+        // The fetcher ends after its fetch in progress, whose jobs it gives back; one still
+        // waiting for an answer at the deadline is dropped, and what the backend reserved for
+        // it comes back when the visibility timeout runs out.
+        let mut fetcher = fetcher;
+        if tokio::time::timeout_at(until, &mut fetcher).await.is_err() {
+            fetcher.abort();
+        }
         supervisor.abort();
         let _ = supervisor.await;
         self.shared.settle.send(None).ok();
