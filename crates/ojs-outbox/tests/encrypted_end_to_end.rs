@@ -149,11 +149,15 @@ async fn an_encrypted_job_is_ciphertext_everywhere_but_in_the_worker() {
         let dead_rows = outbox.store().dead_list(None, 10).await.unwrap();
         assert_eq!(dead_rows.len(), 1);
         assert!(!format!("{dead_rows:?}").contains(SECRET));
+        // Read until both jobs' events are in (the log is polled: no fixed window), or 30 s.
         let mut frames = String::new();
-        while let Ok(Some(frame)) =
-            tokio::time::timeout(Duration::from_millis(200), events.next_frame()).await
-        {
-            frames.push_str(&frame);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !(frames.contains(&sent) && frames.contains(&dead)) && Instant::now() < deadline {
+            if let Ok(Some(frame)) =
+                tokio::time::timeout(Duration::from_millis(200), events.next_frame()).await
+            {
+                frames.push_str(&frame);
+            }
         }
         assert!(
             frames.contains(&sent),
