@@ -24,6 +24,7 @@ pub mod events;
 pub mod js_options;
 pub mod relay_command;
 mod staged_text;
+pub mod worker;
 
 pub use ojs_outbox::admin::Report;
 pub use ojs_outbox::{Error, ErrorCode, ErrorFamily, Host, Result};
@@ -707,6 +708,14 @@ impl Bridge {
                 .block_on(backend.worker_with_codec(&command, self.config.encryption.as_deref()))?
                 .to_string())
         })
+    }
+
+    /// Starts the core worker loop against the configured backend (`worker.rs`; options as
+    /// JSON: `{"queues", "concurrency"?, "visibility_timeout_ms"?, "worker_id"?,
+    /// "idle_poll_ms"?}`). Encrypted args are opened with `adapter.encryption`'s keys.
+    pub fn start_worker(&self, options_json: &str) -> Result<worker::Worker> {
+        let backend = ojs_outbox::backend::Backend::new(&self.config)?;
+        worker::Worker::start(options_json, backend, self.config.encryption.clone())
     }
 
     /// The statement that reads one outbox row by job id on the host's own connection

@@ -165,7 +165,7 @@ impl Outcome {
                 message,
                 retryable,
                 details,
-            } => (code, message, retryable, details),
+            } => (code, message, retryable, clip_details(details)),
             Outcome::UnknownType => (
                 UNKNOWN_TYPE.into(),
                 "no handler of this worker knows the job's type".into(),
@@ -175,7 +175,7 @@ impl Outcome {
         };
         let error = NackError {
             code,
-            message,
+            message: clip(message, MAX_MESSAGE),
             retryable,
             details,
         };
@@ -186,6 +186,36 @@ impl Outcome {
             requeue: false,
         }
     }
+}
+
+/// The longest nack `message` and string in `details` sent (characters; the middle of a
+/// longer text is cut): a nack is one HTTP request, and the backend keeps every error.
+const MAX_MESSAGE: usize = 2_000;
+const MAX_DETAIL: usize = 32_000;
+
+fn clip(text: String, limit: usize) -> String {
+    let count = text.chars().count();
+    if count <= limit {
+        return text;
+    }
+    let half = limit / 2;
+    let head: String = text.chars().take(half).collect();
+    let tail: String = text.chars().skip(count - half).collect();
+    format!(
+        "{head}\n[... {} characters cut ...]\n{tail}",
+        count - 2 * half
+    )
+}
+
+fn clip_details(details: Option<Value>) -> Option<Value> {
+    let Some(Value::Object(map)) = details else {
+        return details;
+    };
+    let clipped = map.into_iter().map(|(key, value)| match value {
+        Value::String(text) => (key, Value::String(clip(text, MAX_DETAIL))),
+        other => (key, other),
+    });
+    Some(Value::Object(clipped.collect()))
 }
 
 fn nack(job_id: &str, code: &str, message: &str, retryable: Option<bool>) -> WorkerCommand {
@@ -324,6 +354,11 @@ impl WorkerLoop {
         self.shared.send_later(outcome.command(job_id, worker_id));
         self.shared.freed.notify_waiters();
         true
+    }
+
+    /// Whether `stop` began: `next` hands out nothing more.
+    pub fn stopping(&self) -> bool {
+        self.shared.lock().stopping
     }
 
     /// Jobs handed out and not finished.
