@@ -53,6 +53,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 mod events;
+mod worker;
 
 use ojs_bridge::{self as bridge, Bridge, Ledger, Staged};
 use ojs_outbox::Error;
@@ -548,6 +549,8 @@ struct Run {
     /// The outbox table (the events' `source` names it).
     table: String,
     subscriptions: HashMap<String, events::Subscription>,
+    /// The binding's worker (`worker_start` .. `worker_stop`).
+    worker: Option<worker::SuiteWorker>,
 }
 
 impl Run {
@@ -859,6 +862,15 @@ impl Run {
                     .map_err(text)?;
             }
             "wait_delivered" => self.wait_delivered(step, timeout)?,
+            "worker_start" => {
+                let started = worker::SuiteWorker::start(&self.adapter, step)?;
+                self.worker = Some(started);
+            }
+            "worker_stop" => {
+                let running = self.worker.take().ok_or("no worker runs")?;
+                running.stop(step["deadline_ms"].as_u64().unwrap_or(0));
+            }
+            "wait_jobs" => self.wait_jobs(step, timeout)?,
             "wait_outbox" => {
                 let deadline = Instant::now() + timeout;
                 loop {
@@ -958,6 +970,32 @@ impl Run {
         self.subscriptions
             .get_mut(name)
             .ok_or_else(|| format!("no subscription {name:?}"))
+    }
+
+    /// Until the backend's view of every listed job matches (README: `wait_jobs`).
+    fn wait_jobs(&self, step: &Value, timeout: Duration) -> Result<(), String> {
+        let deadline = Instant::now() + timeout;
+        let expected = step["jobs"].as_object().cloned().unwrap_or_default();
+        loop {
+            let mut why = None;
+            for (reference, wanted) in &expected {
+                let path = format!("/ojs/v1/jobs/{}", self.id_of(reference)?);
+                let answer =
+                    self.host
+                        .block_on(self.backend.call(reqwest::Method::GET, &path, None))?;
+                if let Some(mismatch) = worker::mismatch(wanted, &answer["job"]) {
+                    why = Some(format!("{reference}: {mismatch}"));
+                    break;
+                }
+            }
+            match why {
+                None => return Ok(()),
+                Some(why) if Instant::now() >= deadline => {
+                    return Err(format!("wait_jobs timed out: {why}"));
+                }
+                Some(_) => std::thread::sleep(Duration::from_millis(20)),
+            }
+        }
     }
 
     fn wait_delivered(&self, step: &Value, timeout: Duration) -> Result<(), String> {
@@ -1191,6 +1229,9 @@ impl Run {
     /// After the last step, whatever the outcome: roll back a transaction left open, stop the
     /// relay abruptly and close the adapter and the host connection.
     fn finish(mut self) {
+        if let Some(running) = self.worker.take() {
+            running.stop(0);
+        }
         if let Some(mut ledger) = self.ledger.take() {
             let _ = self.host.run("ROLLBACK");
             ledger.rollback();
@@ -1232,6 +1273,7 @@ pub fn run_case(case: &Case, database: &Database, backend_url: &str) -> Result<(
         last_commit_us: 0,
         table,
         subscriptions: HashMap::new(),
+        worker: None,
     };
     let mut result = run.prepare(case);
     if result.is_ok() {

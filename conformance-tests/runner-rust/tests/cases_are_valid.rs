@@ -70,6 +70,8 @@ fn schema_errors(validator: &jsonschema::Validator, case: &Value) -> Vec<String>
 
 /// The longest a case may sleep in total. Cases must stay well under 5 s.
 const SLEEP_BUDGET_MS: u64 = 2_000;
+/// Worker starts per case (README: Workers).
+const MAX_WORKERS: u32 = 4;
 
 /// Returns every problem found in one schema-valid case.
 fn lint_case(case: &Value) -> Vec<String> {
@@ -81,6 +83,7 @@ fn lint_case(case: &Value) -> Vec<String> {
     let mut committed = false;
     let mut slept_ms = 0u64;
     let mut subscriptions: BTreeSet<String> = BTreeSet::new();
+    let (mut worker_running, mut workers_started) = (false, 0u32);
 
     for (index, step) in steps.iter().enumerate() {
         let op = step["op"].as_str().unwrap_or_default();
@@ -172,6 +175,23 @@ fn lint_case(case: &Value) -> Vec<String> {
                 "{at}: min_elapsed_ms is measured from a commit step, and none came before"
             ));
         }
+        // Workers: one at a time, at most MAX_WORKERS per case, stopped before the case ends.
+        match op {
+            "worker_start" if worker_running => {
+                problems.push(format!("{at}: a worker is already running"))
+            }
+            "worker_start" => {
+                (worker_running, workers_started) = (true, workers_started + 1);
+                if workers_started > MAX_WORKERS {
+                    problems.push(format!("{at}: more than {MAX_WORKERS} workers in one case"));
+                }
+            }
+            "worker_stop" if !worker_running => {
+                problems.push(format!("{at}: no worker is running"))
+            }
+            "worker_stop" => worker_running = false,
+            _ => {}
+        }
         if op == "sleep" {
             slept_ms += step["ms"].as_u64().unwrap_or_default();
         }
@@ -228,7 +248,10 @@ fn used_refs(step: &Value) -> Vec<String> {
     };
     match step["op"].as_str().unwrap_or_default() {
         "wait_delivered" => list(step.get("refs"), &mut refs),
-        "wait_outbox" => keys(step.get("rows"), &mut refs),
+        "wait_outbox" | "wait_jobs" => {
+            keys(step.get("rows"), &mut refs);
+            keys(step.get("jobs"), &mut refs);
+        }
         "expect_outbox" => {
             keys(step.get("rows"), &mut refs);
             list(step.get("absent"), &mut refs);
@@ -673,6 +696,18 @@ fn lint_rejects_broken_cases() {
                 {"op": "events_subscribe", "subscription": "s"},
                 {"op": "wait_events", "subscription": "s", "events": [{"ref": "a", "type": "job.enqueued"}]}
             ]}),
+        ),
+        (
+            "second worker while one runs",
+            json!({"steps": [{"op": "worker_start"}, {"op": "worker_start"}]}),
+        ),
+        (
+            "worker stopped twice",
+            json!({"steps": [{"op": "worker_start"}, {"op": "worker_stop", "deadline_ms": 100}, {"op": "worker_stop", "deadline_ms": 100}]}),
+        ),
+        (
+            "job waited for before it is staged",
+            json!({"steps": [{"op": "wait_jobs", "jobs": {"a": {"state": "completed"}}}]}),
         ),
         (
             "manifest change while running",
