@@ -55,6 +55,15 @@ impl Next {
 pub struct RelayFrames {
     pub(crate) subscription: Mutex<Subscription>,
     pub(crate) runtime: tokio::runtime::Handle,
+    /// Served through `Bridge::surface`: the keep-alive comment first and after each quiet
+    /// interval (`None`: the host writes its own).
+    keep_alive: Option<Mutex<KeepAlive>>,
+}
+
+struct KeepAlive {
+    every: Duration,
+    /// When the last frame or comment was handed out; `None`: nothing yet.
+    last: Option<std::time::Instant>,
 }
 
 impl RelayFrames {
@@ -82,14 +91,56 @@ impl RelayFrames {
             )?)),
             _ => None,
         };
-        Ok(RelayFrames {
-            subscription: Mutex::new(Subscription::new(bus, filter, from.as_ref())),
-            runtime,
-        })
+        Ok(RelayFrames::with_filter(bus, filter, from, runtime, None))
     }
 
-    /// Waits up to `timeout_ms` for the next frame.
+    pub(crate) fn with_filter(
+        bus: std::sync::Arc<ojs_outbox::events::EventBus>,
+        filter: Filter,
+        from: Option<ReplayFrom>,
+        runtime: tokio::runtime::Handle,
+        keep_alive: Option<Duration>,
+    ) -> RelayFrames {
+        RelayFrames {
+            subscription: Mutex::new(Subscription::new(bus, filter, from.as_ref())),
+            runtime,
+            keep_alive: keep_alive.map(|every| Mutex::new(KeepAlive { every, last: None })),
+        }
+    }
+
+    /// Waits up to `timeout_ms` for the next frame (with a keep-alive: the comment first, and
+    /// after each quiet interval).
     pub fn next(&self, timeout_ms: u64) -> Next {
+        let Some(keep_alive) = &self.keep_alive else {
+            return self.wait(timeout_ms);
+        };
+        let now = std::time::Instant::now();
+        let due = {
+            let state = keep_alive.lock().unwrap_or_else(|p| p.into_inner());
+            match state.last {
+                None => Duration::ZERO,
+                Some(last) => (last + state.every).saturating_duration_since(now),
+            }
+        };
+        let next = if due.is_zero() {
+            Next::Frame(ojs_outbox::surface::KEEP_ALIVE_FRAME.to_owned())
+        } else {
+            let wait = u64::try_from(due.as_millis()).unwrap_or(u64::MAX).max(1);
+            match self.wait(timeout_ms.min(wait)) {
+                Next::Idle if std::time::Instant::now() >= now + due => {
+                    Next::Frame(ojs_outbox::surface::KEEP_ALIVE_FRAME.to_owned())
+                }
+                other => other,
+            }
+        };
+        if matches!(next, Next::Frame(_)) {
+            let mut state = keep_alive.lock().unwrap_or_else(|p| p.into_inner());
+            state.last = Some(std::time::Instant::now());
+        }
+        next
+    }
+
+    fn wait(&self, timeout_ms: u64) -> Next {
         let mut subscription = self.subscription.lock().unwrap_or_else(|p| p.into_inner());
         // The timer belongs to the runtime: build it inside.
         let wait = async {

@@ -24,6 +24,7 @@ pub mod events;
 pub mod js_options;
 pub mod relay_command;
 mod staged_text;
+pub mod surface;
 pub mod worker;
 
 pub use ojs_outbox::admin::Report;
@@ -666,6 +667,12 @@ impl Bridge {
     pub fn relay_events(&self, request_json: &str) -> Result<events::RelayFrames> {
         let request: events::StreamRequest = serde_json::from_str(request_json)
             .map_err(|e| Error::field(ErrorCode::InvalidConfig, "request", e.to_string()))?;
+        let (bus, runtime) = self.event_bus()?;
+        events::RelayFrames::open(bus, &request, runtime)
+    }
+
+    /// The table's event bus and the runtime its subscriptions wait on (see `relay_events`).
+    fn event_bus(&self) -> Result<(Arc<ojs_outbox::events::EventBus>, tokio::runtime::Handle)> {
         let live_only = || {
             Error::new(
                 ErrorCode::RelayShutDown,
@@ -678,7 +685,7 @@ impl Bridge {
             self.running_here().ok_or_else(live_only)?
         };
         let bus = running.outbox.events().ok_or_else(live_only)?;
-        events::RelayFrames::open(bus, &request, running.runtime.handle().clone())
+        Ok((bus, running.runtime.handle().clone()))
     }
 
     /// An SDK's event client (`event_client::EventSubscription` as JSON: `url` of any OJS

@@ -27,6 +27,7 @@ pub mod sql;
 mod sqlite_fork;
 pub mod stop_signal;
 pub mod store;
+pub mod surface;
 mod wake;
 pub mod worker;
 pub mod worker_loop;

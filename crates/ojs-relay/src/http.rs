@@ -14,24 +14,22 @@
 //! `OJS_RELAY_TOKEN`) of the operator, or a `--tenant-token TENANT=TOKEN`, which sees only that
 //! tenant's events (seed 003) and nothing else (a payload carries no tenant, so the Codec Server
 //! is the operator's alone). `--no-auth` opens the surface, said out loud.
-//! The core makes the stream and the text (`events::Subscription`, `Relay::prometheus_text`);
-//! this module only serves them.
+//! This module only finds the caller from the token; the policy (paths, scoping, answers) is
+//! `ojs_outbox::surface`, the same the Django, Express and Rails mounts serve.
 
-use std::collections::HashMap;
 use std::convert::Infallible;
 use std::sync::Arc;
 
+use axum::Router;
 use axum::body::Body;
-use axum::extract::{Query, State};
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
-use axum::{Json, Router};
 use ojs_outbox::backend::Backend;
 use ojs_outbox::codec::Codec;
-use ojs_outbox::events::{Filter, ReplayFrom, Subscription, parse_rfc3339_ms};
+use ojs_outbox::events::Subscription;
+use ojs_outbox::surface::{self, Action, Answer, Caller};
 use ojs_outbox::{Relay, Store};
-use serde_json::json;
 
 /// Who may read what. There is no open default: `ojs-relay run --listen` needs a token, a
 /// tenant token or `--no-auth` (`commands::access`).
@@ -45,20 +43,18 @@ pub struct Access {
     pub open: bool,
 }
 
-enum Caller {
-    Operator,
-    Tenant(String),
-}
-
 impl Access {
-    fn caller(&self, headers: &HeaderMap) -> Option<Caller> {
+    fn caller(&self, headers: &HeaderMap) -> Caller {
         if self.open {
-            return Some(Caller::Operator);
+            return Caller::Operator;
         }
-        let given = headers
+        let Some(given) = headers
             .get(header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "))?;
+            .and_then(|v| v.strip_prefix("Bearer "))
+        else {
+            return Caller::Anonymous;
+        };
         // Every token is compared, each in constant time, so the answer's timing says
         // nothing about which token, or how much of one, matched.
         let operator = self
@@ -71,10 +67,11 @@ impl Access {
                 tenant = Some(owner);
             }
         }
-        if operator {
-            return Some(Caller::Operator);
+        match (operator, tenant) {
+            (true, _) => Caller::Operator,
+            (false, Some(owner)) => Caller::Tenant(owner.clone()),
+            (false, None) => Caller::Anonymous,
         }
-        tenant.map(|owner| Caller::Tenant(owner.clone()))
     }
 }
 
@@ -98,235 +95,82 @@ pub struct Surface {
     pub codec: Option<Arc<Codec>>,
 }
 
-/// The largest Codec Server request body.
-pub const CODEC_BODY_LIMIT: usize = 1024 * 1024;
-
 pub fn router(surface: Arc<Surface>) -> Router {
-    Router::new()
-        .route("/healthz", get(|| async { "ok\n" }))
-        .route("/readyz", get(readyz))
-        .route("/metrics", get(metrics))
-        .route("/v1/events/stream", get(events))
-        .route("/codec/decode", post(codec_decode))
-        .route("/codec/encode", post(codec_encode))
-        .with_state(surface)
+    Router::new().fallback(serve).with_state(surface)
 }
 
-fn refused(status: StatusCode, why: &str) -> Response {
-    (
-        status,
-        Json(json!({"error": {"code": "unauthorized", "message": why}})),
+/// Every request: the caller from the token, the core's policy, then what it asks for.
+async fn serve(State(surface): State<Arc<Surface>>, request: Request) -> Response {
+    let (parts, body) = request.into_parts();
+    let last_event_id = parts
+        .headers
+        .get("last-event-id")
+        .and_then(|v| v.to_str().ok());
+    let asked = surface::Request {
+        method: parts.method.as_str(),
+        path: parts.uri.path(),
+        query: parts.uri.query().unwrap_or(""),
+        last_event_id,
+        caller: surface.access.caller(&parts.headers),
+    };
+    let answer = match surface::route(&asked) {
+        Action::Answer(answer) => answer,
+        Action::Readiness => {
+            let (ready, verdict) =
+                ojs_outbox::outbox::readiness(&surface.store, &surface.backend).await;
+            Answer::readiness(ready, verdict)
+        }
+        Action::Metrics => {
+            let status = surface.store.status().await.ok();
+            let text = surface
+                .relay
+                .prometheus_text(&surface.table, status.as_ref());
+            Answer::metrics(Some(text))
+        }
+        Action::Codec { decode } => {
+            let bytes = axum::body::to_bytes(body, surface::CODEC_BODY_LIMIT)
+                .await
+                .ok();
+            Answer::codec(decode, surface.codec.as_deref(), bytes.as_deref())
+        }
+        Action::Events { filter, from } => {
+            let subscription = Subscription::new(surface.relay.events(), filter, from.as_ref());
+            return stream(subscription);
+        }
+    };
+    let mut response = (
+        StatusCode::from_u16(answer.status).unwrap_or(StatusCode::OK),
+        answer.body,
     )
-        .into_response()
-}
-
-/// The refusal of a caller who is not the operator, if it is not.
-fn operator_only(surface: &Surface, headers: &HeaderMap) -> Option<Response> {
-    match surface.access.caller(headers) {
-        Some(Caller::Operator) => None,
-        Some(Caller::Tenant(_)) => Some(refused(
-            StatusCode::FORBIDDEN,
-            "a tenant token reads only /v1/events/stream",
-        )),
-        None => Some(refused(
-            StatusCode::UNAUTHORIZED,
-            "Authorization: Bearer <token> required",
-        )),
-    }
-}
-
-fn codec_error(status: StatusCode, code: &str, message: &str) -> Response {
-    (
-        status,
-        Json(json!({"error": {"code": code, "message": message}})),
-    )
-        .into_response()
-}
-
-async fn codec_decode(
-    State(surface): State<Arc<Surface>>,
-    headers: HeaderMap,
-    body: Body,
-) -> Response {
-    codec_call(&surface, &headers, body, "decode").await
-}
-
-async fn codec_encode(
-    State(surface): State<Arc<Surface>>,
-    headers: HeaderMap,
-    body: Body,
-) -> Response {
-    codec_call(&surface, &headers, body, "encode").await
-}
-
-/// One Codec Server request: the operator only, a configured key ring, a JSON body of at most
-/// [`CODEC_BODY_LIMIT`] bytes. Errors name the payload and the reason, never its data.
-async fn codec_call(
-    surface: &Surface,
-    headers: &HeaderMap,
-    body: Body,
-    operation: &str,
-) -> Response {
-    match surface.access.caller(headers) {
-        Some(Caller::Operator) => {}
-        Some(Caller::Tenant(_)) => {
-            return refused(
-                StatusCode::FORBIDDEN,
-                "the Codec Server decodes any job's args and a payload carries no tenant, so only the operator's token may use it",
-            );
-        }
-        None => {
-            return refused(
-                StatusCode::UNAUTHORIZED,
-                "Authorization: Bearer <token> required",
-            );
-        }
-    }
-    let Some(codec) = &surface.codec else {
-        return codec_error(
-            StatusCode::NOT_FOUND,
-            "not_found",
-            "this relay has no encryption configured (adapter.encryption, or OJS_ENCRYPTION_KEYS with --encryption-key-id), so it serves no Codec Server",
-        );
-    };
-    let bytes = match axum::body::to_bytes(body, CODEC_BODY_LIMIT).await {
-        Ok(bytes) => bytes,
-        Err(_) => {
-            return codec_error(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                "payload_too_large",
-                &format!(
-                    "the request body is larger than {CODEC_BODY_LIMIT} bytes, or was cut off"
-                ),
-            );
-        }
-    };
-    let request: serde_json::Value = match serde_json::from_slice(&bytes) {
-        Ok(request) => request,
-        Err(_) => {
-            return codec_error(
-                StatusCode::BAD_REQUEST,
-                "invalid_request",
-                r#"the body is not JSON; send {"payloads": [{"data": "<base64>", "metadata": {"encoding": "..."}}]}"#,
-            );
-        }
-    };
-    let answer = if operation == "decode" {
-        ojs_outbox::codec::decode_payloads(codec, &request)
-    } else {
-        ojs_outbox::codec::encode_payloads(codec, &request)
-    };
-    match answer {
-        Ok(answer) => Json(answer).into_response(),
-        Err(error) => codec_error(
-            StatusCode::BAD_REQUEST,
-            &format!("{operation}_failed"),
-            &error.message,
-        ),
-    }
-}
-
-async fn readyz(State(surface): State<Arc<Surface>>, headers: HeaderMap) -> Response {
-    if let Some(refusal) = operator_only(&surface, &headers) {
-        return refusal;
-    }
-    let (ready, body) = ojs_outbox::outbox::readiness(&surface.store, &surface.backend).await;
-    let status = if ready {
-        StatusCode::OK
-    } else {
-        StatusCode::SERVICE_UNAVAILABLE
-    };
-    let body: serde_json::Value = serde_json::from_str(&body).expect("our own JSON");
-    (status, Json(body)).into_response()
-}
-
-async fn metrics(State(surface): State<Arc<Surface>>, headers: HeaderMap) -> Response {
-    if let Some(refusal) = operator_only(&surface, &headers) {
-        return refusal;
-    }
-    let status = surface.store.status().await.ok();
-    let text = surface
-        .relay
-        .prometheus_text(&surface.table, status.as_ref());
-    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response()
-}
-
-async fn events(
-    State(surface): State<Arc<Surface>>,
-    headers: HeaderMap,
-    Query(pairs): Query<Vec<(String, String)>>,
-) -> Response {
-    // A parameter given twice is refused, not resolved: `?tenant=a&tenant=b` must not mean
-    // one thing to the check and another to the filter.
-    let mut query = HashMap::new();
-    for (name, value) in pairs {
-        if query.insert(name.clone(), value).is_some() {
-            return (
-                StatusCode::BAD_REQUEST,
-                Json(json!({"error": {"code": "invalid_request",
-                    "message": format!("{name}: given more than once")}})),
-            )
-                .into_response();
-        }
-    }
-    let tenant = match surface.access.caller(&headers) {
-        None => {
-            return refused(
-                StatusCode::UNAUTHORIZED,
-                "Authorization: Bearer <token> required",
-            );
-        }
-        Some(Caller::Operator) => query.get("tenant").cloned(),
-        Some(Caller::Tenant(own)) => {
-            if query.get("tenant").is_some_and(|asked| *asked != own) {
-                return refused(
-                    StatusCode::FORBIDDEN,
-                    "this token reads only its own tenant",
-                );
-            }
-            Some(own)
-        }
-    };
-    let filter = Filter::from_lists(
-        query.get("types").map(String::as_str),
-        query.get("queues").map(String::as_str),
-        query.get("job_types").map(String::as_str),
-        tenant.as_deref(),
+        .into_response();
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static(answer.content_type),
     );
-    let from = match (
-        headers
-            .get("last-event-id")
-            .and_then(|v| v.to_str().ok())
-            .filter(|v| !v.is_empty()),
-        query.get("since"),
-    ) {
-        (Some(id), _) => Some(ReplayFrom::AfterId(id.to_owned())),
-        (None, Some(since)) => match parse_rfc3339_ms(since) {
-            Some(ms) => Some(ReplayFrom::Since(ms)),
-            None => {
-                return (
-                    StatusCode::BAD_REQUEST,
-                    Json(json!({"error": {"code": "invalid_request",
-                        "message": format!("since: {since:?} is not an RFC 3339 time")}})),
-                )
-                    .into_response();
-            }
-        },
-        (None, None) => None,
-    };
-    let subscription = Subscription::new(surface.relay.events(), filter, from.as_ref());
-    let frames = futures_util::stream::unfold(subscription, |mut subscription| async move {
-        subscription
-            .next_frame()
-            .await
-            .map(|frame| (Ok::<_, Infallible>(frame), subscription))
+    response
+}
+
+/// The subscription's frames as they come, a keep-alive comment first and after every quiet
+/// [`surface::KEEP_ALIVE`].
+fn stream(subscription: Subscription) -> Response {
+    let first = futures_util::stream::once(async {
+        Ok::<_, Infallible>(surface::KEEP_ALIVE_FRAME.to_owned())
     });
-    (
-        [
-            (header::CONTENT_TYPE, "text/event-stream"),
-            (header::CACHE_CONTROL, "no-cache"),
-        ],
-        Body::from_stream(frames),
-    )
-        .into_response()
+    let frames = futures_util::stream::unfold(subscription, |mut subscription| async move {
+        let frame = match tokio::time::timeout(surface::KEEP_ALIVE, subscription.next_frame()).await
+        {
+            Ok(Some(frame)) => frame,
+            Ok(None) => return None,
+            Err(_) => surface::KEEP_ALIVE_FRAME.to_owned(),
+        };
+        Some((Ok::<_, Infallible>(frame), subscription))
+    });
+    let mut response =
+        Body::from_stream(futures_util::StreamExt::chain(first, frames)).into_response();
+    for (name, value) in surface::STREAM_HEADERS {
+        response
+            .headers_mut()
+            .insert(name, HeaderValue::from_static(value));
+    }
+    response
 }

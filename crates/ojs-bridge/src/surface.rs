@@ -1,0 +1,113 @@
+//! The HTTP surface for a framework's mount (issue 28): one call, request in and answer out,
+//! with the policy of `ojs_outbox::surface` (the same `ojs-relay run --listen` serves). The
+//! mount only asks the app's `authorize` who the caller is and writes what comes back.
+//!
+//! | thing | crosses as |
+//! |---|---|
+//! | the request | JSON: `{"method", "path" (under the mount), "query"?, "last_event_id"?, "access", "access_field"?, "keep_alive_ms"?, "body"?}`; `access`: the app's decision (`true`, `false`/`null`, `{"tenant"}` or a tenant id) |
+//! | the answer | [`SurfaceAnswer`]: status, content type, body text, or a stream of SSE frames (the keep-alive comment included) |
+
+use std::time::Duration;
+
+use serde::Deserialize;
+use serde_json::Value;
+
+use crate::Bridge;
+use crate::events::RelayFrames;
+use ojs_outbox::surface::{self, Action, Answer, Caller};
+use ojs_outbox::{Error, ErrorCode, Result};
+
+/// What the mount writes. With `stream`, the status is 200 and the headers are
+/// [`STREAM_HEADERS`](ojs_outbox::surface::STREAM_HEADERS); write each frame as it comes.
+pub struct SurfaceAnswer {
+    pub status: u16,
+    pub content_type: String,
+    pub body: String,
+    pub stream: Option<RelayFrames>,
+}
+
+impl From<Answer> for SurfaceAnswer {
+    fn from(answer: Answer) -> SurfaceAnswer {
+        SurfaceAnswer {
+            status: answer.status,
+            content_type: answer.content_type.to_owned(),
+            body: answer.body,
+            stream: None,
+        }
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SurfaceRequest {
+    method: String,
+    path: String,
+    #[serde(default)]
+    query: String,
+    #[serde(default)]
+    last_event_id: Option<String>,
+    access: Value,
+    #[serde(default)]
+    access_field: Option<String>,
+    #[serde(default)]
+    keep_alive_ms: Option<u64>,
+    #[serde(default)]
+    body: Option<String>,
+}
+
+impl Bridge {
+    /// Serves one request of a mount (module doc). An `access` that is not a decision is
+    /// `INVALID_CONFIG` naming `access_field` (the binding's setting: `authorize`,
+    /// `OJS_HTTP_ACCESS`); everything else is an answer.
+    pub fn surface(&self, request_json: &str) -> Result<SurfaceAnswer> {
+        let request: SurfaceRequest = serde_json::from_str(request_json)
+            .map_err(|e| Error::field(ErrorCode::InvalidConfig, "request", e.to_string()))?;
+        let field = request.access_field.as_deref().unwrap_or("authorize");
+        let caller = Caller::from_decision(&request.access, field)?;
+        let asked = surface::Request {
+            method: &request.method,
+            path: &request.path,
+            query: &request.query,
+            last_event_id: request.last_event_id.as_deref(),
+            caller,
+        };
+        let answer = match surface::route(&asked) {
+            Action::Answer(answer) => answer,
+            Action::Readiness => {
+                let verdict = self.readiness_json()?;
+                let ready = serde_json::from_str::<Value>(&verdict)
+                    .ok()
+                    .and_then(|v| v["ready"].as_bool())
+                    .unwrap_or(false);
+                Answer::readiness(ready, verdict)
+            }
+            Action::Metrics => Answer::metrics(self.metrics_text()),
+            Action::Codec { decode } => {
+                let body = request.body.as_deref().map(str::as_bytes);
+                let body = body.filter(|b| b.len() <= surface::CODEC_BODY_LIMIT);
+                Answer::codec(decode, self.config.encryption.as_deref(), body)
+            }
+            Action::Events { filter, from } => {
+                let keep_alive = request
+                    .keep_alive_ms
+                    .map_or(surface::KEEP_ALIVE, Duration::from_millis);
+                return match self.event_bus() {
+                    Ok((bus, runtime)) => Ok(SurfaceAnswer {
+                        status: 200,
+                        content_type: "text/event-stream".into(),
+                        body: String::new(),
+                        stream: Some(RelayFrames::with_filter(
+                            bus,
+                            filter,
+                            from,
+                            runtime,
+                            Some(keep_alive),
+                        )),
+                    }),
+                    Err(error) => Ok(Answer::stream_refused(&error).into()),
+                };
+            }
+        };
+        Ok(answer.into())
+    }
+}
