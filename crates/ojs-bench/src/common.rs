@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdout, Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use ojs_outbox::prometheus::HistogramSnapshot;
+use ojs_outbox::relay_metrics::HistogramSnapshot;
 use ojs_outbox::{Config, Histograms, NewJob, Outbox};
 use serde_json::{Value, json};
 use sqlx::AssertSqlSafe;

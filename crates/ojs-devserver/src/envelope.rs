@@ -10,7 +10,7 @@ use std::io::Write as _;
 
 use serde_json::{Map, Value};
 
-use crate::store::{JobState, Run, write_json_string};
+use crate::store::{JobState, Run, StoredJob, write_json_string};
 use crate::timefmt::format_ms;
 use crate::validate::format_job_id;
 
@@ -160,4 +160,24 @@ pub(crate) fn options_map(options: Option<&str>) -> Option<Map<String, Value>> {
     options
         .filter(|text| *text != "{}")
         .and_then(|text| serde_json::from_str(text).ok())
+}
+
+/// The envelope of a stored job, as it is now.
+pub(crate) fn write_stored_job(out: &mut Vec<u8>, job: &StoredJob, now_us: u64) {
+    let options = options_map(job.options());
+    write_job(
+        out,
+        &JobView {
+            id: job.id,
+            job_type: &job.job_type,
+            state: job.state(now_us),
+            args: job.args(),
+            meta: job.meta(),
+            options: options.as_ref(),
+            attributes: job.attributes(),
+            created_at_us: job.received_at_us,
+            cancelled_at_us: job.cancellation().map(|c| c.at_us),
+            run: job.run(),
+        },
+    );
 }

@@ -22,10 +22,12 @@
 //! # Ok(()) }
 //! ```
 
+mod app;
 mod envelope;
 mod events;
 mod http;
 mod model;
+mod respond;
 mod retry;
 mod server;
 mod store;
@@ -47,7 +49,7 @@ pub use model::{
     Fault, FaultScope, JobControlError, Received, ReceivedJob, ReplacedJob, RequestCounts, Stats,
 };
 
-use crate::http::App;
+use crate::app::App;
 use crate::worker::{DEFAULT_WORKER_ID, Transition};
 
 /// Largest request body the OJS endpoints accept (1 MiB), as the reference servers have it.

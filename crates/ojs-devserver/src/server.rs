@@ -11,7 +11,8 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Notify, oneshot};
 use tokio::task::JoinSet;
 
-use crate::http::{App, handle};
+use crate::app::App;
+use crate::http::handle;
 
 /// Accepts connections until `stop` fires (or its sender is dropped), then closes every
 /// connection and returns.

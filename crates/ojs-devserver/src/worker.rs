@@ -16,9 +16,10 @@ use std::collections::{BTreeSet, HashMap};
 
 use serde_json::{Map, Value, json};
 
+use crate::app::App;
+use crate::envelope::write_stored_job;
 use crate::envelope::{max_attempts_of, options_map, priority_of, queue_of};
 use crate::events::{EventHub, JobEvent};
-use crate::http::{App, write_stored_job};
 use crate::model::JobControlError;
 use crate::retry::{self, Decision, FailureFacts};
 use crate::store::{JobState, Run, State, StoredJob};

@@ -24,8 +24,9 @@ use serde::de::DeserializeOwned;
 use serde_json::value::RawValue;
 use serde_json::{Map, Value, json};
 
-use crate::http::{
-    App, BodyRead, Resp, control_error_response, invalid_request, ojs_json, read_body_limited,
+use crate::app::App;
+use crate::respond::{
+    BodyRead, Resp, control_error_response, invalid_request, ojs_json, read_body_limited,
 };
 use crate::retry::FailureFacts;
 use crate::store::JobState;

@@ -504,7 +504,7 @@ impl Subscription {
                                     continue;
                                 }
                                 // Another id (a live-only stream's): from its time.
-                                None => crate::prometheus::staged_at_ms(id).unwrap_or(0),
+                                None => crate::id::staged_at_ms(id).unwrap_or(0),
                             },
                         };
                         match store.events_cursor_at(start).await {

@@ -98,6 +98,12 @@ fn fresh(forks: u64, ms: u64) -> Sequence {
     }
 }
 
+/// The staging time of a job id (UUIDv7: its first 48 bits are Unix milliseconds).
+pub fn staged_at_ms(job_id: &str) -> Option<i64> {
+    let hex: String = job_id.chars().filter(|c| *c != '-').take(12).collect();
+    i64::from_str_radix(&hex, 16).ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -14,7 +14,8 @@ use crate::config::{Config, RelayMode};
 use crate::error::{Error, ErrorCode, Result};
 use crate::job::{NewJob, PreparedJob, RequestContext, prepare};
 use crate::ledger::{Ledger, needs_savepoint};
-use crate::relay::{Metrics, Relay};
+use crate::relay::Relay;
+use crate::relay_metrics::Metrics;
 use crate::sql::{Statement, held_outcome};
 use crate::store::{self, Pool, RowState, Store};
 

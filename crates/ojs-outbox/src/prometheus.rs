@@ -7,55 +7,9 @@
 //! serve it.
 
 use std::fmt::Write;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
 
-use crate::relay::{Histograms, Metrics};
+use crate::relay_metrics::{BUCKETS, HistogramSnapshot, Histograms, Metrics};
 use crate::store::OutboxStatus;
-
-/// Upper bounds of the histogram buckets, in seconds: 1 ms to 60 s.
-pub const BUCKETS: [f64; 14] = [
-    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0, 30.0, 60.0,
-];
-
-/// A histogram of durations, recorded with a few relaxed atomic additions.
-#[derive(Debug, Default)]
-pub struct Histogram {
-    /// Per bucket (not cumulative); the last slot is `+Inf`.
-    counts: [AtomicU64; BUCKETS.len() + 1],
-    sum_micros: AtomicU64,
-}
-
-/// A copy of a histogram's counts.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct HistogramSnapshot {
-    pub counts: Vec<u64>,
-    pub sum_micros: u64,
-}
-
-impl Histogram {
-    pub fn record(&self, duration: Duration) {
-        let seconds = duration.as_secs_f64();
-        let slot = BUCKETS
-            .iter()
-            .position(|bound| seconds <= *bound)
-            .unwrap_or(BUCKETS.len());
-        self.counts[slot].fetch_add(1, Ordering::Relaxed);
-        self.sum_micros
-            .fetch_add(duration.as_micros() as u64, Ordering::Relaxed);
-    }
-
-    pub fn snapshot(&self) -> HistogramSnapshot {
-        HistogramSnapshot {
-            counts: self
-                .counts
-                .iter()
-                .map(|c| c.load(Ordering::Relaxed))
-                .collect(),
-            sum_micros: self.sum_micros.load(Ordering::Relaxed),
-        }
-    }
-}
 
 /// What one exposition shows about one relay.
 pub struct Sample<'a> {
@@ -280,15 +234,12 @@ fn escape(value: &str) -> String {
         .replace('\n', "\\n")
 }
 
-/// The staging time of a job id (UUIDv7: its first 48 bits are Unix milliseconds).
-pub fn staged_at_ms(job_id: &str) -> Option<i64> {
-    let hex: String = job_id.chars().filter(|c| *c != '-').take(12).collect();
-    i64::from_str_radix(&hex, 16).ok()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::id::staged_at_ms;
+    use crate::relay_metrics::Histogram;
+    use std::time::Duration;
 
     #[test]
     fn buckets_are_cumulative_and_the_count_is_the_inf_bucket() {

@@ -11,7 +11,6 @@ use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use serde::Serialize;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -23,7 +22,7 @@ use crate::config::Config;
 use crate::events::{Event, EventBus, EventLog};
 use crate::job::{MAX_WIRE_BYTES, wire_json};
 use crate::log_feed::{self, Level};
-use crate::prometheus::{Histogram, HistogramSnapshot};
+use crate::relay_metrics::{Histogram, Histograms, Metrics};
 use crate::store::{Claim, ClaimedRow, Rejection, RowStatus, Settlement, Store};
 use crate::wake::Wake;
 
@@ -68,39 +67,6 @@ struct Counters {
 struct BackendState {
     healthy: Option<bool>,
     last_error: Option<String>,
-}
-
-/// Where a relay's time goes, per round phase and per job (`prometheus.rs` exposes them).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Histograms {
-    /// Staging (the job id's time) to the backend's acceptance, per delivered job.
-    pub delivery_lag: HistogramSnapshot,
-    /// One request to the backend (a job or a batch).
-    pub send_duration: HistogramSnapshot,
-    /// One claim statement (hot path or poller).
-    pub claim_duration: HistogramSnapshot,
-    /// One settle statement.
-    pub settle_duration: HistogramSnapshot,
-}
-
-/// A snapshot of the relay's metrics. `pending` and `oldest_pending_age_ms` are refreshed from
-/// the table every few seconds; the rest are exact counts since the relay started.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
-pub struct Metrics {
-    pub pending: i64,
-    pub in_flight: i64,
-    pub sent: u64,
-    pub retried: u64,
-    pub dead: u64,
-    pub deduplicated: u64,
-    /// Jobs the backend refused because its unique policy (`on_conflict: reject`) found
-    /// another job with the same key: settled `sent`, but this job id was not created.
-    pub unique_rejected: u64,
-    pub hot_dropped: u64,
-    pub oldest_pending_age_ms: i64,
-    /// `None` until the relay has heard from the backend.
-    pub backend_healthy: Option<bool>,
-    pub last_error: Option<String>,
 }
 
 /// A running relay. Dropping it without `shutdown` stops it at the next await point.
@@ -945,7 +911,7 @@ impl Engine {
             if settlement.status != Some(RowStatus::Sent) || settlement.rejected.is_some() {
                 continue;
             }
-            if let Some(staged) = crate::prometheus::staged_at_ms(&row.job_id) {
+            if let Some(staged) = crate::id::staged_at_ms(&row.job_id) {
                 let ms = (now - staged).max(0) as u64;
                 self.counters.delivery_lag.record(Duration::from_millis(ms));
             }
