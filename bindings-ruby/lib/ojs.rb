@@ -29,6 +29,7 @@ require_relative "ojs/migration"
 require_relative "ojs/schema_dumper"
 require_relative "ojs/middleware"
 require_relative "ojs/events_app"
+require_relative "ojs/worker"
 
 module OJS
   class << self

@@ -84,8 +84,8 @@ impl Bridge {
     }
 }
 
-/// Lowers a text answer the uniffi way (what the generated Ruby consumes).
-fn lowered<T: Lower<UniFfiTag>>(value: T) -> T::FfiType {
+/// Lowers an answer the uniffi way (what the generated Ruby consumes).
+pub(crate) fn lowered<T: Lower<UniFfiTag>>(value: T) -> T::FfiType {
     <T as Lower<UniFfiTag>>::lower(value)
 }
 

@@ -16,6 +16,9 @@
 //!   error and panic channel); their answers are the core's encodings
 //!   (`StagedJob::encode`, `Staged::to_json`, `encode_ids`). `lib/ojs/native.rb` binds them,
 //!   and `test/native_signature_test.rb` checks the bindings against the declarations;
+//! - the calls that wait for something that comes (an event, a frame: `events.rs`; a job for
+//!   a worker slot, a worker's stop: `worker.rs`) are C functions of the same kind, bound with
+//!   the ffi gem's `blocking: true` (the GVL is released while they wait);
 //! - cheap calls that never touch the network or the relay's database are synchronous methods;
 //!   calls that block on I/O are `async` top-level functions taking the Bridge
 //!   (`bridge_<verb>`): Ruby's ffi keeps the GVL during a synchronous call, so blocking work runs
@@ -26,6 +29,7 @@ use std::sync::Arc;
 
 mod events;
 mod hot;
+mod worker;
 
 uniffi::setup_scaffolding!();
 

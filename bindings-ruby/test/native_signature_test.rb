@@ -1,6 +1,6 @@
 # frozen_string_literal: true
 
-# The C functions are declared twice: in Rust (`src/hot.rs` and `src/events.rs`, `extern "C"`) and for the
+# The C functions are declared twice: in Rust (`src/hot.rs`, `src/events.rs` and `src/worker.rs`, `extern "C"`) and for the
 # ffi gem (`lib/ojs/native.rb`, `attach_function`). Nothing in ffi checks one against the other:
 # a mismatch would corrupt memory instead of failing. This test parses both files and compares
 # every function's name, argument types and return type.
@@ -9,7 +9,7 @@ require_relative "test_helper"
 
 class NativeSignatureTest < Minitest::Test
   # The Rust files that declare `extern "C"` functions.
-  C_SOURCES = %w[hot.rs events.rs].map { |name| File.join(TestSupport::ROOT, "bindings-ruby", "src", name) }
+  C_SOURCES = %w[hot.rs events.rs worker.rs].map { |name| File.join(TestSupport::ROOT, "bindings-ruby", "src", name) }
 
   # The ffi type each Rust FFI type must be declared as.
   RUST_TO_FFI = {
@@ -47,7 +47,7 @@ class NativeSignatureTest < Minitest::Test
   def test_every_attach_function_matches_its_rust_declaration
     rust = C_SOURCES.map { |path| self.class.rust_declarations(File.read(path)) }.reduce(:merge)
     ruby = self.class.ruby_declarations(File.read(native_rb))
-    refute_empty rust, "src/hot.rs and src/events.rs declare the C functions"
+    refute_empty rust, "src/hot.rs, src/events.rs and src/worker.rs declare the C functions"
     assert_equal rust.keys.sort, ruby.keys.sort, "the same functions on both sides"
     rust.each do |name, (args, ret)|
       assert_equal [args, ret], ruby.fetch(name), "#{name}: native.rb's attach_function differs from src/hot.rs"

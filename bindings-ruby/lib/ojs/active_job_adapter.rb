@@ -10,12 +10,17 @@ module OJS
   # The OJS job: type derived from the class name (`WelcomeEmailJob` -> `welcome_email_job`,
   # `Admin::ReportJob` -> `admin.report_job`), args `[job.serialize]` (ActiveJob's own
   # serialization), options queue (the ActiveJob queue name), priority, and delay_until for
-  # `set(wait:)`. A worker runs it with `ActiveJob::Base.execute(args.first)`.
+  # `set(wait:)`. OJS::Worker runs it with `ActiveJob::Base.execute(args.first)`.
   module ActiveJobAdapter
     module_function
 
     def job_type(job_class)
-      ActiveSupport::Inflector.underscore(job_class.name).tr("/", ".")
+      type_of_name(job_class.name)
+    end
+
+    # The type of the class of this name (what the worker compares a fetched job's type with).
+    def type_of_name(class_name)
+      ActiveSupport::Inflector.underscore(class_name).tr("/", ".")
     end
 
     def options(job)

@@ -57,6 +57,17 @@ module OJS
     # (bridge, status) -> String: {"ready", "database", "backend"}
     attach_function :ojs_ruby_bridge_readiness_json, %i[uint64 pointer], :rust_buffer, blocking: true
 
+    # The worker (`src/worker.rs`): the waits are bound with `blocking: true` as the event
+    # surface's are; finish never waits (a short lock and a queue push) and keeps the GVL.
+    # (bridge, options JSON, status) -> the uniffi handle of a new Native::Worker
+    attach_function :ojs_ruby_bridge_start_worker, %i[uint64 buffer_in size_t pointer], :uint64, blocking: true
+    # (worker, timeout ms, status) -> Option<String>: a job's JSON, "" (idle) or nil (stopped)
+    attach_function :ojs_ruby_worker_next, %i[uint64 uint64 pointer], :rust_buffer, blocking: true
+    # (worker, job id, outcome JSON, status) -> 1 settled, 0 no longer held (or: see the status)
+    attach_function :ojs_ruby_worker_finish, %i[uint64 buffer_in size_t buffer_in size_t pointer], :int8
+    # (worker, deadline ms, status) -> 1: graceful stop, returns once stopped
+    attach_function :ojs_ruby_worker_stop, %i[uint64 uint64 pointer], :int8, blocking: true
+
     STATUS_KEY = :ojs_call_status
     private_constant :STATUS_KEY
 
