@@ -59,6 +59,7 @@ module Conformance
       @slug = slug
       @subscriptions = {} # name => Subscription (events_subscribe)
       @race = nil # the background transaction of race_enqueue (a Race), until race_join
+      @worker = nil # the binding's worker (OJS::Worker), from worker_start to worker_stop
     end
 
     def call
@@ -92,6 +93,7 @@ module Conformance
     private
 
     def teardown
+      stop_worker(0) if @worker
       @subscriptions.each_value { |subscription| subscription.stream.close }
       @connection&.rollback_transaction while @connection&.transaction_open?
       abandon_race
@@ -164,6 +166,9 @@ module Conformance
       when "events_subscribe" then events_subscribe(step)
       when "wait_events" then wait_events(step, timeout)
       when "expect_events" then expect_events(step)
+      when "worker_start" then worker_start(step)
+      when "worker_stop" then worker_stop(step)
+      when "wait_jobs" then wait_jobs(step, timeout)
       else fail_step("unknown op #{op.inspect} (this runner is out of date)")
       end
     end
@@ -546,6 +551,92 @@ module Conformance
 
       actual = subscription.events.length
       fail_step("#{actual} events received, expected #{step['total']}: #{summary(subscription.events)}") unless actual == step["total"]
+    end
+
+    # --- workers (README "Workers") ----------------------------------------------------------
+
+    # The suite handlers, as plain handlers of OJS.worker (the cases stage plain jobs); a job of
+    # any other type is unknown to the worker.
+    SUITE_HANDLERS = {
+      "conf.echo" => ->(args) { { "echo" => args } },
+      "conf.fail" => ->(args) { raise args.first.to_s },
+      "conf.sleep" => lambda do |args|
+        sleep(args.first / 1000.0) # the handler's specification: it sleeps this long
+        { "slept" => args.first }
+      end,
+      "conf.trace" => ->(_args, job) { { "traceparent" => job.traceparent } }
+    }.freeze
+
+    # The gem's worker on the queue "default" with the suite handlers (OJS.worker: the one
+    # `rake ojs:work` runs), the step's options passed to the core as they are.
+    def worker_start(step)
+      fail_step("a worker runs already") if @worker
+      options = step.slice("concurrency", "visibility_timeout_ms").transform_keys(&:to_sym)
+      worker = OJS.worker(queues: ["default"], handlers: SUITE_HANDLERS, logger: Logger.new(nil), **options)
+      worker.start
+      @worker = worker
+    end
+
+    def worker_stop(step)
+      fail_step("no worker runs") unless @worker
+      stop_worker(step.fetch("deadline_ms"))
+    end
+
+    # Stops the worker gracefully within `deadline_ms`; returns once the loop stopped and every
+    # slot thread ended (a slot in a handler whose job was given back finishes the handler).
+    def stop_worker(deadline_ms)
+      worker = @worker
+      @worker = nil
+      worker.stop(deadline_ms: deadline_ms)
+      fail_step("the worker's slot threads did not end") unless worker.join(TestSupport::PATIENCE)
+    end
+
+    # Until the backend's view of every listed job (GET /ojs/v1/jobs/{id}) matches.
+    def wait_jobs(step, timeout)
+      deadline = TestSupport.monotonic + timeout
+      loop do
+        problem = step.fetch("jobs").each_with_object([]) do |(ref, expected), out|
+          job = @backend.call(:get, "/ojs/v1/jobs/#{id_of(ref)}")&.dig("job")
+          why = job ? job_mismatch(expected, job) : "not at the backend"
+          out << "#{ref}: #{why}" if why
+        end.first
+        return if problem.nil?
+        fail_step("wait_jobs timed out: #{problem}") if TestSupport.monotonic > deadline
+
+        sleep 0.02
+      end
+    end
+
+    # Why the backend's job does not match `expected` (state, attempt, result, error), or nil.
+    def job_mismatch(expected, job)
+      if expected.key?("state") && !Array(expected["state"]).include?(job["state"])
+        return "state #{job['state'].inspect}, expected #{expected['state'].inspect}"
+      end
+      return "attempt #{job['attempt']}, expected #{expected['attempt']}" if expected.key?("attempt") && job["attempt"] != expected["attempt"]
+      if expected.key?("result") && !json_equal?(expected["result"], job["result"])
+        return "result #{job['result'].inspect}, expected #{expected['result'].inspect}"
+      end
+
+      error = expected["error"] or return nil
+      actual = job["error"].is_a?(Hash) ? job["error"] : {}
+      return "last error #{actual}, expected type #{error['type'].inspect}" if error.key?("type") && actual["type"] != error["type"]
+      if error.key?("message_contains") && !actual["message"].to_s.include?(error["message_contains"])
+        return "last error #{actual}, expected a message with #{error['message_contains'].inspect}"
+      end
+
+      nil
+    end
+
+    # JSON equality: numbers by value (1 equals 1.0), objects regardless of key order.
+    def json_equal?(expected, actual)
+      case expected
+      when Numeric then actual.is_a?(Numeric) && expected == actual
+      when Array then actual.is_a?(Array) && expected.length == actual.length &&
+                      expected.zip(actual).all? { |e, a| json_equal?(e, a) }
+      when Hash then actual.is_a?(Hash) && expected.keys.sort == actual.keys.sort &&
+                     expected.all? { |key, value| json_equal?(value, actual[key]) }
+      else expected == actual
+      end
     end
 
     # The encryption extension's envelope as the backend stored it: args one object
