@@ -6,6 +6,7 @@ const { Ojs, createOjs, createOutboxTable, dropOutboxTable } = require('./lib/oj
 const { ojsMiddleware, RequestOjs } = require('./lib/express');
 const errors = require('./lib/errors');
 const providers = require('./lib/providers');
+const { Worker } = require('./lib/worker');
 
 module.exports = {
   createOjs,
@@ -14,6 +15,8 @@ module.exports = {
   ojsMiddleware,
   Ojs,
   RequestOjs,
+  /** What `ojs.worker()` returns (docs/express.md, "Running jobs"). */
+  Worker,
   /** The built-in transaction providers (docs/express.md, "Transaction providers"). */
   providers: {
     pg: providers.pg,

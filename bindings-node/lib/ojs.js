@@ -15,6 +15,7 @@ const relayLog = require('./log');
 const events = require('./events');
 const { router } = require('./router');
 const lifecycle = require('./lifecycle');
+const { Worker } = require('./worker');
 
 /**
  * The configuration objects whose keys are the application's names, not option names: passed
@@ -796,6 +797,17 @@ class Ojs {
       if (this.host) return this.host.openStream('feed', json);
       return events.nativeStream(await awaitNative(this.native.subscribeEvents(json)));
     });
+  }
+
+  /**
+   * A worker running `handlers` (`{ 'email.welcome': async (args, ctx) => result }`) on the
+   * core worker loop against this adapter's backend (its URL, token and encryption keys):
+   * `queues`, `concurrency`, `visibilityTimeoutMs`, `workerId`, `idlePollMs` go to the core as
+   * given; `autorun: false` defers the start to `worker.start()` (lib/worker.js). It runs
+   * until `worker.stop({ deadlineMs })`, independently of the relay and of `close()`.
+   */
+  worker(options) {
+    return new Worker((optionsJson) => this.native.startWorker(optionsJson), options);
   }
 
   /**

@@ -15,6 +15,7 @@ use ojs_outbox::ErrorCode;
 
 use crate::error::to_js;
 use crate::events::{NativeEventFeed, NativeRelayFrames};
+use crate::worker::NativeWorker;
 
 type Work<T> = Box<dyn FnOnce() -> ojs_outbox::Result<T> + Send>;
 
@@ -441,6 +442,16 @@ impl NativeBridge {
             NativeEventFeed::new(feed)
                 .map_err(|e| ojs_outbox::Error::new(ErrorCode::RelayShutDown, e.reason.clone()))
         })
+    }
+
+    /// Starts the core worker loop against this adapter's backend (`Bridge::start_worker`;
+    /// options JSON: `queues`, `concurrency`, `visibility_timeout_ms`, `worker_id`,
+    /// `idle_poll_ms`, an unknown key `INVALID_CONFIG`). No I/O (the loop's first fetch runs on
+    /// its own runtime), so synchronous: bad options throw at the call.
+    #[napi]
+    pub fn start_worker(&self, options_json: String) -> napi::Result<NativeWorker> {
+        let worker = self.sync(|bridge| bridge.start_worker(&options_json))?;
+        NativeWorker::new(worker)
     }
 
     /// What a unique job's enqueue call reports (`Bridge::held_outcome`): see `held_outcome`.

@@ -22,18 +22,20 @@ use ojs_outbox::ErrorCode;
 
 use crate::error::to_js;
 
-type Job = Box<dyn FnOnce() + Send>;
+pub(crate) type Job = Box<dyn FnOnce() + Send>;
 /// What settles a wait's promise, on the JavaScript thread.
 type Resolver<T> = Box<dyn FnOnce(Env) -> napi::Result<Option<T>>>;
 
 /// A thread of one stream, running its waits in order. Closed: later waits resolve at once
-/// with the end (`null`).
-struct Waiter {
+/// with the end (`null`). Also the thread of a worker's waits and of its stop (`worker.rs`).
+pub(crate) struct Waiter {
     jobs: Mutex<Option<Sender<Job>>>,
+    /// What the thread serves, for the message of a panic (`the event stream`, `the worker`).
+    what: &'static str,
 }
 
 impl Waiter {
-    fn new(name: &str) -> napi::Result<Waiter> {
+    pub(crate) fn new(name: &str, what: &'static str) -> napi::Result<Waiter> {
         let (sender, receiver) = channel::<Job>();
         std::thread::Builder::new()
             .name(name.to_owned())
@@ -43,16 +45,17 @@ impl Waiter {
                 }
             })
             .map_err(|e| {
-                napi::Error::from_reason(format!("cannot start the stream's thread: {e}"))
+                napi::Error::from_reason(format!("cannot start the thread of {what}: {e}"))
             })?;
         Ok(Waiter {
             jobs: Mutex::new(Some(sender)),
+            what,
         })
     }
 
     /// Runs `wait` on the stream's thread; the promise settles with its result (`None`, the
     /// end, once closed). A panic in the core rejects the promise instead of losing it.
-    fn run<'env, T>(
+    pub(crate) fn run<'env, T>(
         &self,
         env: &'env Env,
         wait: impl FnOnce() -> ojs_outbox::Result<Option<T>> + Send + 'static,
@@ -71,13 +74,14 @@ impl Waiter {
             deferred.resolve(Box::new(|_| Ok(None)));
             return Ok(promise);
         };
+        let what = self.what;
         let job: Job = Box::new(move || {
             match catch_unwind(AssertUnwindSafe(wait)) {
                 Ok(Ok(value)) => deferred.resolve(Box::new(move |_| Ok(value))),
                 Ok(Err(error)) => deferred.reject(to_js(error)),
                 Err(_) => deferred.reject(to_js(ojs_outbox::Error::new(
                     ErrorCode::RelayShutDown,
-                    "the event stream failed inside the core (a panic); it is closed",
+                    format!("{what} failed inside the core (a panic)"),
                 ))),
             };
         });
@@ -89,7 +93,7 @@ impl Waiter {
     }
 
     /// No more waits: the thread ends after the waits already queued, then runs `last`.
-    fn close(&self, last: Option<Job>) {
+    pub(crate) fn close(&self, last: Option<Job>) {
         let sender = self
             .jobs
             .lock()
@@ -112,7 +116,7 @@ impl NativeRelayFrames {
     pub fn new(frames: RelayFrames) -> napi::Result<Self> {
         Ok(NativeRelayFrames {
             frames: Mutex::new(Some(Arc::new(frames))),
-            waiter: Waiter::new("ojs-relay-sse")?,
+            waiter: Waiter::new("ojs-relay-sse", "the event stream")?,
         })
     }
 }
@@ -160,7 +164,7 @@ impl NativeEventFeed {
     pub fn new(feed: EventFeed) -> napi::Result<Self> {
         Ok(NativeEventFeed {
             feed: Mutex::new(Some(Arc::new(feed))),
-            waiter: Waiter::new("ojs-event-feed")?,
+            waiter: Waiter::new("ojs-event-feed", "the event feed")?,
         })
     }
 }

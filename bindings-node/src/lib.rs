@@ -8,12 +8,14 @@
 //! (`stage_job`, `stage_jobs`), the ledger and `notify_committed` are pure CPU and synchronous.
 //! The event streams' waits (`NativeRelayFrames::next`, `NativeEventFeed::next`), which last
 //! up to their timeout again and again for as long as a stream is open, run on a thread of
-//! each stream's own instead of the pool (`events.rs`).
+//! each stream's own instead of the pool (`events.rs`); so do a worker's waits for jobs and its
+//! stop (`worker.rs`).
 
 mod bridge;
 mod error;
 mod events;
 mod log;
+mod worker;
 
 pub use bridge::{
     AdminReport, LedgerHandle, NativeBridge, NativeHost, NativeLedger, NativeRelayCommand, Stager,
@@ -23,3 +25,4 @@ pub use bridge::{
 pub use error::{codes_json, database_error_code, unencodable};
 pub use events::{NativeEventFeed, NativeRelayFrames};
 pub use log::{LogRecord, drain_log_feed, enable_log_feed};
+pub use worker::NativeWorker;

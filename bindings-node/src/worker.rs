@@ -1,0 +1,110 @@
+//! The running side of jobs for JavaScript (issue 28): the core worker loop
+//! (`ojs_bridge::worker::Worker`, started by `NativeBridge::start_worker`) as a Node-API class.
+//! Every rule (fetch, heartbeat, ack and nack, backoff, `timeout_ms`, graceful stop, trace
+//! context, decryption, unknown types) is the loop's; `lib/worker.js` calls the handlers.
+//!
+//! The waits (`next`) block up to their timeout, so they run off the JavaScript thread, on a
+//! thread of the worker's own (`events::Waiter`), as the event streams' waits do, for the same
+//! reason: a worker waits almost all its life and would hold one of libuv's four pool threads.
+//! One thread per worker, not one per handler slot: `lib/worker.js` keeps exactly one wait
+//! outstanding, since a wait only hands over a job the loop has already fetched for a free
+//! slot (no I/O), so one waiter feeds every slot at once; a thread per slot would be up to
+//! `concurrency` (1000) threads idling in the same wait. `stop` blocks until the jobs in flight
+//! have finished or its deadline passed: it runs on a thread of its own, so that it never
+//! waits behind a wait in progress (and the wait, woken by the stop, ends with `null`).
+//! `finish` only hands the outcome to the loop (the ack or nack is sent by the loop's tasks):
+//! synchronous.
+
+use std::sync::Arc;
+
+use napi::Env;
+use napi::bindgen_prelude::Object;
+use napi_derive::napi;
+use ojs_bridge::worker::{Next, Worker};
+
+use crate::error::to_js;
+use crate::events::Waiter;
+
+/// A running core worker loop (`Bridge::start_worker`).
+#[napi]
+pub struct NativeWorker {
+    worker: Arc<Worker>,
+    /// The thread of the waits; closed once a stop has ended (later waits end at once).
+    waiter: Arc<Waiter>,
+}
+
+impl NativeWorker {
+    pub fn new(worker: Worker) -> napi::Result<Self> {
+        Ok(NativeWorker {
+            worker: Arc::new(worker),
+            waiter: Arc::new(Waiter::new("ojs-worker-next", "the worker's wait")?),
+        })
+    }
+}
+
+#[napi]
+impl NativeWorker {
+    /// The worker id sent with every fetch (given, or the core's).
+    #[napi(getter)]
+    pub fn worker_id(&self) -> String {
+        self.worker.worker_id().to_owned()
+    }
+
+    /// Handler slots (given, or the core's default).
+    #[napi(getter)]
+    pub fn concurrency(&self) -> u32 {
+        u32::try_from(self.worker.concurrency()).unwrap_or(u32::MAX)
+    }
+
+    /// Jobs handed out and not finished.
+    #[napi(getter)]
+    pub fn in_flight(&self) -> u32 {
+        u32::try_from(self.worker.in_flight()).unwrap_or(u32::MAX)
+    }
+
+    /// Whether a stop began.
+    #[napi(getter)]
+    pub fn stopping(&self) -> bool {
+        self.worker.stopping()
+    }
+
+    /// Waits up to `timeoutMs` for a job for a free slot: its JSON (`ojs_bridge::worker`'s
+    /// module doc), `""` when none came in time, `null` once the worker stops.
+    #[napi(ts_return_type = "Promise<string | null>")]
+    pub fn next<'env>(&self, env: &'env Env, timeout_ms: u32) -> napi::Result<Object<'env>> {
+        let worker = self.worker.clone();
+        self.waiter
+            .run(env, move || match worker.next(u64::from(timeout_ms)) {
+                Next::Job(job) => Ok(Some(job)),
+                Next::Idle => Ok(Some(String::new())),
+                Next::Stopped => Ok(None),
+            })
+    }
+
+    /// Settles a job `next` handed out with the handler's outcome (JSON: `completed`, `failed`,
+    /// `unknown_type`, `requeue`). `false`: the loop no longer held it (its `timeout_ms` ran out
+    /// and it was nacked `timeout`, or the stopping worker gave it back): the outcome is
+    /// dropped. An outcome the core cannot read throws (`INVALID_ARGS`, field `outcome...`).
+    #[napi]
+    pub fn finish(&self, job_id: String, outcome_json: String) -> napi::Result<bool> {
+        self.worker.finish(&job_id, &outcome_json).map_err(to_js)
+    }
+
+    /// Graceful stop: no more fetches, the jobs in flight have up to `deadlineMs` to finish,
+    /// the rest is given back; resolves once every ack and nack went. Calling it again (with
+    /// a shorter deadline: `0` gives back at once) is allowed while one runs.
+    #[napi(ts_return_type = "Promise<void>")]
+    pub fn stop<'env>(&self, env: &'env Env, deadline_ms: u32) -> napi::Result<Object<'env>> {
+        let worker = self.worker.clone();
+        let waiter = self.waiter.clone();
+        let stopper = Waiter::new("ojs-worker-stop", "the worker's stop")?;
+        let promise = stopper.run(env, move || {
+            worker.stop(u64::from(deadline_ms));
+            waiter.close(None);
+            Ok(Some(()))
+        });
+        // The stop's thread ends after this one stop.
+        stopper.close(None);
+        promise
+    }
+}
