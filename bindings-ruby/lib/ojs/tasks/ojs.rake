@@ -4,10 +4,12 @@
 # the core's commands (`Bridge::admin`, the same rules and words as `ojs-relay status | dead
 # ...`), printed as they are.
 require_relative "../relay_command"
+require_relative "../work_command"
 
 # As early as this gem gets control in a run of ojs:relay: before :environment loads the
 # application, so a SIGINT/SIGTERM during start-up still ends the command with status 0.
 OJS::RelayCommand.arm if OJS::RelayCommand.invoked?(Rake.application)
+OJS::WorkCommand.arm if OJS::WorkCommand.invoked?(Rake.application)
 # Before the application's initializer configures OJS: a run of tasks that never talk to the
 # backend (ojs:status, ojs:dead:*, db:migrate, ...) needs no backend URL, also in production.
 OJS.needs_backend = false if OJS::RelayCommand.backend_free?(Rake.application)
@@ -16,6 +18,11 @@ namespace :ojs do
   desc "Run the outbox relay in this process until SIGINT/SIGTERM (pair with config.relay = :external)"
   task relay: :environment do
     OJS::RelayCommand.run
+  end
+
+  desc "Run jobs (ActiveJob jobs, OJS.handle handlers) until SIGINT/SIGTERM: QUEUES=default,email CONCURRENCY=5"
+  task work: :environment do
+    OJS::WorkCommand.run
   end
 
   desc "Print the outbox status (counts by status, oldest pending age, lag) as JSON"
