@@ -8,6 +8,7 @@ use pyo3::prelude::*;
 
 use crate::error::to_py;
 use crate::events::{EventFeed, RelayFrames};
+use crate::worker::{Worker, collect_log};
 
 #[pyclass(frozen, module = "ojs_adapter_django._native")]
 pub struct Bridge {
@@ -261,6 +262,17 @@ impl Bridge {
     /// as JSON text. Detached: it waits on the network.
     fn worker(&self, py: Python<'_>, command_json: &str) -> PyResult<String> {
         py.detach(|| self.inner.worker(command_json)).map_err(to_py)
+    }
+
+    /// Starts the core worker loop (`worker::Worker`) on this configuration's backend (and key
+    /// ring): `options_json` is `{"queues", "concurrency"?, "visibility_timeout_ms"?,
+    /// "worker_id"?, "idle_poll_ms"?}`; an absent key takes the core's default. The loop's log
+    /// records are collected for `drain_worker_log` from then on.
+    fn start_worker(&self, py: Python<'_>, options_json: &str) -> PyResult<Worker> {
+        collect_log();
+        py.detach(|| self.inner.start_worker(options_json))
+            .map(|inner| Worker { inner })
+            .map_err(to_py)
     }
 
     /// The committed state of the rows of an `encode_ids` text, as JSON.

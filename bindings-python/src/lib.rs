@@ -7,6 +7,7 @@
 mod bridge;
 mod error;
 mod events;
+mod worker;
 
 use pyo3::prelude::*;
 
@@ -59,6 +60,8 @@ fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_function(wrap_pyfunction!(bridge::relay_exit_code, module)?)?;
     module.add_class::<events::RelayFrames>()?;
     module.add_class::<events::EventFeed>()?;
+    module.add_class::<worker::Worker>()?;
+    module.add_function(wrap_pyfunction!(worker::drain_worker_log, module)?)?;
     module.add("NativeError", module.py().get_type::<error::NativeError>())?;
     module.add_function(wrap_pyfunction!(error::codes_json, module)?)?;
     module.add_function(wrap_pyfunction!(error::database_error, module)?)?;

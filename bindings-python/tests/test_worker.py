@@ -1,9 +1,9 @@
-"""``manage.py ojs_worker`` (``ojs_adapter_django.worker``, docs/django-tasks.md "Running tasks"):
-``task.enqueue()`` in a transaction, the commit, the relay, the devserver, the worker, the task's
-own row, and the job's state on the devserver. Real Django (6.x and the 5.2 backport), SQLite
-and PostgreSQL, a real devserver over HTTP; the worker runs in this process (``--once``) or as
-a real ``manage.py`` subprocess where signals and a backend that is down matter. Every wait is
-for a condition."""
+"""``manage.py ojs_worker`` (``ojs_adapter_django.worker`` on the core worker loop,
+docs/django-tasks.md "Running tasks"): ``task.enqueue()`` in a transaction, the commit, the
+relay, the devserver, the worker, the task's own row, and the job's state on the devserver. Real
+Django (6.x and the 5.2 backport), SQLite and PostgreSQL, a real devserver over HTTP; the worker
+runs in this process (``--once``, or ``Worker.run`` in a thread) or as a real ``manage.py``
+subprocess where signals and a backend that is down matter. Every wait is for a condition."""
 
 from __future__ import annotations
 
@@ -21,7 +21,8 @@ from django.core.management.base import CommandError
 from django.db import connections, transaction
 from django.test import override_settings
 
-from ojs_adapter_django import OJS
+from ojs_adapter_django import OJS, request_context
+from ojs_adapter_django.worker import Worker
 from support import (
     WAIT,
     Devserver,
@@ -38,10 +39,13 @@ from testproject.worker_tasks import (
     chains,
     create_runs_table,
     injects_fault,
+    overlaps,
     plain_run,
     record_run,
+    records_trace,
     returns_a_set,
     runs,
+    times,
     waits_for_file,
 )
 
@@ -180,23 +184,25 @@ def test_an_ack_the_backend_refuses_is_logged_and_the_worker_goes_on(alias, back
         assert "2 completed" in worker_once("--count", "2")
     assert state(backend, first.id)["result"] == "acked by the task"
     assert state(backend, second.id)["state"] == "completed"
-    (refused,) = [r for r in caplog.records if "refused the ack" in r.getMessage()]
+    # The worker loop's record, on the worker's logger.
+    (refused,) = [r for r in caplog.records if "the ack was not delivered" in r.getMessage()]
     assert first.id in refused.getMessage() and "409" in refused.getMessage()
+    assert refused.name == "ojs_adapter_django.worker" and refused.job_id == first.id
 
 
 @DB
 def test_an_ack_the_backend_cannot_take_now_is_retried(alias, backend, adapter, caplog):
-    """Two 503 answers to the worker's requests after the task ran: the ack is retried with
-    backoff and lands; the outage is logged once."""
+    """Two 503 answers to the worker's requests after the task ran: the worker loop retries
+    the ack with backoff and it lands; the outage is logged once, and its end."""
     result = injects_fault.enqueue(backend.url, {"status": 503, "count": 2, "applies_to": "all"})
     backend.wait_for([result.id])
-    with caplog.at_level("WARNING", logger="ojs_adapter_django.worker"):
+    with caplog.at_level("INFO", logger="ojs_adapter_django.worker"):
         assert "1 completed" in worker_once()
     job = state(backend, result.id)
     assert (job["state"], job["result"]) == ("completed", "after the fault")
     messages = [r.getMessage() for r in caplog.records]
     assert sum("the OJS backend is unavailable" in m for m in messages) == 1
-    assert any("the OJS backend answers again (after 2 failed requests" in m for m in messages)
+    assert sum("the OJS backend answers again" in m for m in messages) == 1
 
 
 @DB
@@ -213,9 +219,10 @@ def test_once_with_the_backend_down_is_a_command_error(alias, backend, adapter):
 @DB
 def test_a_job_that_is_no_task_here_is_retried_and_bad_args_are_discarded(alias, backend,
                                                                           adapter, caplog):
-    """A task this worker does not know may be known to a newer one (issue 25): nacked
-    retryable, the backend's retry policy decides. Args of the wrong shape never run anywhere:
-    discarded, and the log names their shape, never their values."""
+    """A task this worker does not know may be known to a newer one (issue 25): the worker
+    loop's ``unknown_type``, retryable, the backend's retry policy decides; the WARNING says
+    why. Args of the wrong shape never run anywhere: discarded, and the log names their shape,
+    never their values."""
     with transaction.atomic(using=alias):
         ids = [
             adapter.enqueue_after_commit("testproject.worker_tasks.missing",
@@ -232,16 +239,18 @@ def test_a_job_that_is_no_task_here_is_retried_and_bad_args_are_discarded(alias,
     jobs = [state(backend, job_id) for job_id in ids]
     assert [job["state"] for job in jobs] == ["retryable", "retryable", "discarded"]
     assert [job["attempt"] for job in jobs] == [1, 1, 1]
-    assert [job["error"]["type"] for job in jobs] == ["unknown_task", "unknown_task",
+    assert [job["error"]["type"] for job in jobs] == ["unknown_type", "unknown_type",
                                                       "invalid_task_args"]
     assert [job["error"]["retryable"] for job in jobs] == [True, True, False]
-    assert "testproject.worker_tasks.missing" in jobs[0]["error"]["message"]
-    assert "not a Django task" in jobs[1]["error"]["message"]
+    assert jobs[0]["error"]["details"]["worker_id"]  # get_result's worker_ids
     assert jobs[2]["error"]["message"].endswith("got a list of 2 items")
     unknown = [r.getMessage() for r in caplog.records
                if "unknown task" in r.getMessage() and r.levelname == "WARNING"]
     assert sorted(job_id for job_id in ids if any(job_id in m for m in unknown)) == sorted(ids[:2])
-    assert any("unknown task testproject.worker_tasks.missing" in m for m in unknown)
+    assert any("unknown task testproject.worker_tasks.missing" in m
+               and "is not a task of this project" in m for m in unknown)
+    assert any("unknown task testproject.worker_tasks.not_a_task" in m
+               and "not a Django task" in m for m in unknown)
     assert all("secret-argument" not in r.getMessage() for r in caplog.records)
     assert runs(alias) == []
 
@@ -261,7 +270,7 @@ def test_a_module_that_raises_on_import_is_a_retryable_failure(alias, backend, a
 
 
 @DB
-def test_a_task_of_another_backend_is_unknown_here(alias, backend, adapter):
+def test_a_task_of_another_backend_is_unknown_here(alias, backend, adapter, caplog):
     """The job names a task whose backend is not an OJSBackend here: never run by this
     worker, and left to the backend's retries (a worker of another deploy may run it)."""
     job_id = adapter.enqueue_after_commit("testproject.worker_tasks.plain_run",
@@ -269,12 +278,13 @@ def test_a_task_of_another_backend_is_unknown_here(alias, backend, adapter):
     backend.wait_for([job_id])
     # The worker serves the alias "ojs"; plain_run's own backend ("default") is Django's dummy.
     setting = {"ojs": tasks_setting(alias, adapter)["default"], "default": {"BACKEND": DUMMY}}
-    with override_settings(TASKS=setting):
+    with override_settings(TASKS=setting), caplog.at_level("WARNING", "ojs_adapter_django.worker"):
         out = worker_once("--backend", "ojs")
     assert "0 refused, 0 given back, 1 unknown" in out
     job = state(backend, job_id)
-    assert (job["state"], job["error"]["type"]) == ("retryable", "unknown_task")
-    assert "not an ojs_adapter_django.tasks.OJSBackend" in job["error"]["message"]
+    assert (job["state"], job["error"]["type"]) == ("retryable", "unknown_type")
+    assert any(job_id in r.getMessage() and "not an ojs_adapter_django.tasks.OJSBackend"
+               in r.getMessage() for r in caplog.records)
     assert runs(alias) == []
 
 
@@ -290,6 +300,13 @@ def test_bad_options_are_command_errors(alias, backend, adapter):
     with override_settings(TASKS=tasks_setting(alias, adapter, queues=["default", "mail"])):
         with pytest.raises(CommandError, match="queue 'other' is not in"):
             worker_once("--queue", "other")
+    # The worker loop's own checks (no rule of them in Python).
+    with pytest.raises(CommandError, match=r"\[INVALID_CONFIG\] .*concurrency"):
+        worker_once("--concurrency", "0")
+    with pytest.raises(CommandError, match=r"\[INVALID_CONFIG\] .*visibility_timeout_ms"):
+        worker_once("--visibility-timeout", "0")
+    with pytest.raises(CommandError, match="--count must be at least 1"):
+        worker_once("--count", "0")
 
 
 # -- real processes: signals, a backend that is down ------------------------------------------
@@ -389,16 +406,21 @@ def test_sigterm_lets_the_running_task_finish_and_stops_fetching(alias, backend,
 
 
 @DB
-def test_sigterm_gives_back_the_jobs_fetched_but_not_started(alias, backend, adapter, tmp_path):
+def test_sigterm_lets_every_task_in_flight_finish(alias, backend, adapter, tmp_path):
+    """``--concurrency 2``: two slow tasks run at once, the third job waits (the loop fetches
+    only for a free slot). SIGTERM: both tasks finish and are acked, the third job is never
+    fetched, exit 0."""
     release = tmp_path / "release"
     with transaction.atomic(using=alias):
-        slow = waits_for_file.enqueue(alias, "slow", str(release))
-        queued = plain_run.enqueue(alias, "queued")
-    backend.wait_for([slow.id, queued.id])
-    worker = Process(backend.url, alias, "--count", "2")
+        first = waits_for_file.enqueue(alias, "one", str(release))
+        second = waits_for_file.enqueue(alias, "two", str(release))
+        third = plain_run.enqueue(alias, "three")
+    backend.wait_for([first.id, second.id, third.id])
+    worker = Process(backend.url, alias, "--concurrency", "2")
     try:
-        wait_until(lambda: runs(alias) != [], what="the slow task to start")
-        assert state(backend, queued.id)["state"] == "active"  # fetched with it
+        wait_until(lambda: len(runs(alias)) == 2, what="both slow tasks to start")
+        assert [state(backend, job.id)["state"] for job in (first, second, third)] == [
+            "active", "active", "available"]
         worker.process.send_signal(signal.SIGTERM)
         worker.wait_said("SIGTERM received")
         release.touch()
@@ -407,16 +429,18 @@ def test_sigterm_gives_back_the_jobs_fetched_but_not_started(alias, backend, ada
         if worker.process.poll() is None:
             worker.process.kill()
     assert code == 0, "".join(worker.lines)
-    assert "1 completed, 0 failed, 0 refused, 1 given back" in out
-    assert state(backend, slow.id)["state"] == "completed"
-    job = state(backend, queued.id)
+    assert "2 completed, 0 failed, 0 refused, 0 given back" in out
+    assert [state(backend, job.id)["state"] for job in (first, second)] == ["completed"] * 2
+    job = state(backend, third.id)
     assert (job["state"], job["attempt"]) == ("available", 0)
-    assert [label for label, *_ in runs(alias)] == ["slow", "slow"]
+    assert sorted((label, step) for label, _, _, step in runs(alias)) == [
+        ("one", "finished"), ("one", "started"), ("two", "finished"), ("two", "started")]
 
 
 @DB
-def test_a_second_signal_interrupts_the_task_and_gives_it_back(alias, backend, adapter,
-                                                               tmp_path):
+def test_a_second_signal_gives_the_running_job_back(alias, backend, adapter, tmp_path):
+    """The task never ends by itself: a second signal gives its job back at once (no attempt
+    used) and the process exits 0, its task cut off with it."""
     with transaction.atomic(using=alias):
         slow = waits_for_file.enqueue(alias, "stuck", str(tmp_path / "never"))
     backend.wait_for([slow.id])
@@ -426,6 +450,7 @@ def test_a_second_signal_interrupts_the_task_and_gives_it_back(alias, backend, a
         worker.process.send_signal(signal.SIGTERM)
         worker.wait_said("SIGTERM received")
         worker.process.send_signal(signal.SIGINT)
+        worker.wait_said("SIGINT received again")
         code, out = worker.stop(signal_it=False)
     finally:
         if worker.process.poll() is None:
@@ -452,9 +477,9 @@ def send_invoice(context, using, label):
 def test_a_task_unknown_to_an_old_worker_runs_once_a_worker_knows_it(alias, backend, adapter,
                                                                      tmp_path, caplog):
     """A rolling deploy, web tier first (issue 25): the web tier stages a task of a module the
-    running worker does not have yet. That worker nacks it retryable (logged at WARNING with
-    the task path, counted), so the backend keeps it and hands it out again after its backoff;
-    a worker of the new deploy runs it. (Before: nacked non-retryable, discarded for good.)"""
+    running worker does not have yet. That worker leaves it to the backend's retries (the loop's
+    ``unknown_type``, retryable; logged at WARNING with the task path, counted), so the backend
+    keeps it and hands it out again after its backoff; a worker of the new deploy runs it."""
     path = "shipped_tasks.send_invoice"
     # What OJSBackend stages for send_invoice.enqueue(alias, "invoice") in the web tier.
     job_id = adapter.enqueue_after_commit(path, [{"args": [alias, "invoice"], "kwargs": {}}],
@@ -465,7 +490,7 @@ def test_a_task_unknown_to_an_old_worker_runs_once_a_worker_knows_it(alias, back
     assert "0 completed, 0 failed, 0 refused, 0 given back, 1 unknown" in out
     job = state(backend, job_id)
     assert (job["state"], job["attempt"]) == ("retryable", 1), job
-    assert (job["error"]["type"], job["error"]["retryable"]) == ("unknown_task", True)
+    assert (job["error"]["type"], job["error"]["retryable"]) == ("unknown_type", True)
     warned = [r.getMessage() for r in caplog.records
               if r.levelname == "WARNING" and f"unknown task {path}" in r.getMessage()]
     assert len(warned) == 1 and job_id in warned[0]
@@ -486,7 +511,7 @@ def test_a_task_unknown_to_an_old_worker_runs_once_a_worker_knows_it(alias, back
     job = state(backend, job_id)
     # The backend counts failed attempts: the old worker's one.
     assert (job["result"], job["attempt"]) == ("invoice", 1)
-    assert [error["type"] for error in job["errors"]] == ["unknown_task"]
+    assert [error["type"] for error in job["errors"]] == ["unknown_type"]
 
 
 def free_port() -> int:
@@ -495,25 +520,25 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
-@pytest.mark.django_db(transaction=True, databases=["default"])
-def test_a_backend_down_at_start_is_waited_for(tmp_path):
-    """No backend at the start: the worker logs it once, keeps trying with backoff, and runs
-    the job once the backend is there."""
-    create_runs_table("default")
+@DB
+def test_a_backend_down_at_start_is_waited_for(alias):
+    """No backend at the start: the worker loop logs it once, keeps trying with backoff, and
+    the worker runs the job once the backend is there, once."""
+    create_runs_table(alias)
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    worker = Process(url, "default")
+    worker = Process(url, alias)
     server = None
     adapter = None
     try:
         worker.wait_said("the OJS backend is unavailable")
         assert worker.process.poll() is None
         server = Devserver(port)
-        adapter = own_adapter(url, "default", TABLE)
-        with override_settings(TASKS=tasks_setting("default", adapter)):
-            result = record_run.enqueue("default", "late")
+        adapter = own_adapter(url, alias, TABLE)
+        with override_settings(TASKS=tasks_setting(alias, adapter)):
+            result = record_run.enqueue(alias, "late")
         server.wait_for([result.id])
-        wait_until(lambda: runs("default") != [], what="the worker to run the task")
+        wait_until(lambda: runs(alias) != [], what="the worker to run the task")
         wait_until(lambda: server.call("GET", f"/ojs/v1/jobs/{result.id}")["job"]["state"]
                    == "completed", what="the ack")
         worker.wait_said("the OJS backend answers again")
@@ -527,5 +552,106 @@ def test_a_backend_down_at_start_is_waited_for(tmp_path):
             server.stop()
     assert code == 0, "".join(worker.lines)
     assert sum("the OJS backend is unavailable" in line for line in worker.lines) == 1
-    assert runs("default") == [("late", result.id, 1, "ran")]
+    assert runs(alias) == [("late", result.id, 1, "ran")]
     assert "1 completed" in out
+
+
+@DB
+def test_a_task_past_its_timeout_ms_is_nacked_timeout_while_it_runs(alias, backend, adapter,
+                                                                      tmp_path):
+    """``timeout_ms`` is the worker loop's: it nacks the job ``timeout`` while the task still
+    runs (the job's retry policy then discards it), and the task's late outcome is dropped."""
+    release = tmp_path / "release"
+    job_id = adapter.enqueue_after_commit(
+        "testproject.worker_tasks.waits_for_file",
+        [{"args": [alias, "late", str(release)], "kwargs": {}}], using=alias, timeout_ms=300,
+        retry={"max_attempts": 1})
+    backend.wait_for([job_id])
+    worker = Process(backend.url, alias)
+    try:
+        wait_until(lambda: state(backend, job_id)["state"] == "discarded",
+                   what="the loop to nack the job timeout")
+        job = state(backend, job_id)
+        assert (job["error"]["type"], job["error"]["retryable"]) == ("timeout", True), job
+        assert [step for *_, step in runs(alias)] == ["started"]  # the task still runs
+        release.touch()
+        worker.wait_said("ran past its timeout_ms")
+        code, out = worker.stop()
+    finally:
+        if worker.process.poll() is None:
+            worker.process.kill()
+    assert code == 0, "".join(worker.lines)
+    assert "0 completed, 1 failed, 0 refused, 0 given back" in out
+    assert [step for *_, step in runs(alias)] == ["started", "finished"]
+    job = state(backend, job_id)
+    assert (job["state"], job["attempt"]) == ("discarded", 1)  # the late ack was never sent
+    assert "result" not in job or job["result"] is None
+
+
+TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+
+
+@DB
+def test_the_trace_context_of_the_enqueuing_request_reaches_the_task(alias, backend, adapter):
+    """``current_job()`` gives the running task its job's ``traceparent`` and ``tracestate``:
+    those of the request context that enqueued it (the job's meta), None without one."""
+    from ojs_adapter_django.worker import current_job
+
+    with request_context(traceparent=TRACEPARENT, tracestate="vendor=1"):
+        traced = records_trace.enqueue(alias, "traced")
+    untraced = records_trace.enqueue(alias, "untraced")
+    backend.wait_for([traced.id, untraced.id])
+    assert "2 completed" in worker_once("--count", "2")
+    assert state(backend, traced.id)["result"] == {"traceparent": TRACEPARENT,
+                                                   "tracestate": "vendor=1"}
+    assert state(backend, untraced.id)["result"] == {"traceparent": None, "tracestate": None}
+    assert sorted((label, step) for label, _, _, step in runs(alias)) == [
+        ("traced", TRACEPARENT), ("untraced", "none")]
+    assert current_job() is None  # outside a task
+
+
+@DB
+def test_concurrency_runs_tasks_side_by_side(alias, backend, adapter):
+    """``--concurrency 2``: each task can finish only once the other has started (it waits for
+    it), and the times they recorded overlap."""
+    with transaction.atomic(using=alias):
+        first = overlaps.enqueue(alias, "a", "b")
+        second = overlaps.enqueue(alias, "b", "a")
+    backend.wait_for([first.id, second.id])
+    out = worker_once("--concurrency", "2", "--count", "2")
+    assert "2 completed, 0 failed" in out, out
+    assert [state(backend, job.id)["result"] for job in (first, second)] == ["a", "b"]
+    at = times(alias)
+    assert max(at["a", "started"], at["b", "started"]) < min(at["a", "finished"],
+                                                             at["b", "finished"]), at
+
+
+@DB
+def test_a_stop_with_a_deadline_gives_back_a_task_that_outlives_it(alias, backend, adapter,
+                                                                   tmp_path):
+    """``Worker.stop(deadline)`` (what the conformance runner's ``worker_stop`` calls): the
+    task still running at the deadline has its job given back (no attempt used), ``run``
+    returns; the task's late outcome is dropped."""
+    release = tmp_path / "release"
+    slow = waits_for_file.enqueue(alias, "stuck", str(release))
+    backend.wait_for([slow.id])
+    worker = Worker()
+    thread = threading.Thread(target=worker.run, name="test-worker-run")
+    thread.start()
+    try:
+        wait_until(lambda: runs(alias) != [], what="the slow task to start")
+        worker.stop(deadline=0.2)
+        thread.join(WAIT)
+        assert not thread.is_alive()
+        job = state(backend, slow.id)
+        assert (job["state"], job["attempt"]) == ("available", 0), job
+        assert worker.counts == {"completed": 0, "failed": 0, "refused": 0, "requeued": 1,
+                                 "unknown": 0}
+    finally:
+        release.touch()
+        wait_until(lambda: not any(t.name.startswith("ojs-worker-slot")
+                                   for t in threading.enumerate()),
+                   what="the slot to end with its task")
+    assert [step for *_, step in runs(alias)] == ["started", "finished"]
+    assert worker.counts["requeued"] == 1 and worker.counts["completed"] == 0
+    assert state(backend, slow.id)["state"] == "available"

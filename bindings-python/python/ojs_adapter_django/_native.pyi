@@ -40,6 +40,12 @@ def arm_stop_signals() -> None:
 def enable_log_feed() -> None:
     """Turns the relay's log feed on for this process; idempotent."""
 
+def drain_worker_log() -> list[tuple[str, str, Optional[str]]]:
+    """The worker loop's log records (the backend down and back, an ack or nack not delivered,
+    a job timed out or given back) since the last call, oldest first: ``(level, message,
+    job_id)``, ``level`` one of "info", "warning", "error". Collected from the first
+    ``Bridge.start_worker`` of the process on. Never blocks on I/O."""
+
 def drain_log_feed() -> list[tuple[str, str, Optional[str], str]]:
     """The relay log records since the last call, oldest first: ``(level, message, job_id,
     table)``, ``level`` one of "info", "warning", "error". Never blocks on I/O."""
@@ -128,6 +134,11 @@ class Bridge:
         "active_jobs", "visibility_timeout_ms"?}``); the server's answer as JSON text. Raises
         NativeError: BACKEND_UNAVAILABLE (no answer, 5xx, 429), BACKEND_REJECTED (another
         refusal), INVALID_QUEUE / INVALID_CONFIG (checked before sending). Releases the GIL."""
+    def start_worker(self, options_json: str) -> Worker:
+        """Starts the core worker loop on this configuration's backend (and key ring):
+        ``{"queues", "concurrency"?, "visibility_timeout_ms"?, "worker_id"?, "idle_poll_ms"?}``;
+        an absent key takes the core's default. Raises NativeError (INVALID_CONFIG,
+        INVALID_QUEUE) for bad options."""
     def rows_json(self, job_ids: str) -> str: ...
     def run_relay_until_signal(self) -> None: ...
 
@@ -147,3 +158,35 @@ class EventFeed:
         subscription (final). Releases the GIL."""
     def close(self) -> None:
         """Closes the connection; ``next`` answers None from now on."""
+
+class Worker:
+    """A running core worker loop (``Bridge.start_worker``). Handler slots (threads) call
+    ``next``, run the job, and call ``finish``; the loop fetches, heartbeats, acks and nacks."""
+
+    @property
+    def worker_id(self) -> str:
+        """The id sent with every fetch (given, or the core's)."""
+    @property
+    def concurrency(self) -> int:
+        """Handler slots: the loop holds at most this many jobs at once."""
+    @property
+    def in_flight(self) -> int:
+        """Jobs handed out and not finished."""
+    @property
+    def stopping(self) -> bool:
+        """Whether ``stop`` began."""
+    def next(self, timeout_ms: int) -> Optional[str]:
+        """Waits up to ``timeout_ms`` for a job: its JSON text (``{"id", "type", "queue",
+        "args", "meta", "attempt", "timeout_ms", "traceparent", "tracestate", "job"}``,
+        ``timeout_ms`` what is left of the job's, or null), ``""`` when none came in time, None
+        once the worker stops. Releases the GIL."""
+    def finish(self, job_id: str, outcome_json: str) -> bool:
+        """Settles a job ``next`` handed out: ``{"outcome": "completed", "result"?}``,
+        ``{"outcome": "failed", "code", "message", "retryable"?, "details"?}``, ``{"outcome":
+        "unknown_type"}`` or ``{"outcome": "requeue"}``. False: the loop no longer held it
+        (past its ``timeout_ms``, or given back by the stopping loop); the outcome is dropped.
+        Raises NativeError (INVALID_ARGS) for a malformed outcome."""
+    def stop(self, deadline_ms: int) -> None:
+        """Graceful stop: no more fetches, the jobs handed out have ``deadline_ms`` to be
+        finished, the rest is given back; returns once every ack and nack went. Releases the
+        GIL."""

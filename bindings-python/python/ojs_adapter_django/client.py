@@ -669,6 +669,15 @@ class OJS:
         built on it (docs/django-tasks.md)."""
         return json.loads(self._call(using, "worker", _dumps(command)))
 
+    def start_worker(self, options: Mapping[str, Any], *,
+                     using: Optional[str] = None) -> _native.Worker:
+        """Starts the core worker loop on the configured backend (and key ring): ``options`` is
+        ``{"queues", "concurrency"?, "visibility_timeout_ms"?, "worker_id"?, "idle_poll_ms"?}``,
+        an absent key taking the core's default. The loop fetches, heartbeats, acks and nacks;
+        its handler slots call ``next`` / ``finish`` (``ojs_adapter_django.worker.Worker`` runs
+        Django tasks on it). Raises InvalidConfigError / InvalidQueueError for bad options."""
+        return self._call(using, "start_worker", _dumps(options))
+
     # -- events, metrics and health (issue 15; docs/events.md) ------------------------------
 
     def relay_events(self, *, types: Any = None, queues: Any = None, job_types: Any = None,

@@ -1,45 +1,45 @@
-"""The worker side of Django tasks (``manage.py ojs_worker``): fetches the jobs that
-``OJSBackend`` staged (type: the task's import path; args: ``[{"args": [...], "kwargs":
-{...}}]``) from the OJS backend and runs them as Django runs a task, then acks or nacks them.
+"""The worker side of Django tasks (``manage.py ojs_worker``): runs the jobs that ``OJSBackend``
+staged (type: the task's import path; args: ``[{"args": [...], "kwargs": {...}}]``) on the
+core's worker loop (``Bridge.start_worker``, issue 28).
 
-One job at a time, in the main thread:
+The loop does the OJS side: fetching (one job per free slot), heartbeats at a quarter of the
+visibility timeout, acks and nacks, backoff while the backend is down, ``timeout_ms``,
+decryption, unknown job types, graceful stop, the trace context. This module is the Django
+glue of each slot (``concurrency`` threads, each ``next`` -> run -> ``finish``):
 
 - the job type is resolved with ``import_string``; it must be a ``Task`` whose import path is
-  the type and whose backend is an ``OJSBackend``. Else the task is unknown to this worker
-  (in a rolling deploy the web tier may run newer code than the workers): the job is nacked
-  ``unknown_task``, retryable, so the OJS backend hands it out again with backoff within the
-  job's retry policy, logged at WARNING and counted (``counts["unknown"]``). A payload that is
-  not ``[{"args": [...], "kwargs": {...}}]`` is nacked non-retryable (``invalid_task_args``);
+  the type and whose backend is an ``OJSBackend``. Else the task is unknown to this worker (in
+  a rolling deploy the web tier may run newer code than the workers): outcome ``unknown_type``
+  (the loop nacks it retryable, never discarded by this worker), logged at WARNING with the
+  task path, counted (``counts["unknown"]``). Args that are not ``[{"args": [...], "kwargs":
+  {...}}]`` fail the job for good (``invalid_task_args``, not retryable);
 - the task runs through ``Task.call`` (``takes_context``: with a ``TaskContext``), between
   ``task_started`` and ``task_finished`` (sender: the backend's class), as Django's own
   ``ImmediateBackend`` sends them, with ``close_old_connections()`` before and after, as
-  Django's request cycle does;
-- its return value, normalised to JSON as Django does, is the ack's ``result``; an exception is
-  a nack (retryable: the OJS backend retries per the job's policy) with the exception's class
-  path as ``code``, its text as ``message`` and ``{"traceback", "worker_id"}`` as ``details``;
-  a return value JSON cannot hold is a nack that is not retried (the task ran);
-- a thread renews the reservation (heartbeat) of every job this worker holds once it has held
-  it for a quarter of the visibility timeout;
-- SIGTERM / SIGINT: no more fetches; the running job finishes and is acked or nacked, jobs
-  fetched but not started are given back (nack ``requeue``); a second signal interrupts the
-  running job and gives it back too.
+  Django's request cycle does; ``current_job()`` gives the task its job (id, trace context);
+- its return value, normalised to JSON as Django does, is the ack's ``result``; an exception
+  fails the job (retryable: the OJS backend retries per the job's policy) with the exception's
+  class path as ``code``, its text as ``message`` and ``{"traceback", "worker_id"}`` as
+  ``details``; a return value JSON cannot hold fails it without retry (the task ran);
+- ``install_signal_handlers``: SIGTERM / SIGINT stop gracefully (no more fetches, the running
+  tasks finish and are acked or nacked); a second signal gives the running jobs back at once.
 
 docs/django-tasks.md, "Running tasks", has the rules and the reasons.
 """
 
 from __future__ import annotations
 
+import json
 import logging
-import os
 import signal
-import socket
 import threading
 import time
-import uuid
+from contextvars import ContextVar
+from dataclasses import dataclass, field
 from traceback import format_exception
 from typing import Any, Callable, Optional
 
-from django.db import close_old_connections
+from django.db import close_old_connections, connections
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 from django.utils.module_loading import import_string
@@ -55,65 +55,84 @@ except ImportError:  # Django 5.2 with the django-tasks backport
     from django_tasks.signals import task_finished, task_started
     from django_tasks.utils import normalize_json
 
-from .errors import (
-    BackendRejectedError,
-    BackendUnavailableError,
-    OJSError,
-)
+from . import _native
 from .tasks import OJSBackend
 
-#: The worker's logger (a child of ``ojs_adapter_django``).
+#: The worker's logger (a child of ``ojs_adapter_django``); the worker loop's own records (the
+#: backend down and back, an ack or nack not delivered, a job timed out) come here too.
 logger = logging.getLogger("ojs_adapter_django.worker")
 
-#: The nack ``code`` of a job whose type is no task of an ``OJSBackend`` here (retryable: a
-#: worker of a newer deploy may know it; the backend's retry policy decides how often).
-UNKNOWN_TASK = "unknown_task"
 #: The nack ``code`` of a job whose args are not ``[{"args": [...], "kwargs": {...}}]`` (never
 #: retried).
 INVALID_TASK_ARGS = "invalid_task_args"
-#: The nack ``code`` of a job given back unrun (``requeue``) by a stopping worker.
-WORKER_STOPPING = "worker_stopping"
 
-#: The longest nack ``message`` and ``details.traceback`` sent (characters; the middle of a
-#: longer text is cut): a nack is one HTTP request, and the backend keeps every error.
-MAX_MESSAGE = 2_000
-MAX_TRACEBACK = 32_000
+#: With ``once`` and no ``poll_interval``: how long the worker waits for a job before it exits.
+ONCE_WAIT = 1.0
+#: Seconds between two looks of the main thread (stop requests, the loop's log records).
+TICK = 0.25
+#: A slot's wait for a job per call (a stop ends the wait at once).
+SLOT_WAIT_MS = 10_000
+#: ``stop()`` without a deadline: the running tasks finish, however long they take.
+NO_DEADLINE_MS = 365 * 24 * 3600 * 1000
 
-#: The first wait after the backend did not answer, and the longest (doubling in between).
-INITIAL_BACKOFF = 0.5
-MAX_BACKOFF = 10.0
+_LEVELS = {"info": logging.INFO, "warning": logging.WARNING, "error": logging.ERROR}
+_REQUEUE = json.dumps({"outcome": "requeue"})
 
 
-class Abort(BaseException):
-    """Raised in the main thread by a second SIGTERM/SIGINT: the running job is interrupted and
-    given back (a BaseException, so that a task's ``except Exception`` does not swallow it)."""
+@dataclass(frozen=True)
+class Job:
+    """The job the current task runs, as the worker loop handed it out (``current_job()``)."""
+
+    id: str
+    type: str
+    queue: Optional[str]
+    #: The W3C trace context of the request that enqueued the job (its ``meta``), or None.
+    traceparent: Optional[str]
+    tracestate: Optional[str]
+    meta: dict = field(default_factory=dict)
+
+
+_current_job: ContextVar[Optional[Job]] = ContextVar("ojs_current_job", default=None)
+
+
+def current_job() -> Optional[Job]:
+    """The job of the task running in this thread (or its ``async def`` task's event loop)
+    under ``ojs_worker``; None outside one. ``current_job().traceparent`` continues the trace
+    of the request that enqueued it."""
+    return _current_job.get()
+
+
+class _Unknown(Exception):
+    """The job names no task of an ``OJSBackend`` here (outcome ``unknown_type``)."""
 
 
 class _Refused(Exception):
-    """A job this worker cannot run: nacked with ``code``; an ``unknown_task`` is retryable
-    (another worker may know the task), anything else is never retried."""
-
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.retryable = code == UNKNOWN_TASK
+    """A job of a task whose args no run can use (``invalid_task_args``, not retried)."""
 
 
-def default_worker_id() -> str:
-    return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+class OJSWorkerError(Exception):
+    """A worker that cannot run with these settings or options."""
 
 
 def class_path(kind: type) -> str:
     return f"{kind.__module__}.{kind.__qualname__}"
 
 
+def _ms(seconds: float) -> int:
+    return int(round(seconds * 1000))
+
+
 class Worker:
-    """Fetches and runs the jobs of ``queues`` through the adapter and database of the
-    ``TASKS`` backend ``backend_alias`` (an ``OJSBackend``)."""
+    """Runs the jobs of ``queues`` through the adapter and database of the ``TASKS`` backend
+    ``backend_alias`` (an ``OJSBackend``) on the core worker loop. ``None`` options take the
+    core's defaults (``concurrency``, ``visibility_timeout`` and ``poll_interval`` in seconds,
+    ``worker_id``). ``count``: the most jobs to take before stopping (default: no limit; with
+    ``run(once=True)``: 1)."""
 
     def __init__(self, backend_alias: str = "default", queues: Optional[list[str]] = None,
-                 count: int = 1, visibility_timeout: float = 30.0, poll_interval: float = 1.0,
-                 worker_id: Optional[str] = None) -> None:
+                 count: Optional[int] = None, visibility_timeout: Optional[float] = None,
+                 poll_interval: Optional[float] = None, worker_id: Optional[str] = None,
+                 concurrency: Optional[int] = None) -> None:
         from django.conf import settings
 
         backend = task_backends[backend_alias]
@@ -134,194 +153,327 @@ class Worker:
             self.queues = list(dict.fromkeys(queues))
         else:
             self.queues = configured or ["default"]
-        if count < 1:
+        if count is not None and count < 1:
             raise OJSWorkerError("--count must be at least 1")
-        if visibility_timeout <= 0:
-            raise OJSWorkerError("--visibility-timeout must be positive")
         self.count = count
-        self.visibility_timeout_ms = max(1, int(visibility_timeout * 1000))
         self.poll_interval = poll_interval
-        self.worker_id = worker_id or default_worker_id()
-        #: Set by the first SIGTERM/SIGINT (or ``stop()``): no more fetches.
-        self.stopping = threading.Event()
-        #: Fetched and neither acked nor nacked yet: ``{job_id: when its reservation was last
-        #: renewed (monotonic)}``; the heartbeat thread reads it.
-        self._held: dict[str, float] = {}
-        self._held_lock = threading.Lock()
-        self._unavailable_since: Optional[float] = None
-        self._failures = 0
-        #: What this worker did with the jobs it fetched: ran them (``completed``, ``failed``),
-        #: refused them for good (``refused``), gave them back unrun (``requeued``), or nacked
-        #: them for a retry because it does not know their task (``unknown``).
+        #: The loop's options; what is absent takes the core's default.
+        self.options: dict[str, Any] = {"queues": self.queues}
+        if concurrency is not None:
+            self.options["concurrency"] = concurrency
+        if visibility_timeout is not None:
+            self.options["visibility_timeout_ms"] = _ms(visibility_timeout)
+        if poll_interval is not None:
+            self.options["idle_poll_ms"] = _ms(poll_interval)
+        if worker_id is not None:
+            self.options["worker_id"] = worker_id
+        #: The loop's worker id once ``run`` started it (given, or the core's).
+        self.worker_id = worker_id
+        #: What this worker did with the jobs it was handed: ran them (``completed``,
+        #: ``failed``; a job past its ``timeout_ms`` is failed), refused them for good
+        #: (``refused``), gave them back unfinished (``requeued``), or left them to the
+        #: backend's retries because it does not know their task (``unknown``).
         self.counts = {"completed": 0, "failed": 0, "refused": 0, "requeued": 0, "unknown": 0}
-
-    # -- the backend -------------------------------------------------------------------------
-
-    def _call(self, command: dict) -> Any:
-        return self.backend.adapter.worker(command, using=self.backend.database)
-
-    def _answered(self) -> None:
-        if self._unavailable_since is not None:
-            logger.warning("the OJS backend answers again (after %d failed "
-                           "requests in %.1fs)", self._failures,
-                           time.monotonic() - self._unavailable_since)
-            self._unavailable_since = None
-            self._failures = 0
-
-    def _unavailable(self, error: OJSError) -> float:
-        """Logs the first failure of a run of them (the others at DEBUG); the next wait."""
-        self._failures += 1
-        if self._unavailable_since is None:
-            self._unavailable_since = time.monotonic()
-            logger.warning("the OJS backend is unavailable, retrying with backoff "
-                           "(up to %ss) until it answers: %s", MAX_BACKOFF, error)
-        else:
-            logger.debug("the OJS backend is still unavailable: %s", error)
-        return min(MAX_BACKOFF, INITIAL_BACKOFF * 2 ** (self._failures - 1))
-
-    def fetch(self) -> list[dict]:
-        """One fetch; raises BackendUnavailableError when the backend does not answer."""
-        answer = self._call({"op": "fetch", "queues": self.queues, "count": self.count,
-                             "worker_id": self.worker_id,
-                             "visibility_timeout_ms": self.visibility_timeout_ms})
-        self._answered()
-        jobs = (answer or {}).get("jobs") or []
-        now = time.monotonic()
-        with self._held_lock:
-            for job in jobs:
-                self._held[job["id"]] = now
-        return jobs
-
-    def _settle(self, job_id: str, command: dict) -> Optional[dict]:
-        """Sends an ack or nack; BACKEND_UNAVAILABLE is retried with backoff for as long as the
-        reservation would last (after that the backend gives the job to another worker, and
-        would refuse this answer), BACKEND_REJECTED is logged. The server's answer, or None."""
-        deadline = time.monotonic() + self.visibility_timeout_ms / 1000
-        try:
-            while True:
-                try:
-                    answer = self._call(command)
-                    self._answered()
-                    return answer
-                except BackendUnavailableError as exc:
-                    wait = self._unavailable(exc)
-                    if time.monotonic() + wait > deadline:
-                        logger.error("job %s: the %s was not delivered within the "
-                                     "visibility timeout; the backend will give the job to "
-                                     "a worker again: %s", job_id, command["op"], exc)
-                        return None
-                    time.sleep(wait)
-                except BackendRejectedError as exc:
-                    logger.warning("job %s: the backend refused the %s: %s",
-                                   job_id, command["op"], exc)
-                    return None
-        finally:
-            with self._held_lock:
-                self._held.pop(job_id, None)
-
-    def ack(self, job_id: str, result: Any) -> Optional[dict]:
-        command = {"op": "ack", "job_id": job_id}
-        if result is not None:
-            command["result"] = result
-        return self._settle(job_id, command)
-
-    def nack(self, job_id: str, code: str, message: str, *, retryable: Optional[bool] = None,
-             details: Optional[dict] = None, requeue: bool = False) -> Optional[dict]:
-        error: dict[str, Any] = {"code": code, "message": message or code}
-        if retryable is not None:
-            error["retryable"] = retryable
-        if details is not None:
-            error["details"] = details
-        return self._settle(job_id, {"op": "nack", "job_id": job_id, "error": error,
-                                     "requeue": requeue})
-
-    def requeue_held(self) -> None:
-        """Gives back every job fetched and not settled (a stopping worker)."""
-        with self._held_lock:
-            held = list(self._held)
-        for job_id in held:
-            logger.info("job %s given back unrun (the worker stops)", job_id)
-            if self.nack(job_id, WORKER_STOPPING, "the worker stopped before running the job",
-                         requeue=True) is not None:
-                self.counts["requeued"] += 1
-
-    # -- heartbeat ---------------------------------------------------------------------------
-
-    def _heartbeats(self, done: threading.Event) -> None:
-        """Renews the reservation of every job held for at least a quarter of the visibility
-        timeout, every quarter of it: a job's reservation is renewed at most half the timeout
-        after it began."""
-        quarter = self.visibility_timeout_ms / 4000
-        while not done.wait(quarter):
-            now = time.monotonic()
-            with self._held_lock:
-                due = [job_id for job_id, renewed in self._held.items()
-                       if now - renewed >= quarter]
-            if not due:
-                continue
-            try:
-                answer = self._call({"op": "heartbeat", "worker_id": self.worker_id,
-                                     "active_jobs": due,
-                                     "visibility_timeout_ms": self.visibility_timeout_ms})
-            except OJSError as exc:
-                logger.warning("heartbeat for %s failed (retried in %.1fs): %s",
-                               ", ".join(due), quarter, exc)
-                continue
-            extended = set((answer or {}).get("jobs_extended") or [])
-            with self._held_lock:
-                for job_id in extended:
-                    if job_id in self._held:
-                        self._held[job_id] = now
-            lost = [job_id for job_id in due if job_id not in extended]
-            if lost:
-                logger.warning("the backend did not extend the reservation of %s "
-                               "(no longer active for this worker)", ", ".join(lost))
-            directive = (answer or {}).get("directive")
-            if directive not in (None, "continue"):
-                logger.warning("heartbeat directive %r: stopping after the "
-                               "running job", directive)
-                self.stopping.set()
+        #: Set by ``stop()`` (the first SIGTERM/SIGINT): the loop stops fetching.
+        self.stopping = threading.Event()
+        self._give_back = threading.Event()
+        self._deadline_ms: Optional[int] = None
+        self._lock = threading.RLock()
+        #: The most jobs to take (None: no limit), those taken, those waited for.
+        self._limit: Optional[int] = None
+        self._handed = 0
+        self._reserved = 0
+        #: job id -> (the slot thread running it, its assignment, when it began).
+        self._running: dict[str, tuple[threading.Thread, dict, float]] = {}
+        #: Jobs given back while their task runs: no longer this worker's.
+        self._abandoned: set[str] = set()
+        self._gave_back = False
 
     # -- running -----------------------------------------------------------------------------
 
-    def _resolve(self, job: dict) -> tuple[Any, OJSBackend, list, dict]:
-        job_type = job.get("type")
+    def run(self, once: bool = False) -> None:
+        """Runs the slots until ``stop()`` (``once``: until ``count`` jobs, default 1, were
+        taken or a wait of ``poll_interval`` brought none). Returns once the loop has stopped
+        and every ack and nack went. With ``once``, a backend that does not answer raises
+        ``BackendUnavailableError`` (one request first); otherwise the loop waits it out."""
+        if once:
+            # The loop waits out an outage; a single run must say it instead.
+            self.backend.adapter.worker(
+                {"op": "get", "job_id": "00000000-0000-0000-0000-000000000000"},
+                using=self.backend.database)
+        native = self.backend.adapter.start_worker(self.options, using=self.backend.database)
+        self.worker_id = native.worker_id
+        self._limit = self.count if self.count is not None else (1 if once else None)
+        slots = native.concurrency
+        if self._limit is not None:
+            slots = min(slots, self._limit)
+        wait_ms = _ms(ONCE_WAIT if self.poll_interval is None else self.poll_interval) \
+            if once else SLOT_WAIT_MS
+        logger.info("worker %s fetching from %s (backend %r, database %r, %d slot%s)",
+                    self.worker_id, ", ".join(self.queues), self.backend.alias,
+                    self.backend.database, slots, "" if slots == 1 else "s")
+        threads = [threading.Thread(target=self._slot, args=(native, once, wait_ms),
+                                    name=f"ojs-worker-slot-{n}", daemon=True)
+                   for n in range(slots)]
+        for thread in threads:
+            thread.start()
+        try:
+            while not self.stopping.wait(TICK):
+                self._forward_log()
+                if not any(thread.is_alive() for thread in threads):
+                    break
+        finally:
+            self._shut_down(native, threads)
+
+    def stop(self, deadline: Optional[float] = None) -> None:
+        """Stops gracefully: no more fetches; the running tasks have ``deadline`` seconds to
+        finish (None: as long as they take), then their jobs are given back. ``run`` returns
+        once the loop has stopped. Thread-safe; a signal handler may call it."""
+        if deadline is not None and not self.stopping.is_set():
+            self._deadline_ms = max(0, _ms(deadline))
+        self.stopping.set()
+
+    def give_back(self) -> None:
+        """Stops at once: the running jobs are given back now (no attempt used) while their
+        tasks are left running, and ``run`` returns (a second SIGTERM/SIGINT)."""
+        self._give_back.set()
+        self.stopping.set()
+
+    def _shut_down(self, native: Any, threads: list[threading.Thread]) -> None:
+        self.stopping.set()
+        deadline = NO_DEADLINE_MS if self._deadline_ms is None else self._deadline_ms
+        stopper = threading.Thread(target=native.stop, args=(deadline,), name="ojs-worker-stop",
+                                   daemon=True)
+        stopper.start()
+        while stopper.is_alive():
+            if self._give_back.is_set() and not self._gave_back:
+                self._give_back_running(native)
+            self._forward_log()
+            stopper.join(TICK)
+        if self._deadline_ms is not None:
+            self._past_the_deadline()
+        # The slots end once their task is done. A task whose job was given back (past the
+        # deadline, or by a second signal) is no longer this worker's: it is not waited for.
+        for thread in threads:
+            while thread.is_alive() and not self._give_back.is_set():
+                with self._lock:
+                    abandoned = any(held[0] is thread and job_id in self._abandoned
+                                    for job_id, held in self._running.items())
+                if abandoned:
+                    break
+                thread.join(TICK)
+        self._forward_log()
+
+    def _past_the_deadline(self) -> None:
+        """After a stop with a deadline: the jobs still running were given back by the loop."""
+        with self._lock:
+            for job_id, (_, assignment, started) in self._running.items():
+                if job_id in self._abandoned or _timed_out(assignment, started):
+                    continue
+                self._abandoned.add(job_id)
+                self.counts["requeued"] += 1
+                logger.warning("job %s (%s) given back unfinished: the stop deadline passed; "
+                               "its task is left running", job_id, assignment.get("type"))
+
+    def _give_back_running(self, native: Any) -> None:
+        """A second signal: the running jobs go back to the backend now."""
+        with self._lock:
+            self._gave_back = True
+            for job_id in self._running:
+                if job_id not in self._abandoned and native.finish(job_id, _REQUEUE):
+                    self._abandoned.add(job_id)
+                    self.counts["requeued"] += 1
+                    logger.warning("job %s given back unfinished (a second signal); its task "
+                                   "is left running", job_id)
+
+    def _take(self) -> bool:
+        """Reserves one job of the budget for a wait, if any is left."""
+        with self._lock:
+            if self._limit is None:
+                return True
+            if self._handed + self._reserved >= self._limit:
+                return False
+            self._reserved += 1
+            return True
+
+    def _untake(self) -> None:
+        with self._lock:
+            if self._limit is not None:
+                self._reserved -= 1
+
+    def _slot(self, native: Any, once: bool, wait_ms: int) -> None:
+        """One handler slot: next -> run -> finish, until the loop stops (``once``: until the
+        budget is used or a wait brings no job)."""
+        me = threading.current_thread()
+        try:
+            while self._take():
+                text = native.next(wait_ms)
+                if not text:
+                    self._untake()
+                    if text is None or once:
+                        return
+                    continue
+                assignment = json.loads(text)
+                job_id = assignment["id"]
+                with self._lock:
+                    if self._limit is not None:
+                        self._reserved -= 1
+                    self._handed += 1
+                    if self._gave_back:  # handed out just as a second signal came
+                        if native.finish(job_id, _REQUEUE):
+                            self.counts["requeued"] += 1
+                        return
+                    self._running[job_id] = (me, assignment, time.monotonic())
+                    if self._handed == self._limit:
+                        self.stopping.set()  # the last job of the budget: no more fetches
+                try:
+                    self._handle(native, assignment)
+                finally:
+                    with self._lock:
+                        self._running.pop(job_id, None)
+        except Exception:
+            logger.exception("a worker slot failed; the worker stops")
+            self.stopping.set()
+        finally:
+            connections.close_all()  # this thread's connections
+
+    def _handle(self, native: Any, assignment: dict) -> None:
+        """Runs one job handed out by the loop and gives the loop its outcome."""
+        job_id, job_type = assignment["id"], assignment.get("type")
+        started = time.monotonic()
+        meta = assignment.get("meta")
+        job = Job(id=job_id, type=str(job_type), queue=assignment.get("queue"),
+                  traceparent=assignment.get("traceparent"),
+                  tracestate=assignment.get("tracestate"),
+                  meta=meta if isinstance(meta, dict) else {})
+        token = _current_job.set(job)
+        close_old_connections()
+        try:
+            outcome, kind, why = self._run(assignment)
+        finally:
+            close_old_connections()
+            _current_job.reset(token)
+        took = time.monotonic() - started
+        with self._lock:  # one step with the bookkeeping of a stop
+            finished = native.finish(job_id, json.dumps(outcome))
+            self._running.pop(job_id, None)
+            if job_id in self._abandoned:
+                return  # counted when it was given back
+            if finished:
+                self.counts[kind] += 1
+            elif _timed_out(assignment, started):
+                self.counts["failed"] += 1
+            else:
+                self.counts["requeued"] += 1
+        if finished and kind == "completed":
+            logger.info("job %s (%s) completed in %.3fs", job_id, job_type, took)
+        elif finished and kind == "failed":
+            logger.warning("job %s (%s) failed after %.3fs: %s: %s", job_id, job_type, took,
+                           outcome["code"], why)
+        elif not finished and _timed_out(assignment, started):
+            logger.warning("job %s (%s) ran past its timeout_ms: the worker loop nacked it "
+                           "timeout; its outcome (%s) is dropped", job_id, job_type, kind)
+        elif not finished:
+            logger.warning("job %s (%s) given back unfinished: the stop deadline passed; its "
+                           "outcome (%s) is dropped", job_id, job_type, kind)
+
+    def _run(self, assignment: dict) -> tuple[dict, str, str]:
+        """The outcome of one job (the ``finish`` JSON of the bridge), the count it goes to and
+        what to log."""
+        job_id, job_type = assignment["id"], assignment.get("type")
+        try:
+            task, backend, args, kwargs = self._resolve(assignment)
+        except _Unknown as unknown:
+            logger.warning("job %s: unknown task %s, left to the backend's retries (a worker "
+                           "that knows the task runs it): %s", job_id, job_type, unknown)
+            return {"outcome": "unknown_type"}, "unknown", str(unknown)
+        except _Refused as refused:
+            logger.error("job %s refused (%s, not retried): %s", job_id, INVALID_TASK_ARGS,
+                         refused)
+            return ({"outcome": "failed", "code": INVALID_TASK_ARGS, "message": str(refused),
+                     "retryable": False, "details": {"worker_id": self.worker_id}},
+                    "refused", str(refused))
+        except Exception as exc:
+            # Not the task's exception: its module raised while imported (a broken deploy).
+            logger.exception("job %s (%s) could not be run", job_id, job_type)
+            return self._failure(exc, None, True), "failed", str(exc)
+        result = self._result(task, assignment.get("job") or {}, job_id, args, kwargs)
+        sender = type(backend)
+        _send(task_started, sender, result)
+        context = (TaskContext(task_result=result),) if task.takes_context else ()
+        ran = False
+        try:
+            raw = task.call(*context, *args, **kwargs)
+            # The task ran: a return value JSON cannot hold fails the same way on every
+            # attempt, so that failure is not retried (its side effects are done).
+            ran = True
+            value = normalize_json(raw)
+            outcome: dict[str, Any] = {"outcome": "completed"}
+            if value is not None:
+                outcome["result"] = value
+            json.dumps(outcome, allow_nan=False)
+        except BaseException as exc:
+            message = str(exc) or class_path(type(exc))
+            if ran:
+                message = (f"the return value of {job_type} cannot be stored as JSON "
+                           f"(Django's normalize_json): {message}")
+            failure = self._failure(exc, message, not ran)
+            object.__setattr__(result, "finished_at", timezone.now())
+            result.errors.append(TaskError(exception_class_path=failure["code"],
+                                           traceback=failure["details"]["traceback"]))
+            object.__setattr__(result, "status", TaskResultStatus.FAILED)
+            _send(task_finished, sender, result)
+            return failure, "failed", message
+        object.__setattr__(result, "finished_at", timezone.now())
+        object.__setattr__(result, "status", TaskResultStatus.SUCCESSFUL)
+        object.__setattr__(result, "_return_value", value)
+        _send(task_finished, sender, result)
+        return outcome, "completed", ""
+
+    def _failure(self, exc: BaseException, message: Optional[str], retryable: bool) -> dict:
+        path = class_path(type(exc))
+        return {"outcome": "failed", "code": path, "message": message or str(exc) or path,
+                "retryable": retryable,
+                "details": {"traceback": "".join(format_exception(exc)),
+                            "worker_id": self.worker_id}}
+
+    def _resolve(self, assignment: dict) -> tuple[Any, OJSBackend, list, dict]:
+        job_type = assignment.get("type")
         if not isinstance(job_type, str):
-            raise _Refused(UNKNOWN_TASK, f"job type {job_type!r} is not an import path")
+            raise _Unknown(f"job type {job_type!r} is not an import path")
         try:
             task = import_string(job_type)
         except ImportError as exc:
-            raise _Refused(UNKNOWN_TASK, f"{job_type} is not a task of this project: {exc}")
+            raise _Unknown(f"{job_type} is not a task of this project: {exc}")
         if not isinstance(task, Task):
-            raise _Refused(UNKNOWN_TASK, f"{job_type} is a {class_path(type(task))}, not a "
-                                         "Django task (a function decorated with @task)")
+            raise _Unknown(f"{job_type} is a {class_path(type(task))}, not a Django task (a "
+                           "function decorated with @task)")
         if task.module_path != job_type:
-            raise _Refused(UNKNOWN_TASK, f"{job_type} is the task {task.module_path} under "
-                                         "another name: a job names a task by its own import path")
+            raise _Unknown(f"{job_type} is the task {task.module_path} under another name: a "
+                           "job names a task by its own import path")
         try:
             backend = task.get_backend()
         except Exception as exc:
-            raise _Refused(UNKNOWN_TASK, f"the backend {task.backend!r} of the task {job_type} "
-                                         f"cannot be loaded: {exc}")
+            raise _Unknown(f"the backend {task.backend!r} of the task {job_type} cannot be "
+                           f"loaded: {exc}")
         if not isinstance(backend, OJSBackend):
-            raise _Refused(UNKNOWN_TASK, f"the task {job_type} runs on the task backend "
-                                         f"{task.backend!r} ({class_path(type(backend))}), not "
-                                         "an ojs_adapter_django.tasks.OJSBackend")
-        payload = job.get("args")
+            raise _Unknown(f"the task {job_type} runs on the task backend {task.backend!r} "
+                           f"({class_path(type(backend))}), not an "
+                           "ojs_adapter_django.tasks.OJSBackend")
+        payload = assignment.get("args")
         if (not isinstance(payload, list) or len(payload) != 1 or not isinstance(payload[0], dict)
                 or not isinstance(payload[0].get("args", []), list)
                 or not isinstance(payload[0].get("kwargs", {}), dict)):
             # The shape only: a job's arguments are the application's data, never logged.
-            raise _Refused(INVALID_TASK_ARGS, f"the args of a {job_type} job must be "
-                                              '[{"args": [...], "kwargs": {...}}], got '
-                                              f"{_shape(payload)}")
+            raise _Refused(f"the args of a {job_type} job must be "
+                           f'[{{"args": [...], "kwargs": {{...}}}}], got {_shape(payload)}')
         return task, backend, payload[0].get("args", []), payload[0].get("kwargs", {})
 
-    def _result(self, task: Any, job: dict, args: list, kwargs: dict) -> Any:
+    def _result(self, task: Any, job: dict, job_id: str, args: list, kwargs: dict) -> Any:
         """The ``TaskResult`` of this attempt: the job id, RUNNING, the job's earlier failures
-        as ``errors`` (class path and traceback, as this worker nacks them) and one worker id
-        per attempt (the earlier ones from those nacks), so ``TaskContext.attempt`` counts the
-        attempts as the OJS backend does."""
+        as ``errors`` (class path and traceback, as this worker fails them) and one worker id
+        per attempt (the earlier ones from those failures), so ``TaskContext.attempt`` counts
+        the attempts as the OJS backend does."""
         earlier = [error for error in job.get("errors") or [] if isinstance(error, dict)]
         errors = []
         worker_ids = []
@@ -331,12 +483,12 @@ class Worker:
                                     traceback=str(details.get("traceback") or
                                                   error.get("message") or "")))
             worker_ids.append(str(details.get("worker_id") or ""))
-        worker_ids.append(self.worker_id)
+        worker_ids.append(self.worker_id or "")
         now = timezone.now()
         enqueued_at = job.get("enqueued_at")
         return TaskResult(
             task=task,
-            id=job["id"],
+            id=job_id,
             status=TaskResultStatus.RUNNING,
             enqueued_at=parse_datetime(enqueued_at) if isinstance(enqueued_at, str) else None,
             started_at=now,
@@ -349,142 +501,30 @@ class Worker:
             worker_ids=worker_ids,
         )
 
-    def run_job(self, job: dict) -> None:
-        """Runs one fetched job and acks or nacks it."""
-        job_id = job["id"]
-        close_old_connections()
-        try:
-            try:
-                task, backend, args, kwargs = self._resolve(job)
-            except _Refused as refused:
-                if refused.retryable:
-                    logger.warning("job %s: unknown task %s, nacked for a retry (the backend "
-                                   "hands it out again with backoff while its retry policy "
-                                   "allows; a worker that knows the task runs it): %s",
-                                   job_id, job.get("type"), refused)
-                    self.counts["unknown"] += 1
-                else:
-                    logger.error("job %s refused (%s, not retried): %s", job_id,
-                                 refused.code, refused)
-                    self.counts["refused"] += 1
-                self.nack(job_id, refused.code, str(refused), retryable=refused.retryable,
-                          details={"worker_id": self.worker_id})
-                return
-            result = self._result(task, job, args, kwargs)
-            sender = type(backend)
-            _send(task_started, sender, result)
-            started = time.monotonic()
-            context = (TaskContext(task_result=result),) if task.takes_context else ()
-            retryable = True
-            try:
-                raw = task.call(*context, *args, **kwargs)
-                # The task ran: a return value JSON cannot hold fails the same way on every
-                # attempt, so that failure is not retried (its side effects are done).
-                retryable = False
-                value = normalize_json(raw)
-            except (KeyboardInterrupt, Abort):
-                raise
-            except BaseException as exc:
-                path = class_path(type(exc))
-                trace = "".join(format_exception(exc))
-                message = str(exc) or path
-                if not retryable:
-                    message = (f"the return value of {job['type']} cannot be stored as JSON "
-                               f"(Django's normalize_json): {message}")
-                object.__setattr__(result, "finished_at", timezone.now())
-                result.errors.append(TaskError(exception_class_path=path, traceback=trace))
-                object.__setattr__(result, "status", TaskResultStatus.FAILED)
-                _send(task_finished, sender, result)
-                answer = self.nack(job_id, path, _clip(message, MAX_MESSAGE),
-                                   retryable=retryable,
-                                   details={"traceback": _clip(trace, MAX_TRACEBACK),
-                                            "worker_id": self.worker_id})
-                self.counts["failed"] += 1
-                logger.warning("job %s (%s) failed after %.3fs: %s: %s; the backend "
-                               "made it %s", job_id, job["type"], time.monotonic() - started,
-                               path, message, (answer or {}).get("state", "unknown"))
-                return
-            object.__setattr__(result, "finished_at", timezone.now())
-            object.__setattr__(result, "status", TaskResultStatus.SUCCESSFUL)
-            object.__setattr__(result, "_return_value", value)
-            _send(task_finished, sender, result)
-            self.ack(job_id, value)
-            self.counts["completed"] += 1
-            logger.info("job %s (%s) completed in %.3fs", job_id, job["type"],
-                        time.monotonic() - started)
-        finally:
-            close_old_connections()
-
-    def run(self, once: bool = False) -> None:
-        """Fetches and runs jobs until ``stopping`` is set (``once``: one answered fetch).
-        BACKEND_UNAVAILABLE is waited out with backoff; other errors of a fetch (a bad queue,
-        a bad configuration, a refusal) raise."""
-        done = threading.Event()
-        beat = threading.Thread(target=self._heartbeats, args=(done,), name="ojs-worker-heartbeat",
-                                daemon=True)
-        beat.start()
-        logger.info("worker %s fetching from %s (backend %r, database %r)",
-                    self.worker_id, ", ".join(self.queues), self.backend.alias,
-                    self.backend.database)
-        try:
-            while not self.stopping.is_set():
-                try:
-                    jobs = self.fetch()
-                except BackendUnavailableError as exc:
-                    if once:  # the command's error says it; nothing is retried
-                        raise
-                    self.stopping.wait(self._unavailable(exc))
-                    continue
-                for job in jobs:
-                    if self.stopping.is_set():
-                        break
-                    try:
-                        self.run_job(job)
-                    except Exception as exc:
-                        # Not the task's exception (run_job nacks those): the task's module
-                        # raised while imported, a broken job. The job must not stay held
-                        # (its heartbeats would keep it forever): a retryable nack.
-                        logger.exception("job %s (%s) could not be run", job.get("id"),
-                                         job.get("type"))
-                        if job.get("id") in self._held:
-                            self.counts["failed"] += 1
-                            self.nack(job["id"], class_path(type(exc)),
-                                      _clip(str(exc) or class_path(type(exc)), MAX_MESSAGE),
-                                      retryable=True,
-                                      details={"traceback": _clip("".join(format_exception(exc)),
-                                                                  MAX_TRACEBACK),
-                                               "worker_id": self.worker_id})
-                if once:
-                    break
-                if not jobs:
-                    self.stopping.wait(self.poll_interval)
-        except Abort:
-            logger.warning("interrupted by a second signal; giving the running job "
-                           "back")
-        finally:
-            try:
-                self.requeue_held()
-            finally:
-                done.set()
-                beat.join()
-
-    def stop(self) -> None:
-        self.stopping.set()
+    def _forward_log(self) -> None:
+        """The worker loop's records since the last call, on ``logger``."""
+        for level, message, job_id in _native.drain_worker_log():
+            if job_id:
+                message = f"job {job_id}: {message}"
+            logger.log(_LEVELS.get(level, logging.WARNING), "%s", message,
+                       extra={"job_id": job_id})
 
     # -- signals -----------------------------------------------------------------------------
 
     def install_signal_handlers(self) -> Callable[[], None]:
-        """SIGTERM/SIGINT: the first stops fetching (the running job finishes), the second
-        raises ``Abort`` in the running job. Returns what restores the previous handlers."""
+        """SIGTERM/SIGINT: the first stops gracefully (the running tasks finish), the second
+        gives the running jobs back at once. Returns what restores the previous handlers."""
         previous = {number: signal.getsignal(number) for number in (signal.SIGTERM, signal.SIGINT)}
 
         def handler(number: int, frame: Any) -> None:
             name = signal.Signals(number).name
             if self.stopping.is_set():
-                raise Abort(name)
-            logger.warning("%s received: no more fetches; the running job finishes "
-                           "(a second signal interrupts it and gives it back)", name)
-            self.stopping.set()
+                logger.warning("%s received again: giving the running jobs back", name)
+                self.give_back()
+                return
+            logger.warning("%s received: no more fetches; the running tasks finish (a second "
+                           "signal gives their jobs back)", name)
+            self.stop()
 
         for number in previous:
             signal.signal(number, handler)
@@ -496,8 +536,11 @@ class Worker:
         return restore
 
 
-class OJSWorkerError(Exception):
-    """A worker that cannot run with these settings or options."""
+def _timed_out(assignment: dict, started: float) -> bool:
+    """Whether the job's ``timeout_ms`` (what was left of it when handed out) has passed: the
+    loop then nacked it ``timeout``."""
+    timeout_ms = assignment.get("timeout_ms")
+    return isinstance(timeout_ms, int) and (time.monotonic() - started) * 1000 >= timeout_ms
 
 
 def _shape(payload: Any) -> str:
@@ -515,13 +558,6 @@ def _shape(payload: Any) -> str:
     return "another shape"
 
 
-def _clip(text: str, limit: int) -> str:
-    if len(text) <= limit:
-        return text
-    half = (limit - 40) // 2
-    return f"{text[:half]}\n[... {len(text) - 2 * half} characters cut ...]\n{text[-half:]}"
-
-
 def _send(sig: Any, sender: type, result: Any) -> None:
     """Sends ``task_started`` / ``task_finished``; a receiver's exception is logged, not raised
     (it must not stop the worker or leave the job unanswered)."""
@@ -531,5 +567,4 @@ def _send(sig: Any, sender: type, result: Any) -> None:
                          exc_info=response)
 
 
-__all__ = ["Worker", "Abort", "OJSWorkerError", "UNKNOWN_TASK", "INVALID_TASK_ARGS",
-           "WORKER_STOPPING"]
+__all__ = ["Worker", "Job", "current_job", "OJSWorkerError", "INVALID_TASK_ARGS"]

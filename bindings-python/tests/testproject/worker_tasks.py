@@ -19,7 +19,7 @@ def create_runs_table(using):
     with connections[using].cursor() as cursor:
         cursor.execute(f"DROP TABLE IF EXISTS {RUNS}")
         cursor.execute(f"CREATE TABLE {RUNS} (label VARCHAR(100), job_id VARCHAR(100), "
-                       "attempt INTEGER, step VARCHAR(20))")
+                       "attempt INTEGER, step VARCHAR(100), at FLOAT)")
 
 
 def runs(using):
@@ -28,10 +28,17 @@ def runs(using):
         return [tuple(row) for row in cursor.fetchall()]
 
 
-def _record(using, label, job_id=None, attempt=None, step="ran"):
+def times(using):
+    """``{(label, step): at}``: when each run of ``overlaps`` started and finished (epoch s)."""
+    with connections[using].cursor() as cursor:
+        cursor.execute(f"SELECT label, step, at FROM {RUNS} WHERE at IS NOT NULL")
+        return {(label, step): at for label, step, at in cursor.fetchall()}
+
+
+def _record(using, label, job_id=None, attempt=None, step="ran", at=None):
     with transaction.atomic(using=using), connections[using].cursor() as cursor:
-        cursor.execute(f"INSERT INTO {RUNS} (label, job_id, attempt, step) VALUES (%s, %s, %s, %s)",
-                       [label, job_id, attempt, step])
+        cursor.execute(f"INSERT INTO {RUNS} (label, job_id, attempt, step, at) "
+                       "VALUES (%s, %s, %s, %s, %s)", [label, job_id, attempt, step, at])
 
 
 @task(takes_context=True)
@@ -66,6 +73,30 @@ def waits_for_file(context, using, label, path):
         time.sleep(0.01)
     _record(using, label, context.task_result.id, context.attempt, "finished")
     return label
+
+
+@task
+def overlaps(using, label, other):
+    """Records when it started, waits until the run labelled ``other`` has started too (so it
+    can finish only while another task runs beside it), then records when it finished."""
+    _record(using, label, step="started", at=time.time())
+    deadline = time.monotonic() + 60
+    while (other, "started") not in times(using):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{other} never ran while {label} did")
+        time.sleep(0.01)
+    _record(using, label, step="finished", at=time.time())
+    return label
+
+
+@task
+def records_trace(using, label):
+    """Records the trace context ``ojs_worker`` gives the running task, and returns it."""
+    from ojs_adapter_django.worker import current_job
+
+    job = current_job()
+    _record(using, label, job.id, None, job.traceparent or "none")
+    return {"traceparent": job.traceparent, "tracestate": job.tracestate}
 
 
 def not_a_task(*args):

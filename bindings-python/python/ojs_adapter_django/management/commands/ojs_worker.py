@@ -1,14 +1,14 @@
 """``manage.py ojs_worker``: runs the Django tasks that ``ojs_adapter_django.tasks.OJSBackend``
-enqueued, fetching them from the OJS backend (``POST /ojs/v1/workers/fetch``, ack, nack,
-heartbeat).
+enqueued, on the core worker loop (fetch, heartbeat, ack and nack against the OJS backend).
 
-    manage.py ojs_worker [--backend ALIAS] [--queue Q ...] [--count N] [--once]
-                         [--visibility-timeout SECONDS] [--poll-interval SECONDS]
+    manage.py ojs_worker [--backend ALIAS] [--queue Q ...] [--concurrency N] [--count N]
+                         [--once] [--visibility-timeout SECONDS] [--poll-interval SECONDS]
                          [--worker-id ID]
 
-One job at a time; run several processes for parallelism. SIGTERM or SIGINT: no more fetches,
-the running job finishes, exit 0 (a second signal gives the running job back). The rules are
-in ``ojs_adapter_django.worker`` and docs/django-tasks.md, "Running tasks".
+``--concurrency`` tasks at once, each in a thread of its own. SIGTERM or SIGINT: no more
+fetches, the running tasks finish, exit 0 (a second signal gives their jobs back). An option
+left out takes the core's default. The rules are in ``ojs_adapter_django.worker`` and
+docs/django-tasks.md, "Running tasks".
 """
 
 from django.core.management.base import BaseCommand, CommandError
@@ -18,7 +18,7 @@ from ojs_adapter_django.errors import OJSError
 
 
 class Command(BaseCommand):
-    help = "Run the Django tasks of an OJSBackend: fetch jobs from the OJS backend, run, ack/nack."
+    help = "Run the Django tasks of an OJSBackend on the OJS worker loop: fetch, run, ack/nack."
 
     def add_arguments(self, parser):
         parser.add_argument("--backend", default="default",
@@ -28,17 +28,26 @@ class Command(BaseCommand):
         parser.add_argument("--queue", action="append", dest="queues", metavar="QUEUE",
                             help="A queue to fetch from, in order of preference; repeatable. "
                                  "Default: the backend's QUEUES, else \"default\".")
-        parser.add_argument("--count", type=int, default=1,
-                            help="Jobs asked per fetch, run one after another (default 1).")
+        parser.add_argument("--concurrency", type=int, default=None, metavar="N",
+                            help="Tasks run at once, each in a thread of its own (default: "
+                                 "the worker loop's).")
+        parser.add_argument("--count", type=int, default=None, metavar="N",
+                            help="Stop after taking N jobs (default: no limit; with --once, "
+                                 "1).")
         parser.add_argument("--once", action="store_true",
-                            help="One fetch: run what it brought, then exit.")
-        parser.add_argument("--visibility-timeout", type=float, default=30.0, metavar="SECONDS",
+                            help="Run the jobs there are now (up to --count), then exit: a "
+                                 "wait of --poll-interval (else 1 s) without a job ends it.")
+        parser.add_argument("--visibility-timeout", type=float, default=None,
+                            metavar="SECONDS",
                             help="How long a fetched job stays reserved without a heartbeat "
-                                 "(default 30); heartbeats renew it while the job runs.")
-        parser.add_argument("--poll-interval", type=float, default=1.0, metavar="SECONDS",
-                            help="The wait after a fetch that found nothing (default 1).")
+                                 "(default: the worker loop's); heartbeats renew it while "
+                                 "the task runs.")
+        parser.add_argument("--poll-interval", type=float, default=None, metavar="SECONDS",
+                            help="The wait after a fetch that found nothing (default: the "
+                                 "worker loop's).")
         parser.add_argument("--worker-id", default=None,
-                            help="The id sent to the backend (default: host-pid-random).")
+                            help="The id sent to the backend (default: the worker loop's, "
+                                 "host-pid-random).")
 
     def handle(self, *args, **options):
         try:
@@ -48,7 +57,7 @@ class Command(BaseCommand):
         try:
             worker = Worker(options["backend"], options["queues"], options["count"],
                             options["visibility_timeout"], options["poll_interval"],
-                            options["worker_id"])
+                            options["worker_id"], options["concurrency"])
         except (OJSWorkerError, OJSError) as exc:
             raise CommandError(str(exc)) from exc
         except Exception as exc:  # an unknown TASKS alias, a bad backend configuration
@@ -71,4 +80,3 @@ class Command(BaseCommand):
         self.stdout.write(f"ojs_worker: stopped: {counts['completed']} completed, "
                           f"{counts['failed']} failed, {counts['refused']} refused, "
                           f"{counts['requeued']} given back, {counts['unknown']} unknown")
-
