@@ -15,6 +15,11 @@
 // bin, relay mode "external"), because an in-process relay cannot be killed without killing
 // the test; SIGKILL on that process is the abrupt death the cases describe.
 //
+// Worker cases (`worker_start`, `worker_stop`, `wait_jobs`) run the package's own worker,
+// `ojs.worker()` of the case's adapter, on the queue `default` with the suite handlers
+// (conformance-tests/README.md, "Workers"; `SUITE_HANDLERS` below) and no other type; the
+// backend's view of each job (`GET /ojs/v1/jobs/{id}`) is what `wait_jobs` checks.
+//
 // `race_enqueue` runs a second transaction of the library (`library.race`: knex.transaction,
 // ojs.transaction on the other libraries) on a second connection while the case's transaction
 // is open; its INSERT waits for that transaction (a row lock on PostgreSQL, the write lock on
@@ -46,6 +51,19 @@ const cases = fs
   .map((name) => JSON.parse(fs.readFileSync(path.join(CASES_DIR, name), 'utf8')))
   // OJS_TEST_CASES (a regular expression on case ids) runs a subset while developing.
   .filter((c) => !process.env.OJS_TEST_CASES || new RegExp(process.env.OJS_TEST_CASES).test(c.id));
+
+/** The suite handlers of the worker cases, as an application writes handlers for `ojs.worker()`. */
+const SUITE_HANDLERS = {
+  'conf.echo': async (args) => ({ echo: args }),
+  'conf.fail': async ([message]) => {
+    throw new Error(message);
+  },
+  'conf.sleep': async ([ms]) => {
+    await sleep(ms);
+    return { slept: ms };
+  },
+  'conf.trace': async (args, ctx) => ({ traceparent: ctx.traceparent }),
+};
 
 /** Cases this runner cannot execute, with the reason (printed in the matrix). */
 function skipReason() {
@@ -198,6 +216,10 @@ class Run {
      * outcome resolving to `{ id }`, `{ error }` (the enqueue's, plainError) or `{ failure }`.
      */
     this.race = null;
+    /** The worker of `worker_start` while it runs (`ojs.worker()`), else null. */
+    this.worker = null;
+    /** The first failure of a worker of this case (its 'error' event), or null. */
+    this.workerError = null;
     /** What a race's worker thread needs (SQLite): the database file, createOjs's config. */
     this.sqliteFile = null;
     this.raceConfig = null;
@@ -429,6 +451,29 @@ class Run {
       case 'expect_events':
         await this.expectEvents(step);
         break;
+      case 'worker_start': {
+        if (this.worker) throw new Error('worker_start: a worker is running');
+        const worker = this.ojs.worker({
+          handlers: SUITE_HANDLERS,
+          queues: ['default'],
+          concurrency: step.concurrency,
+          visibilityTimeoutMs: step.visibility_timeout_ms,
+        });
+        // A worker failure (not a handler's) fails the case at its next step.
+        worker.on('error', (error) => {
+          this.workerError ||= error;
+        });
+        this.worker = worker;
+        break;
+      }
+      case 'worker_stop':
+        if (!this.worker) throw new Error('worker_stop: no worker is running');
+        await this.worker.stop({ deadlineMs: step.deadline_ms });
+        this.worker = null;
+        break;
+      case 'wait_jobs':
+        await this.waitJobs(step, timeout);
+        break;
       default:
         throw new Error(`unknown op ${JSON.stringify(step.op)}`);
     }
@@ -619,6 +664,42 @@ class Run {
     this.subscriptions.clear();
   }
 
+  /** Until the backend's view of each job matches its entry (`state`, `attempt`, `result`, `error`). */
+  async waitJobs(step, timeout) {
+    const wanted = Object.entries(step.jobs).map(([ref, expected]) => [ref, this.id(ref), expected]);
+    const mismatch = (job, expected) => {
+      if (!job) return 'not stored';
+      const states = [].concat(expected.state ?? []);
+      if (states.length && !states.includes(job.state)) return `state ${job.state}`;
+      if (expected.attempt !== undefined && job.attempt !== expected.attempt) return `attempt ${job.attempt}`;
+      if (expected.result !== undefined && !isDeepStrictEqual(job.result, expected.result)) return `result ${JSON.stringify(job.result)}`;
+      if (expected.error !== undefined) {
+        const error = job.error;
+        if (!error || typeof error !== 'object') return 'no error';
+        if (expected.error.type !== undefined && error.type !== expected.error.type) return `error type ${error.type}`;
+        const text = expected.error.message_contains;
+        if (text !== undefined && !(typeof error.message === 'string' && error.message.includes(text))) return `error message ${JSON.stringify(error.message)}`;
+      }
+      return null;
+    };
+    const deadline = Date.now() + timeout;
+    for (;;) {
+      if (this.workerError) throw new Error(`the worker failed: ${this.workerError.stack || this.workerError}`);
+      const seen = await Promise.all(wanted.map(async ([ref, id, expected]) => {
+        const answer = await backend.call('GET', `/ojs/v1/jobs/${id}`);
+        const job = (answer && answer.job) || null;
+        return [ref, job, mismatch(job, expected)];
+      }));
+      const wrong = seen.filter(([, , why]) => why !== null);
+      if (!wrong.length) return;
+      if (Date.now() >= deadline) {
+        const described = wrong.map(([ref, job, why]) => `${JSON.stringify(ref)}: ${why} (${JSON.stringify(job)})`);
+        throw new Error(`wait_jobs timed out after ${timeout} ms: ${described.join('; ')}`);
+      }
+      await sleep(20);
+    }
+  }
+
   async waitDelivered(step, timeout) {
     const wanted = step.refs.map((ref) => [ref, this.id(ref)]);
     const deadline = Date.now() + timeout;
@@ -756,6 +837,8 @@ async function runCase(testCase, database) {
     if (run.stack.length) await library.rollback(run.stack.pop()).catch(() => {});
     await run.endRace();
     run.closeSubscriptions();
+    // A worker the case left running gives its jobs back at once.
+    if (run.worker) await run.worker.stop({ deadlineMs: 0 }).catch(() => {});
     if (relayProcess) await relayProcess.stop('SIGKILL');
     await Promise.race([ojs.close(), sleep(8000)]);
     await close();
