@@ -371,6 +371,82 @@ export interface EventSubscription extends AsyncIterableIterator<OjsEvent> {
   close(): void;
 }
 
+/** What a handler gets besides its args (docs/express.md, "Running jobs"). */
+export interface JobContext {
+  id: string;
+  type: string;
+  queue: string;
+  /** The backend's attempt count of the job when it was fetched. */
+  attempt: number;
+  meta: Record<string, Json>;
+  /** The W3C trace context the job carries (from the request that staged it), or null. */
+  traceparent: string | null;
+  tracestate: string | null;
+  /** What was left of the job's `timeout_ms` when the handler got it, or null without one. */
+  timeoutMs: number | null;
+  workerId: string;
+  /**
+   * Aborted when the job's `timeout_ms` passed (reason: a `TimeoutError` DOMException; the
+   * loop has nacked it `timeout`) or when the worker stopped and gave the job back
+   * (`AbortError`). A handler may ignore it; its outcome is then dropped.
+   */
+  signal: AbortSignal;
+  /** The whole job as fetched (args decrypted). */
+  job: Record<string, Json>;
+}
+
+/**
+ * A handler: resolves with the ack's result (JSON; `undefined` for none) or throws (nacked
+ * `failed`: code `error.code || error.name`, message, `details.stack`, and `retryable` when the
+ * error has a boolean `retryable`).
+ */
+export type JobHandler = (args: Json[], ctx: JobContext) => unknown;
+
+/**
+ * `ojs.worker()`'s options: `handlers` and `autorun` are the package's; the others go to the
+ * core worker loop as given (camelCase or snake_case), which owns their defaults and checks.
+ */
+export interface WorkerOptions {
+  handlers: Record<string, JobHandler>;
+  queues: string[];
+  concurrency?: number;
+  visibilityTimeoutMs?: number;
+  workerId?: string;
+  idlePollMs?: number;
+  /** Default true: the worker starts at creation; false: on `start()`. */
+  autorun?: boolean;
+}
+
+/** Runs handlers on the core worker loop (`ojs.worker()`). */
+export declare class Worker {
+  /** The worker id sent to the backend (once started). */
+  readonly workerId: string | null;
+  /** Handler slots (once started: the given or the core's default). */
+  readonly concurrency: number | null;
+  /** The job types with a handler. */
+  readonly types: string[];
+  readonly running: boolean;
+  /** A stop began and the loop took it: nothing more is fetched. */
+  readonly stopping: boolean;
+  /** Handlers running now. */
+  readonly inFlight: number;
+  /** Starts the loop (the core judges the options here); idempotent while running. */
+  start(): this;
+  /** Graceful stop: jobs in flight have `deadlineMs` (default 30000) to finish, the rest is given back. */
+  stop(options?: { deadlineMs?: number }): Promise<void>;
+  on(event: 'completed', listener: (result: unknown, ctx: JobContext) => void): this;
+  on(event: 'failed', listener: (error: unknown, ctx: JobContext) => void): this;
+  on(event: 'unknown' | 'dropped', listener: (ctx: JobContext) => void): this;
+  on(event: 'error', listener: (error: Error) => void): this;
+  on(event: 'stopped', listener: () => void): this;
+  once(event: 'completed', listener: (result: unknown, ctx: JobContext) => void): this;
+  once(event: 'failed', listener: (error: unknown, ctx: JobContext) => void): this;
+  once(event: 'unknown' | 'dropped', listener: (ctx: JobContext) => void): this;
+  once(event: 'error', listener: (error: Error) => void): this;
+  once(event: 'stopped', listener: () => void): this;
+  off(event: string, listener: (...args: any[]) => void): this;
+}
+
 export declare class Ojs {
   /** The knex instance given to createOjs, or null when it was given `db`. */
   readonly knex: Knex | null;
@@ -438,6 +514,8 @@ export declare class Ojs {
   subscribeEvents(options?: SubscribeEventsOptions): EventSubscription;
   /** The relay's HTTP surface: `GET /v1/events/stream`, `/metrics`, `/healthz`, `/readyz`. */
   router(options: RouterOptions): Router;
+  /** A worker running `handlers` on the core worker loop against this adapter's backend. */
+  worker(options: WorkerOptions): Worker;
 }
 
 /** `req.ojs`: the adapter's calls with this request's context. */

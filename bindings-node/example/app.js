@@ -5,6 +5,9 @@
 //   OJS_URL=http://127.0.0.1:8080 DATABASE_FILE=app.db node app.js
 //   curl -XPOST localhost:3000/signup -H 'content-type: application/json' -d '{"email":"ada@example.com"}'
 //   (a body with "plan": "declined" fails after staging: the transaction rolls back, nothing is sent)
+//
+// The job's handler is in jobs.js, run by the package's worker:
+//   OJS_URL=http://127.0.0.1:8080 DATABASE_FILE=app.db npx ojs-worker --handlers ./jobs.js --queue default
 
 const express = require('express');
 const knexLib = require('knex');
