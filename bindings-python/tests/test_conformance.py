@@ -2,7 +2,18 @@
 Django adapter (transaction.atomic, on_commit, the host cursor), on SQLite and PostgreSQL,
 against ojs-devserver. Mirrors conformance-tests/runner-rust/src/lib.rs; prints the matrix at
 the end of the session (conftest/pytest_terminal_summary) and writes
-target/matrix/django-<MAJOR.MINOR>.tsv (and .txt)."""
+target/matrix/django-<MAJOR.MINOR>.tsv (and .txt).
+
+Worker cases (``worker_start``, ``worker_stop``, ``wait_jobs``) run Django's own worker,
+``ojs_adapter_django.worker.Worker`` (what ``manage.py ojs_worker`` runs), in a thread, on the
+queue ``default``, with the case's adapter as the ``TASKS["default"]`` ``OJSBackend``. That
+worker runs Django tasks only, so the suite handlers are the tasks of ``tests/conf.py``, whose
+import paths are exactly ``conf.echo``, ``conf.fail``, ``conf.sleep`` and ``conf.trace``; a
+worker case stages each ``conf.*`` job through the Task machinery with the case's args as the
+task's positional args: ``task.enqueue(*args)`` when the case gives no options, else, options
+unchanged, ``ojs.enqueue_after_commit(task.module_path, [{"args": args, "kwargs": {}}],
+**options)`` (the documented path for options a ``Task`` has no field for: ``retry``,
+``timeout_ms``). Jobs of other types are staged as given (they are unknown to the worker)."""
 
 from __future__ import annotations
 
@@ -16,6 +27,8 @@ from typing import Any, Optional
 
 import pytest
 from django.db import connections, transaction
+from django.test import override_settings
+from django.utils.module_loading import import_string
 
 from ojs_adapter_django import OJS, OJSError, clear_request_context, set_request_context
 from conformance_skips import SKIPS
@@ -31,7 +44,11 @@ KNOWN_OPS = {
     "relay_kill", "sleep", "prune", "dead_replay", "dead_purge", "wait_delivered",
     "wait_outbox", "expect_backend", "expect_requests", "expect_outbox",
     "events_subscribe", "wait_events", "expect_events", "race_enqueue", "race_join",
+    "worker_start", "worker_stop", "wait_jobs",
 }
+#: The suite handlers (conformance-tests/README.md, "Workers"): tasks of tests/conf.py.
+SUITE_HANDLERS = {"conf.echo", "conf.fail", "conf.sleep", "conf.trace"}
+WORKER_OPS = {"worker_start", "worker_stop", "wait_jobs"}
 
 #: (case id, database) -> "PASS" | "FAIL: why" | "SKIP: reason", for the matrix.
 RESULTS: dict[tuple[str, str], str] = {}
@@ -229,6 +246,8 @@ class Run:
         self.ojs = OJS(config, auto_start=False)
         self.subscribers: dict[str, Subscriber] = {}
         self.race: Optional[Race] = None
+        self.worker_case = any(step["op"] in WORKER_OPS for step in case["steps"])
+        self.worker: Optional[CaseWorker] = None
 
     # -- helpers -----------------------------------------------------------------------
 
@@ -284,6 +303,8 @@ class Run:
         try:
             if bulk:
                 ids = self.ojs.enqueue_bulk(jobs, using=self.alias)
+            elif self.worker_case and step.get("type") in SUITE_HANDLERS:
+                ids = [self.stage_task(step)]
             else:
                 ids = [self.ojs.enqueue_after_commit(step.get("type"), step.get("args"),
                                                      using=self.alias, meta=step.get("meta"),
@@ -302,6 +323,17 @@ class Run:
                 self.refs[ref] = job_id
         if not self.atomics:
             self.last_commit_us = started_us
+
+    def stage_task(self, step: dict) -> str:
+        """A ``conf.*`` job of a worker case, staged through its task (the module doc)."""
+        task = import_string(step["type"])
+        args = list(step.get("args") or [])
+        options = step.get("options") or {}
+        if not options and not step.get("meta"):
+            return task.enqueue(*args).id
+        return self.ojs.enqueue_after_commit(task.module_path, [{"args": args, "kwargs": {}}],
+                                             using=self.alias, meta=step.get("meta"),
+                                             **options)
 
     def step(self, step: dict) -> None:
         op = step["op"]
@@ -411,6 +443,17 @@ class Run:
             self.wait_events(step, timeout)
         elif op == "expect_events":
             self.expect_events(step)
+        elif op == "worker_start":
+            if self.worker is not None:
+                raise CaseFailed("worker_start: a worker is running")
+            self.worker = CaseWorker(step)
+        elif op == "worker_stop":
+            if self.worker is None:
+                raise CaseFailed("worker_stop: no worker is running")
+            worker, self.worker = self.worker, None
+            worker.stop(step.get("deadline_ms", 3000) / 1000)
+        elif op == "wait_jobs":
+            self.wait_jobs(step, timeout)
         else:
             raise CaseFailed(f"unknown op {op!r}: this runner is out of date")
 
@@ -422,6 +465,24 @@ class Run:
     def need_tx(self) -> None:
         if not self.atomics:
             raise CaseFailed("no transaction is open")
+
+    def wait_jobs(self, step: dict, timeout: float) -> None:
+        """Until the backend's view of each job matches (README, "Workers")."""
+        wanted = {ref: (self.id_of(ref), fields) for ref, fields in step["jobs"].items()}
+        deadline = time.monotonic() + timeout
+        while True:
+            mismatches = []
+            for ref, (job_id, fields) in wanted.items():
+                why = job_mismatch(self.backend, job_id, fields)
+                if why:
+                    mismatches.append(f"{ref!r}: {why}")
+            if not mismatches:
+                return
+            if self.worker is not None and self.worker.crash is not None:
+                raise CaseFailed(f"the worker failed: {self.worker.crash!r}")
+            if time.monotonic() >= deadline:
+                raise CaseFailed(f"wait_jobs timed out: {'; '.join(mismatches)}")
+            time.sleep(0.02)
 
     def race_join(self, step: dict, timeout: float) -> None:
         race = self.race
@@ -585,6 +646,17 @@ class Run:
     # -- a whole case ------------------------------------------------------------------
 
     def execute(self) -> None:
+        if not self.worker_case:
+            self.run_case()
+            return
+        # The case's adapter, on the case's database, is the task backend the suite handlers
+        # stage through and the worker fetches with.
+        setting = {"default": {"BACKEND": "ojs_adapter_django.tasks.OJSBackend", "QUEUES": [],
+                               "OPTIONS": {"DATABASE": self.alias, "ADAPTER": self.ojs}}}
+        with override_settings(TASKS=setting):
+            self.run_case()
+
+    def run_case(self) -> None:
         self.backend.reset()
         clear_request_context()
         drop_table(self.alias, self.table)
@@ -605,9 +677,12 @@ class Run:
             # A race left running (a case that failed before race_join): the rollback above
             # unblocked it; it ends, closing its connection, before the next case starts.
             race, self.race = self.race, None
+            worker, self.worker = self.worker, None
             try:
                 if race is not None:
                     race.cleanup()
+                if worker is not None:
+                    worker.stop(CaseWorker.CLEANUP_DEADLINE_S)
             finally:
                 clear_request_context()
                 self.subscribers.clear()
@@ -615,6 +690,78 @@ class Run:
                     self.backend.call("DELETE", "/_dev/faults")
                 finally:
                     self.ojs.reset()
+
+
+class CaseWorker:
+    """``worker_start``'s worker: ``ojs_adapter_django.worker.Worker`` on the ``TASKS["default"]``
+    backend (the case's adapter), queue ``default``, the step's ``concurrency`` and
+    ``visibility_timeout_ms`` (else the core's defaults), its ``run`` in a thread of its own."""
+
+    #: The deadline of the stop of a worker a case left running.
+    CLEANUP_DEADLINE_S = 3.0
+
+    def __init__(self, step: dict) -> None:
+        from ojs_adapter_django.worker import Worker
+
+        visibility = step.get("visibility_timeout_ms")
+        self.worker = Worker("default", queues=["default"], concurrency=step.get("concurrency"),
+                             visibility_timeout=None if visibility is None else visibility / 1000)
+        self.crash: Optional[BaseException] = None
+        self.thread = threading.Thread(target=self.body, name="case-worker", daemon=True)
+        self.thread.start()
+
+    def body(self) -> None:
+        try:
+            self.worker.run()
+        except BaseException as exc:  # reported by wait_jobs / worker_stop
+            self.crash = exc
+
+    def stop(self, deadline: float) -> None:
+        """Graceful stop with ``deadline`` (seconds); returns when the worker has stopped."""
+        self.worker.stop(deadline)
+        self.thread.join(deadline + 30)
+        if self.thread.is_alive():
+            raise CaseFailed(f"the worker did not stop within {deadline} s (+30 s)")
+        if self.crash is not None:
+            raise CaseFailed(f"the worker failed: {self.crash!r}")
+
+
+def job_mismatch(backend: Any, job_id: str, fields: dict) -> Optional[str]:
+    """Why the backend's view of a job (``GET /ojs/v1/jobs/{id}``) does not match ``fields``
+    (``state``, ``attempt``, ``result``, ``error``), or None when it does."""
+    try:
+        job = backend.call("GET", f"/ojs/v1/jobs/{job_id}")["job"]
+    except OSError as exc:  # a 404 before the job arrives, too
+        return f"not readable yet ({exc})"
+    if "state" in fields:
+        allowed = fields["state"] if isinstance(fields["state"], list) else [fields["state"]]
+        if job.get("state") not in allowed:
+            return f"state {job.get('state')!r}, expected {allowed}"
+    if "attempt" in fields and job.get("attempt") != fields["attempt"]:
+        return f"attempt {job.get('attempt')!r}, expected {fields['attempt']}"
+    if "result" in fields and not json_equal(fields["result"], job.get("result")):
+        return f"result {job.get('result')!r}, expected {fields['result']!r}"
+    if "error" in fields:
+        error = job.get("error") or {}
+        expected = fields["error"]
+        if "type" in expected and error.get("type") != expected["type"]:
+            return f"error {error!r}, expected type {expected['type']!r}"
+        if expected.get("message_contains", "") not in str(error.get("message", "")):
+            return f"error {error!r}, expected a message containing {expected['message_contains']!r}"
+    return None
+
+
+def json_equal(expected: Any, actual: Any) -> bool:
+    """Equality as JSON: numbers by value (not bools), objects regardless of key order."""
+    if isinstance(expected, dict):
+        return isinstance(actual, dict) and expected.keys() == actual.keys() and all(
+            json_equal(value, actual[key]) for key, value in expected.items())
+    if isinstance(expected, list):
+        return isinstance(actual, list) and len(expected) == len(actual) and all(
+            json_equal(e, a) for e, a in zip(expected, actual))
+    if isinstance(expected, (int, float)) and not isinstance(expected, bool):
+        return isinstance(actual, (int, float)) and not isinstance(actual, bool) and expected == actual
+    return expected == actual
 
 
 def not_encrypted(job: dict) -> Optional[str]:
