@@ -6,9 +6,12 @@
 use std::sync::Mutex;
 use std::time::Duration;
 
-use ojs_outbox::Result;
+use std::sync::Arc;
+
+use crate::Bridge;
 use ojs_outbox::event_client::{EventClient, EventSubscription};
 use ojs_outbox::events::{Filter, ReplayFrom, Subscription, parse_rfc3339_ms};
+use ojs_outbox::{Error, ErrorCode, Result};
 use serde::Deserialize;
 
 /// What a mount asks for, from its request (JSON): the query parameters of
@@ -193,5 +196,53 @@ impl EventFeed {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .close();
+    }
+}
+
+impl Bridge {
+    /// A subscriber of the table's events, as SSE frames (what a framework's
+    /// `/v1/events/stream` mount serves); `request_json` is an `events::StreamRequest`. With
+    /// the event log (`relay.event_retention`, the default) any process serves every relay's
+    /// events, whether a relay runs here or not; live only, it fails with `RELAY_SHUT_DOWN`
+    /// when no relay runs here.
+    pub fn relay_events(&self, request_json: &str) -> Result<RelayFrames> {
+        let request: StreamRequest = serde_json::from_str(request_json)
+            .map_err(|e| Error::field(ErrorCode::InvalidConfig, "request", e.to_string()))?;
+        let (bus, runtime) = self.event_bus()?;
+        RelayFrames::open(bus, &request, runtime)
+    }
+
+    /// The table's event bus and the runtime its subscriptions wait on (see `relay_events`).
+    pub(crate) fn event_bus(
+        &self,
+    ) -> Result<(Arc<ojs_outbox::events::EventBus>, tokio::runtime::Handle)> {
+        let live_only = || {
+            Error::new(
+                ErrorCode::RelayShutDown,
+                "no relay runs in this process, and events are live only (relay.event_retention is null): they stream from the process that runs the relay",
+            )
+        };
+        let running = if self.config.relay.event_retention.is_some() {
+            self.running()?
+        } else {
+            self.running_here().ok_or_else(live_only)?
+        };
+        let bus = running.outbox.events().ok_or_else(live_only)?;
+        Ok((bus, running.runtime.handle().clone()))
+    }
+
+    /// An SDK's event client (`event_client::EventSubscription` as JSON: `url` of any OJS
+    /// event stream, `token`, filters, `since`, `last_event_id`); reconnects and resumes itself.
+    /// Without `url`: the configured backend's stream, `<ojs_url>/v1/events/stream`.
+    pub fn subscribe_events(&self, options_json: &str) -> Result<EventFeed> {
+        let mut options: serde_json::Value = serde_json::from_str(options_json)
+            .map_err(|e| Error::field(ErrorCode::InvalidConfig, "subscription", e.to_string()))?;
+        if let Some(map) = options.as_object_mut()
+            && map.get("url").is_none_or(serde_json::Value::is_null)
+        {
+            let base = self.config.ojs_url.trim_end_matches('/');
+            map.insert("url".into(), format!("{base}/v1/events/stream").into());
+        }
+        self.with_http(|runtime, _| EventFeed::open(&options.to_string(), runtime.handle().clone()))
     }
 }

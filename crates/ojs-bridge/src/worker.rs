@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
+use crate::Bridge;
 use ojs_outbox::worker_loop::{Assignment, Outcome, WorkerLoop, WorkerOptions};
 use ojs_outbox::{Error, ErrorCode, Result};
 
@@ -175,6 +176,28 @@ fn outcome_from_json(text: &str) -> Result<Outcome> {
         OutcomeInput::UnknownType => Outcome::UnknownType,
         OutcomeInput::Requeue => Outcome::Requeue,
     })
+}
+
+impl Bridge {
+    /// A worker command (`ojs_outbox::worker::WorkerCommand` as JSON: fetch, ack, nack,
+    /// heartbeat) sent to the configured backend; its answer as JSON text (a fetch's
+    /// `{"jobs": [...]}`). For a framework's worker command.
+    pub fn worker(&self, command_json: &str) -> Result<String> {
+        let command = ojs_outbox::worker::WorkerCommand::from_json(command_json)?;
+        self.with_http(|runtime, backend| {
+            Ok(runtime
+                .block_on(backend.worker_with_codec(&command, self.config.encryption.as_deref()))?
+                .to_string())
+        })
+    }
+
+    /// Starts the core worker loop against the configured backend (`worker.rs`; options as
+    /// JSON: `{"queues", "concurrency"?, "visibility_timeout_ms"?, "worker_id"?,
+    /// "idle_poll_ms"?}`). Encrypted args are opened with `adapter.encryption`'s keys.
+    pub fn start_worker(&self, options_json: &str) -> Result<Worker> {
+        let backend = ojs_outbox::backend::Backend::new(&self.config)?;
+        Worker::start(options_json, backend, self.config.encryption.clone())
+    }
 }
 
 #[cfg(test)]
