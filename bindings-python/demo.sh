@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # The Django example end to end on SQLite + ojs-devserver: migrate, run the app (runserver),
 # sign up one user in a transaction that commits and one whose transaction rolls back after
-# enqueueing, then show that the backend received only the committed user's welcome job, that
-# the app's ojs/events/stream announced it, and what ojs/metrics and ojs/readyz say.
+# enqueueing (the Django task send_welcome), then show that the backend received only the
+# committed user's welcome job, that the app's ojs/events/stream announced it, and what
+# ojs/metrics and ojs/readyz say; then `manage.py ojs_worker` runs the job (the task prints the
+# welcome line) and stops on SIGTERM.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(dirname "$here")
@@ -12,6 +14,8 @@ wheel=$("$here/build-wheel.sh")
 venv="$repo/target/py-demo-venv"
 [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
 "$venv/bin/python" -m pip show -q django >/dev/null 2>&1 || "$venv/bin/python" -m pip install -q "django==5.2.*"
+# Django 5.2 has no django.tasks: the backport (the version the tests use).
+"$venv/bin/python" -m pip show -q django-tasks >/dev/null 2>&1 || "$venv/bin/python" -m pip install -q "django-tasks==0.12.0"
 "$venv/bin/python" -m pip install -q --force-reinstall --no-deps "$wheel"
 py="$venv/bin/python"
 
@@ -57,9 +61,9 @@ sys.exit("the example app did not start within 30 s")
 PY
 echo "demo: example app at $app_url"
 
-"$py" - "$app_url" "$backend" <<'PY'
+"$py" - "$app_url" "$backend" "$work/committed_job" <<'PY'
 import json, subprocess, sys, time, urllib.parse, urllib.request
-app, backend = sys.argv[1], sys.argv[2]
+app, backend, committed_file = sys.argv[1], sys.argv[2], sys.argv[3]
 
 def signup(email, fail=False):
     data = {"email": email, **({"fail": "1"} if fail else {})}
@@ -127,7 +131,8 @@ print(f"demo: the backend received {len(jobs)} job(s):")
 for job in jobs:
     print(f"  {job['type']} args={job['args']} id={job['id']} request_id={job['meta'].get('ojs.context.request_id')}")
 assert [j["id"] for j in jobs] == [committed["job_id"]], "only the committed job may arrive"
-assert job["args"] == [committed["user_id"]]
+assert job["type"] == "exampleapp.tasks.send_welcome", job["type"]
+assert job["args"] == [{"args": [committed["user_id"]], "kwargs": {}}], job["args"]
 assert not any(j["id"] == rolled_back["job_id"] for j in jobs)
 wait(lambda: any(e["subject"] == committed["job_id"] for e in stream_events),
      "the committed job's job.enqueued event did not come on the stream")
@@ -146,6 +151,7 @@ except urllib.error.HTTPError as error:
 print("demo: without the token: 403")
 print(f"demo: OK: the committed signup's job arrived (about {latency_ms:.0f} ms after the request "
       "started); the rolled-back signup's job never did")
+open(committed_file, "w").write(committed["job_id"])
 PY
 
 # SIGTERM: a background job of a script ignores SIGINT. Nothing is lost by it: rows not yet
@@ -153,3 +159,38 @@ PY
 kill -TERM "$app"
 wait "$app" 2>/dev/null || true
 echo "demo: app stopped"
+
+# The worker: fetches the welcome job from the backend and runs the task, which prints its line.
+"$py" manage.py ojs_worker > "$work/worker.log" 2>&1 &
+worker=$!
+pids+=($worker)
+echo "demo: manage.py ojs_worker started"
+deadline=$((SECONDS + 30))
+until grep -q "welcome email sent to" "$work/worker.log"; do
+  [ $SECONDS -lt $deadline ] || { echo "demo: FAILED, the worker did not run the task within 30 s" >&2; cat "$work/worker.log" >&2; exit 1; }
+  kill -0 "$worker" 2>/dev/null || { echo "demo: FAILED, the worker exited" >&2; cat "$work/worker.log" >&2; exit 1; }
+  sleep 0.05
+done
+echo "demo: worker: $(grep "welcome email sent to" "$work/worker.log")"
+"$py" - "$backend" "$(cat "$work/committed_job")" <<'PY'
+import json, sys, time, urllib.request
+backend, job_id = sys.argv[1], sys.argv[2]
+deadline = time.monotonic() + 30
+while True:
+    with urllib.request.urlopen(f"{backend}/ojs/v1/jobs/{job_id}", timeout=5) as response:
+        job = json.loads(response.read())["job"]
+    if job["state"] == "completed":
+        break
+    if time.monotonic() > deadline:
+        sys.exit(f"demo: FAILED, the job is {job['state']}, not completed, after 30 s")
+    time.sleep(0.05)
+print(f"demo: the backend has the job completed, result {job['result']!r}")
+PY
+kill -TERM "$worker"
+wait "$worker" || { echo "demo: FAILED, the worker exited with $?" >&2; cat "$work/worker.log" >&2; exit 1; }
+summary=$(grep "^ojs_worker: stopped:" "$work/worker.log")
+echo "demo: worker stopped (SIGTERM): $summary"
+case "$summary" in *"1 completed, 0 failed"*) ;; *) echo "demo: FAILED, expected one completed job" >&2; exit 1 ;; esac
+if grep -q "welcome email sent to bob@example.com" "$work/worker.log"; then
+  echo "demo: FAILED, the rolled-back signup's task ran" >&2; exit 1
+fi

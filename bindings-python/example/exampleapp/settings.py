@@ -1,5 +1,6 @@
 """A minimal Django project using ojs-adapter-django: a signup view that creates a User and
-enqueues ``email.welcome`` after the commit. ``OJS_URL`` names the OJS backend,
+enqueues the Django task ``exampleapp.tasks.send_welcome`` in its transaction (sent after the
+commit), which ``manage.py ojs_worker`` runs. ``OJS_URL`` names the OJS backend,
 ``EXAMPLE_DATA_DIR`` where the SQLite database lives."""
 
 import os
@@ -18,6 +19,20 @@ INSTALLED_APPS = [
     "django.contrib.auth",
     "ojs_adapter_django",
 ]
+try:  # Django >= 6.0 has django.tasks; on 5.2 the django-tasks backport is an app
+    import django.tasks  # noqa: F401
+except ImportError:
+    INSTALLED_APPS.append("django_tasks")
+
+# The tasks of this project are OJS jobs staged in the transaction of "default"
+# (docs/django-tasks.md); `manage.py ojs_worker` runs them.
+TASKS = {
+    "default": {
+        "BACKEND": "ojs_adapter_django.tasks.OJSBackend",
+        "QUEUES": ["default", "email"],
+        "OPTIONS": {"DATABASE": "default"},
+    }
+}
 
 MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",

@@ -1,5 +1,6 @@
-"""POST /signup email=... creates a user and enqueues its welcome email in one transaction.
-With ``fail=1`` the view raises after enqueueing, so the transaction (user and job) rolls back."""
+"""POST /signup email=... creates a user and enqueues its welcome email (the Django task
+``send_welcome``) in one transaction. With ``fail=1`` the view raises after enqueueing, so the
+transaction (user and job) rolls back."""
 
 from django.contrib.auth.models import User
 from django.db import transaction
@@ -7,7 +8,7 @@ from django.http import JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
 
-from ojs_adapter_django import ojs
+from .tasks import send_welcome
 
 
 class SignupFailed(Exception):
@@ -21,7 +22,7 @@ def signup(request):
     try:
         with transaction.atomic():
             user = User.objects.create_user(username=email, email=email)
-            job_id = ojs.enqueue_after_commit("email.welcome", [user.id])
+            job_id = send_welcome.enqueue(user.id).id
             if request.POST.get("fail"):
                 raise SignupFailed("simulated failure after the enqueue")
     except SignupFailed as exc:
