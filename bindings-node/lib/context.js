@@ -15,6 +15,11 @@ function runScoped(patch, fn) {
   return storage.run({ ...(storage.getStore() || {}), ...patch }, fn);
 }
 
+/** Runs `fn` in `scope` alone: nothing of the current scope (its transaction, its request). */
+function runInScope(scope, fn) {
+  return storage.run(scope, fn);
+}
+
 const NO_SCOPE = Object.freeze({});
 
 /** The current scope (an empty frozen object outside any). */
@@ -122,4 +127,4 @@ function requestContext(bridge, context) {
   return present.length ? Object.fromEntries(present) : null;
 }
 
-module.exports = { storage, runScoped, currentScope, contextFromRequest, requestContext, requestResolvers };
+module.exports = { storage, runScoped, runInScope, currentScope, contextFromRequest, requestContext, requestResolvers };

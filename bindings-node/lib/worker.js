@@ -30,7 +30,7 @@
 const { EventEmitter } = require('node:events');
 const { callNative, awaitNative, errorFor } = require('./errors');
 const { rejectOption } = require('./native');
-const { runScoped } = require('./context');
+const { runInScope } = require('./context');
 const { jsonOf } = require('./knex');
 
 /** How long one wait for a job lasts before it is asked again (ms). */
@@ -232,7 +232,7 @@ class Worker extends EventEmitter {
       for (;;) {
         const text = await awaitNative(native.next(WAIT_MS));
         if (text === null) return;
-        if (text !== '') this._run(native, JSON.parse(text));
+        if (text !== '') this._run(native, JSON.parse(text)).catch((error) => this._error(error));
       }
     } catch (error) {
       // The wait failed inside the core: this loop cannot go on; give the jobs back.
@@ -267,7 +267,8 @@ class Worker extends EventEmitter {
       running.timer = setTimeout(() => controller.abort(timeoutReason(job)), job.timeout_ms + TIMER_SLACK_MS);
     }
     this._active.add(running);
-    // The handler runs in the job's trace context: what it stages or sends carries it on.
+    // The handler runs in the job's trace context (what it stages or sends carries it on), in
+    // a scope of its own: nothing of where the worker was started (a request, a transaction).
     const context = {};
     if (ctx.traceparent !== null) context.traceparent = ctx.traceparent;
     if (ctx.tracestate !== null) context.tracestate = ctx.tracestate;
@@ -275,7 +276,7 @@ class Worker extends EventEmitter {
     let outcome;
     let event;
     try {
-      const result = await runScoped(scope, () => handler(job.args, ctx));
+      const result = await runInScope(scope, () => handler(job.args, ctx));
       outcome = result === undefined ? '{"outcome":"completed"}' : `{"outcome":"completed","result":${jsonOf(result, 'result')}}`;
       event = ['completed', [result, ctx]];
     } catch (thrown) {
@@ -295,6 +296,7 @@ class Worker extends EventEmitter {
     } catch (refused) {
       // The core could not read the outcome (cannot happen for the ones built above): the job
       // fails with the refusal rather than staying held until its reservation runs out.
+      this._error(refused);
       accepted = callNative(() => native.finish(ctx.id, failedOutcome(refused)));
       [event, args] = ['failed', [refused, ctx]];
     }

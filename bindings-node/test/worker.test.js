@@ -35,6 +35,7 @@ const BIN = path.join(PACKAGE_DIR, '..', '.bin', 'ojs-worker');
 /** A fetch that found nothing is tried again this soon (the core's option; keeps the tests quick). */
 const IDLE_POLL_MS = 50;
 const TRACEPARENT = '00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01';
+const OTHER_TRACEPARENT = '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01';
 
 let backend;
 const adapters = new Map();
@@ -159,25 +160,32 @@ for (const database of ['sqlite', 'postgres']) {
 
   test(`${database}: the request's traceparent reaches ctx.traceparent and what the handler enqueues`, async () => {
     const { ojs } = await adapter(database);
-    const traces = [];
-    const worker = ojs.worker({
-      queues: ['default'],
-      idlePollMs: IDLE_POLL_MS,
-      handlers: {
-        'trace.parent': async (args, ctx) => {
-          traces.push(ctx.traceparent);
-          return { child: await ojs.enqueue('trace.child', []) };
+    const traces = new Map();
+    // Started inside another context: a handler must not run in it (its scope is the job's).
+    const worker = ojs.withContext({ traceparent: OTHER_TRACEPARENT }, () =>
+      ojs.worker({
+        queues: ['default'],
+        idlePollMs: IDLE_POLL_MS,
+        handlers: {
+          'trace.parent': async (args, ctx) => {
+            traces.set(ctx.id, ctx.traceparent);
+            return { child: await ojs.enqueue('trace.child', []) };
+          },
+          'trace.child': async (args, ctx) => ({ traceparent: ctx.traceparent }),
         },
-        'trace.child': async (args, ctx) => ({ traceparent: ctx.traceparent }),
-      },
-    });
+      }),
+    );
     await stopped(worker, async () => {
-      const id = await ojs.withContext({ traceparent: TRACEPARENT }, () => stage(ojs, 'trace.parent', []));
-      const parent = await waitJob(id, (j) => j.state === 'completed', 'the parent job completed');
+      const traced = await ojs.withContext({ traceparent: TRACEPARENT }, () => stage(ojs, 'trace.parent', []));
+      const plain = await stage(ojs, 'trace.parent', []);
+      const parent = await waitJob(traced, (j) => j.state === 'completed', 'the traced parent job completed');
       assert.equal(parent.meta.traceparent, TRACEPARENT);
-      assert.deepEqual(traces, [TRACEPARENT]);
-      const child = await waitJob(parent.result.child, (j) => j.state === 'completed', 'the child job completed');
+      const child = await waitJob(parent.result.child, (j) => j.state === 'completed', 'its child job completed');
       assert.deepEqual(child.result, { traceparent: TRACEPARENT });
+      const plainParent = await waitJob(plain, (j) => j.state === 'completed', 'the plain parent job completed');
+      const plainChild = await waitJob(plainParent.result.child, (j) => j.state === 'completed', 'its child job completed');
+      assert.deepEqual(plainChild.result, { traceparent: null });
+      assert.deepEqual(Object.fromEntries(traces), { [traced]: TRACEPARENT, [plain]: null });
     });
   });
 }
