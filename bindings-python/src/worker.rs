@@ -5,12 +5,13 @@
 //! JSON of the bridge's module doc. The waits release the GIL.
 //!
 //! The loop writes what it has to tell the operator (the backend down and back, an ack or nack
-//! not delivered, a job timed out or given back) as `tracing` events of its module only, which
-//! no binding receives. Until the bridge hands them over as it does the relay's records
-//! (`drain_log_feed`), this module collects those events (target `ojs_outbox::worker_loop`, INFO
-//! and above; nothing else) in a bounded queue that `drain_worker_log` empties, so the Python
-//! worker logs them on `ojs_adapter_django.worker`. The collector is the process's `tracing`
-//! subscriber, installed when the first worker starts, and only if the process has none.
+//! not delivered, a job timed out or given back, a job it could not decrypt) as `tracing`
+//! events of its modules only, which no binding receives. Until the bridge hands them over as it
+//! does the relay's records (`drain_log_feed`), this module collects those events (targets
+//! `ojs_outbox::worker_loop` and `ojs_outbox::worker`, INFO and above; nothing else) in a bounded
+//! queue that `drain_worker_log` empties, so the Python worker logs them on
+//! `ojs_adapter_django.worker`. The collector is the process's `tracing` subscriber, installed
+//! when the first worker starts, and only if the process has none.
 
 use std::collections::VecDeque;
 use std::fmt::Write as _;
@@ -84,8 +85,9 @@ impl Worker {
 
 /// The most records kept between two drains; more are counted and dropped.
 const CAPACITY: usize = 1_000;
-/// The loop's module: its events are the records.
-const TARGET: &str = "ojs_outbox::worker_loop";
+/// The loop's module and the worker protocol's (a fetched job that cannot be decrypted): their
+/// events are the records.
+const TARGETS: [&str; 2] = ["ojs_outbox::worker_loop", "ojs_outbox::worker"];
 
 #[derive(Default)]
 struct Queue {
@@ -131,7 +133,9 @@ struct LoopLog;
 
 impl LoopLog {
     fn wanted(metadata: &Metadata<'_>) -> bool {
-        metadata.is_event() && metadata.target() == TARGET && *metadata.level() <= Level::INFO
+        metadata.is_event()
+            && TARGETS.contains(&metadata.target())
+            && *metadata.level() <= Level::INFO
     }
 }
 

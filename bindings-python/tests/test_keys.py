@@ -244,6 +244,34 @@ def test_after_rotation_the_worker_still_opens_jobs_of_the_old_key(alias, backen
 
 
 @DB
+def test_a_job_the_worker_cannot_decrypt_never_runs(alias, backend, caplog):
+    """A job sealed with a key that is not in the worker's ring: the core nacks it
+    ``decode_failed`` (not retried) in the fetch, the task never runs, and the WARNING reaches
+    the worker's logger with the job id."""
+    old = adapter(backend.url, alias, encryption={"key_id": "k1", "keys": {"k1": KEY_1}})
+    create_runs_table(alias)
+    try:
+        with override_settings(TASKS=tasks_setting(alias, old)):
+            sealed = record_run.enqueue(alias, "sealed")
+            backend.wait_for([sealed.id])
+    finally:
+        old.reset()
+    other = OJS({"ojs_url": backend.url, "outbox": {"table_name": TABLE},
+                 "encryption": {"key_id": "k2", "keys": {"k2": KEY_2}}})
+    try:
+        with override_settings(TASKS=tasks_setting(alias, other)), \
+                caplog.at_level("WARNING", logger="ojs_adapter_django.worker"):
+            assert "0 completed, 0 failed, 0 refused, 0 given back, 0 unknown" in worker_once()
+    finally:
+        other.reset()
+    job = backend.call("GET", f"/ojs/v1/jobs/{sealed.id}")["job"]
+    assert (job["state"], job["error"]["type"]) == ("discarded", "decode_failed"), job
+    assert runs(alias) == []
+    assert any(sealed.id in r.getMessage() and "decode_failed" in r.getMessage()
+               for r in caplog.records if r.name == "ojs_adapter_django.worker")
+
+
+@DB
 def test_get_result_of_an_encrypted_task_shows_its_arguments(alias, backend):
     """``get_result`` opens encrypted args with the key ring (the core's ``open_args`` for the
     outbox row, the core's worker ``get`` for the backend's job): the row the open transaction
