@@ -59,7 +59,8 @@ from . import _native
 from .tasks import OJSBackend
 
 #: The worker's logger (a child of ``ojs_adapter_django``); the worker loop's own records (the
-#: backend down and back, an ack or nack not delivered, a job timed out) come here too.
+#: backend down and back, an ack or nack not delivered, a job timed out or given back, a job
+#: that cannot be decrypted) come here too.
 logger = logging.getLogger("ojs_adapter_django.worker")
 
 #: The nack ``code`` of a job whose args are not ``[{"args": [...], "kwargs": {...}}]`` (never
@@ -350,6 +351,9 @@ class Worker:
         close_old_connections()
         try:
             outcome, kind, why = self._run(assignment)
+        except Exception as exc:  # the glue failed (not the task): the job must not stay held
+            logger.exception("job %s (%s) could not be run", job_id, job_type)
+            outcome, kind, why = self._failure(exc, None, True), "failed", str(exc)
         finally:
             close_old_connections()
             _current_job.reset(token)
