@@ -50,7 +50,7 @@ fn a_mount_asks_the_core_and_writes_the_answer() {
     assert!(
         metrics
             .content_type
-            .starts_with("text/plain; version=0.0.4")
+            .starts_with("application/openmetrics-text; version=1.0.0")
     );
     assert!(metrics.body.contains("ojs_outbox_"), "{}", metrics.body);
     let ready = ask(

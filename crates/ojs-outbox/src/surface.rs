@@ -40,7 +40,7 @@ pub const STREAM_HEADERS: [(&str, &str); 3] = [
 /// The largest Codec Server request body.
 pub const CODEC_BODY_LIMIT: usize = 1024 * 1024;
 const STREAM_PARAMETERS: [&str; 5] = ["types", "queues", "job_types", "tenant", "since"];
-const METRICS_TYPE: &str = "text/plain; version=0.0.4";
+const METRICS_TYPE: &str = crate::prometheus::CONTENT_TYPE;
 
 /// Who is asking.
 #[derive(Debug, Clone, PartialEq, Eq)]
