@@ -7,7 +7,8 @@
 # providers against the real libraries (pinned in package.json's devDependencies), the
 # docs/express.md examples, bad input, values JSON cannot hold, the
 # type-first call without a transaction, bounded wake-ups, the knex migration, staged rows, the
-# Express middleware, events (ojs.router over HTTP, /metrics, subscribeEvents), the event loop, signals. Needs OJS_TEST_DATABASE_URL (postgres://...); scripts/test.sh sets it.
+# Express middleware, events (ojs.router over HTTP, /metrics, subscribeEvents), the event loop, signals,
+# the worker (ojs.worker, the ojs-worker bin). Needs OJS_TEST_DATABASE_URL (postgres://...); scripts/test.sh sets it.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/.." && pwd)
