@@ -131,11 +131,16 @@ module OJS
         HotCalls.raise_failure(status) unless status.code.zero?
         @native = Native::Worker.uniffi_lift(handle)
         @handle = OJS.native_handle(@native, Native::Worker)
+        # Returns once every slot is about to wait for its first job: a job the loop fetches
+        # from now on goes to a slot at once (one fetched while no slot waits stays buffered,
+        # and a stop gives it back unrun).
+        ready = Queue.new
         @threads = Array.new(@native.concurrency) do |index|
-          thread = Thread.new { slot }
+          thread = Thread.new { slot(ready) }
           thread.name = "ojs-worker-#{index}" if thread.respond_to?(:name=)
           thread
         end
+        @threads.length.times { ready.pop }
       end
       self
     end
@@ -216,8 +221,12 @@ module OJS
 
     # One handler slot: until the loop stops, wait for a job (without the GVL), run it, hand the
     # loop its outcome.
-    def slot
-      while (job = next_job)
+    def slot(ready)
+      signal = lambda do
+        ready&.push(true)
+        ready = nil
+      end
+      while (job = next_job(signal))
         outcome = perform(job)
         unless finish(job.id, outcome)
           log.warn("ojs worker: job #{job.id} (#{job.type}) ended after the worker loop gave it up " \
@@ -227,12 +236,15 @@ module OJS
       end
     rescue OJS::Error, Native::InternalError => e
       log.error("ojs worker: a handler slot ended: #{e.class}: #{e.message}")
+    ensure
+      signal.call # a slot that ended before its first wait
     end
 
-    # The next job, or nil once the worker stops.
-    def next_job
+    # The next job, or nil once the worker stops. `ready` is called right before each wait.
+    def next_job(ready)
       loop do
         status = HotCalls.status
+        ready.call
         text = HotCalls.read_text(HotCalls.ojs_ruby_worker_next(@handle, POLL_MS, status), status, optional: true)
         return nil if text.nil?
         return Job.from_json(text) unless text.empty?
