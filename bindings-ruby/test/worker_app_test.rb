@@ -5,7 +5,8 @@
 # OJS.handle handler, ActiveJob jobs run inside Rails' executor with the job's trace context and
 # the changed code after an edit (the reloader), a failing job reported to Rails.error (Rails 7.2; 6.1 has none) and nacked,
 # SIGTERM stopping gracefully (the job in flight finishes), a second signal giving the job in
-# flight back at once, and bad options refused naming them.
+# flight back at once, a signal while the application loads, and bad options refused naming
+# them.
 
 require_relative "test_helper"
 require "open3"
@@ -45,6 +46,15 @@ class WorkerAppTest < Minitest::Test
           $stdout.puts("blocking job finished")
           $stdout.flush
         end
+      end
+    RUBY
+    # With BOOT_GATE set, the application's boot waits until that file exists.
+    "config/initializers/boot_gate.rb" => <<~'RUBY',
+      if (gate = ENV["BOOT_GATE"])
+        $stdout.puts("booting: waiting for the gate")
+        $stdout.flush
+        deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + 60
+        sleep 0.01 until File.exist?(gate) || Process.clock_gettime(Process::CLOCK_MONOTONIC) > deadline
       end
     RUBY
     "config/initializers/error_probe.rb" => <<~'RUBY'
@@ -97,14 +107,14 @@ class WorkerAppTest < Minitest::Test
     output
   end
 
-  # `bin/rails ojs:work` in the background, its output in a file.
-  def start_worker(env)
+  # `bin/rails ojs:work` in the background, its output in a file; waits for `wait_for` in it.
+  def start_worker(env, wait_for: "ojs:work: running")
     log = File.join(TestSupport::TMP, "worker_app_#{name}_#{@workers.length}.log")
     pid = Process.spawn(@env.merge(env), RbConfig.ruby, "bin/rails", "ojs:work", chdir: @app,
                                                                                  %i[out err] => [log, "w"])
     worker = { pid: pid, log: log }
     @workers << worker
-    wait_output(worker, "ojs:work: running")
+    wait_output(worker, wait_for)
     worker
   end
 
@@ -144,7 +154,7 @@ class WorkerAppTest < Minitest::Test
   end
 
   def test_ojs_work_runs_plain_and_active_job_jobs_the_rails_way
-    worker = start_worker("QUEUES" => "email,default", "CONCURRENCY" => "2")
+    worker = start_worker({ "QUEUES" => "email,default", "CONCURRENCY" => "2" })
     assert_match(/ojs:work: running worker \S+ on email, default \(concurrency 2\)/, output(worker))
     ids = runner(<<~RUBY)
       # Started before the transaction: on SQLite a start inside it would wait for its lock.
@@ -193,7 +203,7 @@ class WorkerAppTest < Minitest::Test
   # gives the job in flight back at once and ends the process, well before the stop deadline.
   def test_sigterm_waits_for_the_job_in_flight_and_a_second_signal_gives_it_back
     release = File.join(@app, "tmp", "release-first")
-    worker = start_worker("QUEUES" => "default", "STOP_DEADLINE_MS" => "60000")
+    worker = start_worker({ "QUEUES" => "default", "STOP_DEADLINE_MS" => "60000" })
     first = runner("OJS.start_relay; puts JSON.generate(id: BlockingJob.perform_later(#{release.inspect}).provider_job_id)")["id"]
     wait_output(worker, "blocking job started")
     Process.kill("TERM", worker[:pid])
@@ -207,7 +217,7 @@ class WorkerAppTest < Minitest::Test
     assert_includes output(worker), "blocking job finished"
     wait_for_state(first, "completed")
 
-    worker = start_worker("QUEUES" => "default", "STOP_DEADLINE_MS" => "60000")
+    worker = start_worker({ "QUEUES" => "default", "STOP_DEADLINE_MS" => "60000" })
     second = runner("OJS.start_relay; puts JSON.generate(id: BlockingJob.perform_later(#{(release + '-never').inspect}).provider_job_id)")["id"]
     wait_output(worker, "blocking job started")
     started = TestSupport.monotonic
@@ -222,6 +232,21 @@ class WorkerAppTest < Minitest::Test
     refute_includes output(worker), "blocking job finished"
     job = wait_for_state(second, "available")
     assert_equal 0, job["attempt"], "given back without using an attempt"
+  end
+
+  # A signal while the application loads (the task's file loaded, the initializers running)
+  # ends the command before the worker starts, with status 0.
+  def test_a_signal_while_the_application_loads_ends_the_command
+    gate = File.join(@app, "tmp", "boot-gate")
+    worker = start_worker({ "QUEUES" => "default", "BOOT_GATE" => gate }, wait_for: "booting: waiting for the gate")
+    assert_includes output(worker), "ojs:work: starting; SIGINT or SIGTERM stops it"
+    Process.kill("TERM", worker[:pid])
+    FileUtils.mkdir_p(File.dirname(gate))
+    File.write(gate, "")
+    status = wait_exit(worker)
+    assert status.success?, output(worker)
+    assert_includes output(worker), "ojs:work: stopped before the worker started"
+    refute_includes output(worker), "ojs:work: running"
   end
 
   def test_bad_options_are_refused_naming_them
