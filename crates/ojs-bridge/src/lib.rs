@@ -39,6 +39,7 @@ pub mod surface;
 pub mod worker;
 
 pub use encodings::{database_error_code, decode_ids, encode_ids, unencodable};
+pub use ojs_outbox::error::codes_json;
 pub use log::{LogRecord, drain_log_feed, enable_log_feed};
 pub use ojs_outbox::admin::Report;
 pub use ojs_outbox::{Error, ErrorCode, ErrorFamily, Host, Result};
