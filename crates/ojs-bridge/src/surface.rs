@@ -17,11 +17,12 @@ use crate::events::RelayFrames;
 use ojs_outbox::surface::{self, Action, Answer, Caller};
 use ojs_outbox::{Error, ErrorCode, Result};
 
-/// What the mount writes. With `stream`, the status is 200 and the headers are
-/// [`STREAM_HEADERS`](ojs_outbox::surface::STREAM_HEADERS); write each frame as it comes.
+/// What the mount writes: the status, the headers (`Content-Type` always), then the body, or,
+/// with `stream`, each frame as it comes (the first at once: a keep-alive comment).
 pub struct SurfaceAnswer {
     pub status: u16,
     pub content_type: String,
+    pub headers: Vec<(String, String)>,
     pub body: String,
     pub stream: Option<RelayFrames>,
 }
@@ -31,6 +32,7 @@ impl From<Answer> for SurfaceAnswer {
         SurfaceAnswer {
             status: answer.status,
             content_type: answer.content_type.to_owned(),
+            headers: vec![("Content-Type".into(), answer.content_type.to_owned())],
             body: answer.body,
             stream: None,
         }
@@ -56,6 +58,12 @@ struct SurfaceRequest {
 }
 
 impl Bridge {
+    /// Whether `path` (under the mount) answers every caller: ask the app's `authorize` only
+    /// for the others.
+    pub fn surface_is_open(path: &str) -> bool {
+        surface::is_open(path)
+    }
+
     /// Serves one request of a mount (module doc). An `access` that is not a decision is
     /// `INVALID_CONFIG` naming `access_field` (the binding's setting: `authorize`,
     /// `OJS_HTTP_ACCESS`); everything else is an answer.
@@ -95,6 +103,9 @@ impl Bridge {
                     Ok((bus, runtime)) => Ok(SurfaceAnswer {
                         status: 200,
                         content_type: "text/event-stream".into(),
+                        headers: (surface::STREAM_HEADERS.iter())
+                            .map(|(name, value)| ((*name).to_owned(), (*value).to_owned()))
+                            .collect(),
                         body: String::new(),
                         stream: Some(RelayFrames::with_filter(
                             bus,

@@ -67,6 +67,12 @@ fn a_mount_asks_the_core_and_writes_the_answer() {
                         "keep_alive_ms": 200});
     let answer = ask(&bridge, stream);
     assert_eq!(answer.status, 200);
+    assert!(
+        answer
+            .headers
+            .contains(&("Content-Type".into(), "text/event-stream".into()))
+    );
+    assert!(!Bridge::surface_is_open("/v1/events/stream") && Bridge::surface_is_open("/healthz"));
     let frames = answer.stream.expect("a stream");
     assert_eq!(frames.next(0), Next::Frame(": keep-alive\n\n".into()));
     let started = Instant::now();

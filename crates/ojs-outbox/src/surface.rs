@@ -229,6 +229,12 @@ impl Answer {
     }
 }
 
+/// Whether `path` answers every caller (`/healthz`): a mount asks the app's `authorize`
+/// only for the other paths.
+pub fn is_open(path: &str) -> bool {
+    path.trim_end_matches('/') == "/healthz"
+}
+
 /// The policy: what to do with `request`.
 pub fn route(request: &Request<'_>) -> Action {
     let path = match request.path.trim_end_matches('/') {
@@ -250,7 +256,7 @@ pub fn route(request: &Request<'_>) -> Action {
         let message = format!("{path} answers {wanted} only");
         return Action::Answer(Answer::error(405, "method_not_allowed", &message));
     }
-    if path == "/healthz" {
+    if is_open(path) {
         return Action::Answer(Answer {
             status: 200,
             content_type: "text/plain",
