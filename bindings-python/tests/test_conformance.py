@@ -447,6 +447,7 @@ class Run:
             if self.worker is not None:
                 raise CaseFailed("worker_start: a worker is running")
             self.worker = CaseWorker(step)
+            self.worker.wait_ready()
         elif op == "worker_stop":
             if self.worker is None:
                 raise CaseFailed("worker_stop: no worker is running")
@@ -699,6 +700,8 @@ class CaseWorker:
 
     #: The deadline of the stop of a worker a case left running.
     CLEANUP_DEADLINE_S = 3.0
+    #: How long worker_start waits for the slots to wait for jobs (a busy machine is slow).
+    START_TIMEOUT_S = 30.0
 
     def __init__(self, step: dict) -> None:
         from ojs_adapter_django.worker import Worker
@@ -709,6 +712,14 @@ class CaseWorker:
         self.crash: Optional[BaseException] = None
         self.thread = threading.Thread(target=self.body, name="case-worker", daemon=True)
         self.thread.start()
+
+    def wait_ready(self) -> None:
+        """Until every slot waits for a job: a stop right after the start then finds a fetched
+        job in a slot, not buffered (which it would give back unrun)."""
+        if not self.worker.ready.wait(self.START_TIMEOUT_S):
+            raise CaseFailed(f"the worker did not start within {self.START_TIMEOUT_S} s")
+        if self.crash is not None:
+            raise CaseFailed(f"the worker failed to start: {self.crash!r}")
 
     def body(self) -> None:
         try:

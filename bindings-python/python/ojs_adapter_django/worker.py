@@ -177,6 +177,11 @@ class Worker:
         self.counts = {"completed": 0, "failed": 0, "refused": 0, "requeued": 0, "unknown": 0}
         #: Set by ``stop()`` (the first SIGTERM/SIGINT): the loop stops fetching.
         self.stopping = threading.Event()
+        #: Set once every slot is about to wait for its first job (or ``run`` ended): a job the
+        #: loop fetches from then on goes to a slot at once (one fetched while no slot waits
+        #: stays buffered, and a stop gives it back unrun).
+        self.ready = threading.Event()
+        self._slots_waiting = 0
         self._give_back = threading.Event()
         self._deadline_ms: Optional[int] = None
         self._lock = threading.RLock()
@@ -213,7 +218,7 @@ class Worker:
         logger.info("worker %s fetching from %s (backend %r, database %r, %d slot%s)",
                     self.worker_id, ", ".join(self.queues), self.backend.alias,
                     self.backend.database, slots, "" if slots == 1 else "s")
-        threads = [threading.Thread(target=self._slot, args=(native, once, wait_ms),
+        threads = [threading.Thread(target=self._slot, args=(native, once, wait_ms, slots),
                                     name=f"ojs-worker-slot-{n}", daemon=True)
                    for n in range(slots)]
         for thread in threads:
@@ -224,7 +229,10 @@ class Worker:
                 if not any(thread.is_alive() for thread in threads):
                     break
         finally:
-            self._shut_down(native, threads)
+            try:
+                self._shut_down(native, threads)
+            finally:
+                self.ready.set()
 
     def stop(self, deadline: Optional[float] = None) -> None:
         """Stops gracefully: no more fetches; the running tasks have ``deadline`` seconds to
@@ -302,10 +310,14 @@ class Worker:
             if self._limit is not None:
                 self._reserved -= 1
 
-    def _slot(self, native: Any, once: bool, wait_ms: int) -> None:
+    def _slot(self, native: Any, once: bool, wait_ms: int, slots: int) -> None:
         """One handler slot: next -> run -> finish, until the loop stops (``once``: until the
         budget is used or a wait brings no job)."""
         me = threading.current_thread()
+        with self._lock:
+            self._slots_waiting += 1
+            if self._slots_waiting == slots:
+                self.ready.set()
         try:
             while self._take():
                 text = native.next(wait_ms)
