@@ -504,7 +504,7 @@ export declare class Ojs {
   /** Deletes sent rows older than `olderThan` (ISO-8601 duration); resolves with the count. */
   prune(options: { olderThan: string }): Promise<number>;
 
-  /** The Prometheus exposition of this adapter's relay, or null when none runs here. */
+  /** The metrics (OpenMetrics text) of this adapter's relay, or null when none runs here. */
   metricsText(): Promise<string | null>;
   /** The core's readiness check (database, outbox table, backend). */
   readiness(): Promise<Readiness>;

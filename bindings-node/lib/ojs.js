@@ -756,7 +756,7 @@ class Ojs {
   }
 
   /**
-   * The Prometheus text exposition of the relay running for this adapter (the core's, what
+   * The metrics text (OpenMetrics) of the relay running for this adapter (the core's, what
    * `/metrics` serves), or null when none runs here (relay mode "external").
    */
   async metricsText() {

@@ -3,7 +3,7 @@
 // same surface `ojs-relay run --listen` serves (docs/events.md):
 //
 //   GET /v1/events/stream   the relay's events, SSE (the core's frames, written as they are)
-//   GET /metrics            the Prometheus text exposition (the core's text)
+//   GET /metrics            the core's metrics as OpenMetrics text (its content type too)
 //   GET /healthz            the process answers
 //   GET /readyz             database, outbox table and backend (the core's check); 503 when not
 //
@@ -15,9 +15,12 @@
 // what comes back, and stops reading when the client goes. It logs nothing, and its messages
 // never quote what `authorize` returned or what the request carried beyond the parameters.
 
-const { rejectOption } = require('./native');
+const { rejectOption, metricsContentType } = require('./native');
 const { callNative, errorFor, OJSError } = require('./errors');
 const { WAIT_MS } = require('./events');
+
+/** What `/metrics` is (the core's exposition format). */
+const METRICS_CONTENT_TYPE = metricsContentType();
 
 /** A comment line keeps an idle stream's connection (and any proxy's) open, this often (ms). */
 const KEEP_ALIVE_MS = 15000;
@@ -129,8 +132,9 @@ function router(ojs, options) {
       if (text === null) {
         return refuse(res, 503, 'relay_not_running', 'neither a relay in this process nor the outbox table could be read: see /readyz');
       }
-      // Node's setHeader: Express's `set` and `send` would add a charset to this content type.
-      res.status(200).setHeader('Content-Type', 'text/plain; version=0.0.4');
+      // The core's type (OpenMetrics text), as given: Node's setHeader, since Express's `set`
+      // and `send` would rewrite its charset.
+      res.status(200).setHeader('Content-Type', METRICS_CONTENT_TYPE);
       res.end(text);
     }),
   );

@@ -182,6 +182,12 @@ pub fn context_header_names() -> Vec<String> {
     ojs_bridge::context_header_names()
 }
 
+/// The content type of `metrics_text` (the core's OpenMetrics text), for `/metrics`.
+#[napi]
+pub fn metrics_content_type() -> String {
+    ojs_outbox::prometheus::CONTENT_TYPE.to_owned()
+}
+
 #[napi]
 impl NativeBridge {
     /// Parses the spec §5.2 configuration (JSON text) as the host runs (`Host`); no I/O.

@@ -280,7 +280,7 @@ for (const database of ['sqlite', 'postgres']) {
         assert.match(answer.body.error.message, /since/);
       });
 
-      await t.test('/metrics parses as Prometheus text and its counters equal the outbox counts after a drain', async () => {
+      await t.test('/metrics (OpenMetrics text) parses and its counters equal the outbox counts after a drain', async () => {
         await backend.call('POST', '/_dev/faults', { status: 400, code: 'invalid_request', match_type: 'poison.job' });
         const poison = await commitJob(ojs, 'poison.job', [0]);
         for (let i = 0; i < 5; i += 1) await commitJob(ojs, 'report.row', [i]);
@@ -291,7 +291,10 @@ for (const database of ['sqlite', 'postgres']) {
         }, WAIT_MS, 'the outbox drained');
         const answer = await get(port, '/ojs/metrics', OPERATOR);
         assert.equal(answer.status, 200);
-        assert.equal(answer.headers['content-type'], 'text/plain; version=0.0.4');
+        assert.match(answer.headers['content-type'], /^application\/openmetrics-text; version=1\.0\.0/);
+        assert.match(answer.body, /\n# EOF\n?$/);
+        // A Prometheus text parser reads OpenMetrics as well, except that a counter's samples
+        // (`<name>_total`) are a family of their own beside the `# TYPE <name> counter` one.
         const families = new Map(parsePrometheus(answer.body).map((family) => [family.name, family]));
         const value = (name, labels = {}) => {
           const family = families.get(name);
@@ -302,7 +305,7 @@ for (const database of ['sqlite', 'postgres']) {
           assert.ok(sample, `no ${name}${JSON.stringify(labels)} for table ${table}`);
           return Number(sample.value);
         };
-        assert.equal(families.get('ojs_relay_jobs_sent_total').type, 'COUNTER');
+        assert.equal(families.get('ojs_relay_jobs_sent').type, 'COUNTER');
         assert.equal(value('ojs_relay_jobs_sent_total'), status.sent);
         assert.equal(value('ojs_relay_jobs_dead_total'), status.dead);
         assert.equal(status.dead, 1);
