@@ -96,6 +96,25 @@ impl Worker {
         self.inner.in_flight()
     }
 
+    /// What the loop said since the last call (an outage and its end, a timeout, a job given
+    /// back, an ack or nack not delivered, a job whose args could not be decoded), for the
+    /// framework's logger; `table` is empty. Call it after each wait.
+    pub fn drain_log(&self) -> Vec<crate::LogRecord> {
+        (self.inner.drain_log().into_iter())
+            .map(|entry| crate::LogRecord {
+                level: entry.level.as_str().to_owned(),
+                message: entry.message,
+                job_id: entry.job_id,
+                table: String::new(),
+            })
+            .collect()
+    }
+
+    /// Whether the backend did not answer the loop's last request (an outage being waited out).
+    pub fn backend_down(&self) -> bool {
+        self.inner.backend_down()
+    }
+
     /// Whether [`stop`](Self::stop) began.
     pub fn stopping(&self) -> bool {
         self.inner.stopping()

@@ -248,6 +248,15 @@ impl Backend {
                 };
             }
         }
+        // Said in the answer too, for a host that reports them (the worker loop's log).
+        let said: Vec<Value> = (failed.iter())
+            .map(|(job_id, reason)| serde_json::json!({"job_id": job_id, "reason": reason}))
+            .collect();
+        if !said.is_empty()
+            && let Some(answer) = answer.as_object_mut()
+        {
+            answer.insert(DECODE_FAILED.into(), Value::Array(said));
+        }
         for (job_id, reason) in failed {
             if job_id.is_empty() {
                 tracing::warn!(

@@ -24,7 +24,8 @@ use crate::backoff;
 use crate::codec::Codec;
 use crate::config::unknown_option;
 use crate::error::{Error, ErrorCode, Result};
-use crate::worker::{MAX_FETCH, NackError, WorkerCommand};
+use crate::log_feed::Level;
+use crate::worker::{DECODE_FAILED, MAX_FETCH, NackError, WorkerCommand};
 
 /// The first and the longest wait after the backend did not answer.
 const BACKOFF_INITIAL: Duration = Duration::from_millis(200);
@@ -267,6 +268,27 @@ struct Shared {
     settle: mpsc::UnboundedSender<Option<WorkerCommand>>,
     /// Set during an outage, so that it is logged once at warning.
     down: AtomicBool,
+    /// What the loop has to say, for the binding's logger ([`WorkerLoop::drain_log`]).
+    log: Mutex<WorkerLog>,
+}
+
+/// The loop's log records not yet drained (at most [`LOG_CAPACITY`]; then counted).
+#[derive(Default)]
+struct WorkerLog {
+    records: VecDeque<LogEntry>,
+    dropped: u64,
+}
+
+const LOG_CAPACITY: usize = 1_000;
+const LOG_TARGET: &str = "ojs_outbox::worker_loop";
+
+/// One thing the loop said: an outage and its end, a timeout, a job given back, an ack or nack
+/// not delivered, a job that could not be decoded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogEntry {
+    pub level: Level,
+    pub job_id: Option<String>,
+    pub message: String,
 }
 
 /// The running loop; see the module doc.
@@ -297,6 +319,7 @@ impl WorkerLoop {
             deadlines: Notify::new(),
             settle,
             down: AtomicBool::new(false),
+            log: Mutex::new(WorkerLog::default()),
         });
         let tasks = [
             tokio::spawn(fetcher(shared.clone(), stopped.clone())),
@@ -356,6 +379,30 @@ impl WorkerLoop {
         true
     }
 
+    /// The records since the last drain, oldest first (a warning first when some were dropped).
+    /// Each was also a `tracing` event (target `ojs_outbox::worker_loop`).
+    pub fn drain_log(&self) -> Vec<LogEntry> {
+        let mut log = self.shared.log.lock().unwrap_or_else(|p| p.into_inner());
+        let mut out = Vec::with_capacity(log.records.len() + 1);
+        if log.dropped > 0 {
+            let dropped = std::mem::take(&mut log.dropped);
+            out.push(LogEntry {
+                level: Level::Warning,
+                job_id: None,
+                message: format!(
+                    "{dropped} worker log records were dropped: more than {LOG_CAPACITY} came between two drains"
+                ),
+            });
+        }
+        out.extend(log.records.drain(..));
+        out
+    }
+
+    /// Whether the backend did not answer the last request (an outage, being waited out).
+    pub fn backend_down(&self) -> bool {
+        self.shared.down.load(Ordering::Relaxed)
+    }
+
     /// Whether `stop` began: `next` hands out nothing more.
     pub fn stopping(&self) -> bool {
         self.shared.lock().stopping
@@ -393,10 +440,13 @@ impl WorkerLoop {
             }
         }
         for (job_id, _) in self.shared.lock().held.drain() {
-            tracing::info!(job_id = %job_id, "job given back unfinished (the worker stops)");
+            let said = "job given back unfinished (the worker stops)".to_owned();
+            self.shared.log(Level::Info, Some(&job_id), said);
             let message = "the worker stopped before the job finished";
             self.shared.send_later(requeue(&job_id, message));
         }
+        // A stop waiting in parallel (a second signal) looks again: nothing is held now.
+        self.shared.freed.notify_waiters();
         let taken = self.tasks.lock().map(|mut t| t.take()).unwrap_or(None);
         let Some([fetcher, supervisor, settler]) = taken else {
             return; // stopped before
@@ -430,6 +480,31 @@ impl Shared {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
+    /// One record: a `tracing` event and an entry for [`WorkerLoop::drain_log`].
+    fn log(&self, level: Level, job_id: Option<&str>, message: String) {
+        match level {
+            Level::Info => tracing::info!(target: LOG_TARGET, job_id, "{message}"),
+            Level::Warning => tracing::warn!(target: LOG_TARGET, job_id, "{message}"),
+            Level::Error => tracing::error!(target: LOG_TARGET, job_id, "{message}"),
+        }
+        self.note(level, job_id, message);
+    }
+
+    /// An entry for [`WorkerLoop::drain_log`] of what was already a `tracing` event.
+    fn note(&self, level: Level, job_id: Option<&str>, message: String) {
+        let mut log = self.log.lock().unwrap_or_else(|p| p.into_inner());
+        if log.records.len() < LOG_CAPACITY {
+            let job_id = job_id.map(str::to_owned);
+            log.records.push_back(LogEntry {
+                level,
+                job_id,
+                message,
+            });
+        } else {
+            log.dropped += 1;
+        }
+    }
+
     fn send_later(&self, command: WorkerCommand) {
         let _ = self.settle.send(Some(command));
     }
@@ -440,11 +515,17 @@ impl Shared {
         let answer = self.backend.worker_with_codec(command, codec).await;
         let unavailable = matches!(&answer, Err(e) if e.code == ErrorCode::BackendUnavailable);
         match (self.down.swap(unavailable, Ordering::Relaxed), &answer) {
-            (false, Err(error)) if unavailable => tracing::warn!(
-                "the OJS backend is unavailable, retrying with backoff until it answers: {}",
-                error.message
+            (false, Err(error)) if unavailable => self.log(
+                Level::Warning,
+                None,
+                format!(
+                    "the OJS backend is unavailable, retrying with backoff until it answers: {}",
+                    error.message
+                ),
             ),
-            (true, _) if !unavailable => tracing::info!("the OJS backend answers again"),
+            (true, _) if !unavailable => {
+                self.log(Level::Info, None, "the OJS backend answers again".into())
+            }
             _ => {}
         }
         answer
@@ -477,6 +558,18 @@ async fn fetcher(shared: Arc<Shared>, mut stopped: watch::Receiver<bool>) {
         let wait = match shared.send(&command).await {
             Ok(answer) => {
                 failures = 0;
+                // Nacked `decode_failed` by the fetch itself (`worker.rs`, which traced them).
+                for failed in (answer.get(DECODE_FAILED).and_then(Value::as_array))
+                    .into_iter()
+                    .flatten()
+                {
+                    let job_id = failed["job_id"].as_str();
+                    let reason = failed["reason"].as_str().unwrap_or("");
+                    let said = format!(
+                        "its args could not be decoded ({reason}); nacked as {DECODE_FAILED}, not retried"
+                    );
+                    shared.note(Level::Warning, job_id, said);
+                }
                 match answer.get("jobs").and_then(Value::as_array) {
                     Some(jobs) if !jobs.is_empty() => {
                         take(&shared, jobs, fetched_at);
@@ -488,7 +581,8 @@ async fn fetcher(shared: Arc<Shared>, mut stopped: watch::Receiver<bool>) {
             Err(error) => {
                 failures += 1;
                 if error.code != ErrorCode::BackendUnavailable && failures == 1 {
-                    tracing::error!("the fetch was refused, retrying with backoff: {error}");
+                    let message = format!("the fetch was refused, retrying with backoff: {error}");
+                    shared.log(Level::Error, None, message);
                 }
                 backoff::jittered(failures, BACKOFF_INITIAL, BACKOFF_MAX)
             }
@@ -583,7 +677,8 @@ fn expire(shared: &Shared, now: Instant) {
     for job_id in &expired {
         state.held.remove(job_id);
         state.buffer.retain(|a| a.job_id != *job_id);
-        tracing::warn!(job_id = %job_id, "job timed out (options.timeout_ms); nacked as {TIMEOUT}");
+        let said = format!("job timed out (options.timeout_ms); nacked as {TIMEOUT}");
+        shared.log(Level::Warning, Some(job_id), said);
         let message = "the job did not finish within its timeout_ms";
         shared.send_later(nack(job_id, TIMEOUT, message, Some(true)));
     }
@@ -637,7 +732,8 @@ async fn settle(shared: Arc<Shared>, command: WorkerCommand) {
                 tokio::time::sleep(backoff::jittered(attempt, BACKOFF_INITIAL, BACKOFF_MAX)).await;
             }
             Err(error) => {
-                tracing::warn!(job_id = %job_id, "the {op} was not delivered: {error}");
+                let said = format!("the {op} was not delivered: {error}");
+                shared.log(Level::Warning, Some(job_id), said);
                 return;
             }
         }

@@ -249,6 +249,45 @@ async fn a_graceful_stop_acks_what_finishes_and_requeues_the_rest() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_stop_ends_the_first_at_once() {
+    let server = DevServer::start(0).await.unwrap();
+    let url = server.url();
+    let id = push(&url, "[1]", json!({})).await;
+    let worker = Arc::new(start(&server, json!({})));
+    let held = worker.next(WAIT).await.unwrap();
+    assert_eq!(held.job_id, id);
+    // The first stop would wait a minute for the handler; the second (a second signal) gives
+    // the job back at once, and the first returns with it.
+    let first = tokio::spawn({
+        let worker = worker.clone();
+        async move { worker.stop(Duration::from_secs(60)).await }
+    });
+    until(|| worker.stopping()).await;
+    worker.stop(Duration::ZERO).await;
+    tokio::time::timeout(WAIT, first)
+        .await
+        .expect("the first stop ended with the second")
+        .unwrap();
+    let given_back = job(&url, &id).await;
+    assert_eq!(given_back["state"], "available", "{given_back}");
+    let said = worker.drain_log();
+    assert!(
+        said.iter().any(|e| e.job_id.as_deref() == Some(&id)),
+        "{said:?}"
+    );
+    server.shutdown().await;
+}
+
+/// Until `check` holds (tests wait for conditions, never for times).
+async fn until(check: impl Fn() -> bool) {
+    let deadline = Instant::now() + WAIT;
+    while !check() {
+        assert!(Instant::now() < deadline, "the condition never held");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_backend_outage_is_waited_out_with_backoff() {
     let server = DevServer::start(0).await.unwrap();
     let url = server.url();
@@ -262,9 +301,18 @@ async fn a_backend_outage_is_waited_out_with_backoff() {
         "{} fetches in 1.5 s: no backoff",
         1000 - left
     );
+    assert!(worker.backend_down(), "the outage is known");
     server.clear_faults();
     let a = worker.next(WAIT).await.expect("fetching resumes");
     assert_eq!(a.job_id, id);
+    assert!(!worker.backend_down());
+    // Said once each, for the binding's logger.
+    let said: Vec<String> = worker.drain_log().into_iter().map(|e| e.message).collect();
+    assert_eq!(said.len(), 2, "{said:?}");
+    assert!(
+        said[0].contains("unavailable") && said[1].contains("answers again"),
+        "{said:?}"
+    );
     // An ack that meets the outage is tried again. Stopping first, so that the fetcher (its
     // one slot taken) sends nothing and the ack alone meets the two faults.
     let worker = Arc::new(worker);
@@ -351,6 +399,10 @@ async fn encrypted_args_are_decoded_and_undecodable_jobs_never_handed_out() {
     assert!(worker.next(Duration::from_millis(300)).await.is_none());
     let discarded = until_job(&url, &lost.job_id, |j| j["state"] == "discarded").await;
     assert_eq!(error_code(&discarded), "decode_failed", "{discarded}");
+    let said = worker.drain_log();
+    assert_eq!(said.len(), 1, "{said:?}");
+    assert_eq!(said[0].job_id.as_deref(), Some(lost.job_id.as_str()));
+    assert!(said[0].message.contains("decode_failed"), "{said:?}");
     assert!(worker.finish(&a.job_id, Outcome::Completed(None)));
     worker.stop(Duration::from_secs(1)).await;
     server.shutdown().await;
