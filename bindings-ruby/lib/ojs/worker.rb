@@ -71,9 +71,11 @@ module OJS
     POLL_MS = 500
     # Rails.error's `source:` for a job's exception.
     ERROR_SOURCE = "job.ojs"
+    # What a wait that found no job answers (see #look).
+    IDLE = Object.new.freeze
     CURRENT_KEY = :ojs_worker_current_job
     ISOLATED = defined?(ActiveSupport::IsolatedExecutionState) ? true : false
-    private_constant :CURRENT_KEY, :ISOLATED
+    private_constant :IDLE, :CURRENT_KEY, :ISOLATED
 
     class << self
       # The job this thread (fiber, with Rails 7's fiber isolation) runs now, else nil.
@@ -131,9 +133,7 @@ module OJS
         HotCalls.raise_failure(status) unless status.code.zero?
         @native = Native::Worker.uniffi_lift(handle)
         @handle = OJS.native_handle(@native, Native::Worker)
-        # Returns once every slot is about to wait for its first job: a job the loop fetches
-        # from now on goes to a slot at once (one fetched while no slot waits stays buffered,
-        # and a stop gives it back unrun).
+        # Returns once every slot has looked for a job once (#slot).
         ready = Queue.new
         @threads = Array.new(@native.concurrency) do |index|
           thread = Thread.new { slot(ready) }
@@ -220,35 +220,46 @@ module OJS
     end
 
     # One handler slot: until the loop stops, wait for a job (without the GVL), run it, hand the
-    # loop its outcome.
+    # loop its outcome. `ready` hears once that the slot has looked for a job: a first look that
+    # does not wait, so a job fetched while the worker started is in a slot's hands when #start
+    # returns (a job left in the loop's buffer is given back unrun by a stop).
     def slot(ready)
-      signal = lambda do
-        ready&.push(true)
-        ready = nil
-      end
-      while (job = next_job(signal))
+      job = look(0)
+      ready.push(true)
+      ready = nil
+      job = next_job if job == IDLE
+      while job
         outcome = perform(job)
         unless finish(job.id, outcome)
           log.warn("ojs worker: job #{job.id} (#{job.type}) ended after the worker loop gave it up " \
                    "(its timeout_ms ran out, or the worker stopped and gave it back); its outcome is dropped")
         end
         raise outcome[:reraise] if outcome[:reraise]
+
+        job = next_job
       end
     rescue OJS::Error, Native::InternalError => e
       log.error("ojs worker: a handler slot ended: #{e.class}: #{e.message}")
     ensure
-      signal.call # a slot that ended before its first wait
+      ready&.push(true) # a slot that ended before its first look
     end
 
-    # The next job, or nil once the worker stops. `ready` is called right before each wait.
-    def next_job(ready)
+    # The next job, or nil once the worker stops.
+    def next_job
       loop do
-        status = HotCalls.status
-        ready.call
-        text = HotCalls.read_text(HotCalls.ojs_ruby_worker_next(@handle, POLL_MS, status), status, optional: true)
-        return nil if text.nil?
-        return Job.from_json(text) unless text.empty?
+        job = look(POLL_MS)
+        return job unless job == IDLE
       end
+    end
+
+    # One wait of up to `timeout_ms` for a job: the Job, IDLE when none came, nil once the
+    # worker stops.
+    def look(timeout_ms)
+      status = HotCalls.status
+      text = HotCalls.read_text(HotCalls.ojs_ruby_worker_next(@handle, timeout_ms, status), status, optional: true)
+      return nil if text.nil?
+
+      text.empty? ? IDLE : Job.from_json(text)
     end
 
     # Whether the loop settles the job with this outcome (false: it no longer held the job).
