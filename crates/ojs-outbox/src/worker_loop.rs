@@ -38,7 +38,6 @@ const SETTLE_TRIES: u32 = 5;
 pub const TIMEOUT: &str = "timeout";
 pub const UNKNOWN_TYPE: &str = "unknown_type";
 pub const WORKER_STOPPING: &str = "worker_stopping";
-const UNRUN: &str = "the worker stopped before running the job";
 
 /// How a worker runs ([`WorkerOptions::from_json`] reads them from the bindings).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -251,6 +250,8 @@ struct State {
     buffer: VecDeque<Assignment>,
     held: HashMap<String, Held>,
     stopping: bool,
+    /// The fetcher ended (stopping, after its fetch in progress): nothing more will be buffered.
+    fetcher_done: bool,
 }
 
 struct Shared {
@@ -338,8 +339,8 @@ impl WorkerLoop {
         &self.shared.options
     }
 
-    /// The next job for a free handler slot; `None` when none came within `timeout` or the
-    /// loop stops.
+    /// The next job for a free handler slot; `None` when none came within `timeout`, or once
+    /// the loop stops and holds no job not yet handed out.
     pub async fn next(&self, timeout: Duration) -> Option<Assignment> {
         let until = Instant::now() + timeout;
         loop {
@@ -348,15 +349,18 @@ impl WorkerLoop {
             // Registered before the look, so that a job buffered in between still wakes us.
             ready.as_mut().enable();
             {
+                // A stopping loop still hands out what it fetched (a job per free slot,
+                // already reserved for this worker, also by the fetch in progress when the stop
+                // came): a graceful stop finishes it.
                 let mut state = self.shared.lock();
-                if state.stopping {
-                    return None;
-                }
                 if let Some(assignment) = state.buffer.pop_front() {
                     if let Some(held) = state.held.get_mut(&assignment.job_id) {
                         held.handed_out = true;
                     }
                     return Some(assignment);
+                }
+                if state.stopping && state.fetcher_done {
+                    return None;
                 }
             }
             tokio::time::timeout_at(until, ready).await.ok()?;
@@ -414,21 +418,29 @@ impl WorkerLoop {
         state.held.values().filter(|held| held.handed_out).count()
     }
 
-    /// Stops fetching and hands out nothing more (buffered jobs are given back at once),
-    /// waits up to `deadline` for the handed-out jobs to finish, gives back the rest
-    /// (`requeue`), then ends the tasks once every ack and nack was sent or given up.
+    /// Stops fetching; the jobs already fetched (each for a free slot) are still handed out,
+    /// then `next` answers `None`. Waits up to `deadline` for every held job to finish, gives
+    /// back the rest (`requeue`), then ends the tasks once every ack and nack was sent or
+    /// given up.
     pub async fn stop(&self, deadline: Duration) {
         let until = Instant::now() + deadline;
-        {
-            let mut state = self.shared.lock();
-            state.stopping = true;
-            while let Some(buffered) = state.buffer.pop_front() {
-                state.held.remove(&buffered.job_id);
-                self.shared.send_later(requeue(&buffered.job_id, UNRUN));
-            }
-        }
+        self.shared.lock().stopping = true;
         let _ = self.stop.send(true);
         self.shared.ready.notify_waiters();
+        let taken = self.tasks.lock().map(|mut t| t.take()).unwrap_or(None);
+        // The fetcher ends after its fetch in progress, whose jobs the slots still take; one
+        // still waiting for an answer at the deadline is dropped, and what the backend reserved
+        // for it comes back when the visibility timeout runs out.
+        let rest = match taken {
+            Some([mut fetcher, supervisor, settler]) => {
+                if tokio::time::timeout_at(until, &mut fetcher).await.is_err() {
+                    fetcher.abort();
+                }
+                Some((supervisor, settler))
+            }
+            None => None, // stopped before (or stopping in parallel)
+        };
+        self.shared.fetcher_done();
         loop {
             let freed = self.shared.freed.notified();
             tokio::pin!(freed);
@@ -439,7 +451,12 @@ impl WorkerLoop {
                 break;
             }
         }
-        for (job_id, _) in self.shared.lock().held.drain() {
+        let left: Vec<String> = {
+            let mut state = self.shared.lock();
+            state.buffer.clear();
+            state.held.drain().map(|(job_id, _)| job_id).collect()
+        };
+        for job_id in left {
             let said = "job given back unfinished (the worker stops)".to_owned();
             self.shared.log(Level::Info, Some(&job_id), said);
             let message = "the worker stopped before the job finished";
@@ -447,17 +464,9 @@ impl WorkerLoop {
         }
         // A stop waiting in parallel (a second signal) looks again: nothing is held now.
         self.shared.freed.notify_waiters();
-        let taken = self.tasks.lock().map(|mut t| t.take()).unwrap_or(None);
-        let Some([fetcher, supervisor, settler]) = taken else {
-            return; // stopped before
+        let Some((supervisor, settler)) = rest else {
+            return;
         };
-        // The fetcher ends after its fetch in progress, whose jobs it gives back; one still
-        // waiting for an answer at the deadline is dropped, and what the backend reserved for
-        // it comes back when the visibility timeout runs out.
-        let mut fetcher = fetcher;
-        if tokio::time::timeout_at(until, &mut fetcher).await.is_err() {
-            fetcher.abort();
-        }
         supervisor.abort();
         let _ = supervisor.await;
         self.shared.settle.send(None).ok();
@@ -478,6 +487,12 @@ impl Shared {
         self.state
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Nothing more will be buffered: the slots waiting in `next` may end.
+    fn fetcher_done(&self) {
+        self.lock().fetcher_done = true;
+        self.ready.notify_waiters();
     }
 
     /// One record: a `tracing` event and an entry for [`WorkerLoop::drain_log`].
@@ -592,6 +607,7 @@ async fn fetcher(shared: Arc<Shared>, mut stopped: watch::Receiver<bool>) {
             _ = stopped.changed() => {}
         }
     }
+    shared.fetcher_done();
 }
 
 /// Buffers fetched jobs, or gives them back when the loop began to stop during the fetch.
@@ -599,11 +615,8 @@ fn take(shared: &Shared, jobs: &[Value], fetched_at: Instant) {
     let mut state = shared.lock();
     let mut any_deadline = false;
     for job in jobs {
+        // Also while stopping: the fetch was for free slots, which still take its jobs.
         let (assignment, deadline) = assignment(job.clone(), fetched_at);
-        if state.stopping {
-            shared.send_later(requeue(&assignment.job_id, UNRUN));
-            continue;
-        }
         any_deadline |= deadline.is_some();
         let held = Held {
             deadline,

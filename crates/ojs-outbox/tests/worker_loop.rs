@@ -278,6 +278,39 @@ async fn a_second_stop_ends_the_first_at_once() {
     server.shutdown().await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_fetched_while_the_stop_came_is_still_run() {
+    let server = DevServer::start(0).await.unwrap();
+    let url = server.url();
+    let id = push(&url, "[1]", json!({})).await;
+    // The first fetch is answered late: the stop comes while it is in flight.
+    server.push_fault(Fault::latency(400).on_all_requests().times(1));
+    let worker = Arc::new(start(&server, json!({})));
+    until(|| server.faults().is_empty()).await;
+    let stopping = tokio::spawn({
+        let worker = worker.clone();
+        async move { worker.stop(WAIT).await }
+    });
+    until(|| worker.stopping()).await;
+    let late = worker
+        .next(WAIT)
+        .await
+        .expect("the slot still takes the job fetched");
+    assert_eq!(late.job_id, id);
+    assert!(worker.finish(&id, Outcome::Completed(Some(json!("ran")))));
+    stopping.await.unwrap();
+    let done = job(&url, &id).await;
+    assert_eq!(
+        (&done["state"], &done["result"]),
+        (&json!("completed"), &json!("ran"))
+    );
+    assert!(
+        worker.next(Duration::from_millis(50)).await.is_none(),
+        "then the slot ends"
+    );
+    server.shutdown().await;
+}
+
 /// Until `check` holds (tests wait for conditions, never for times).
 async fn until(check: impl Fn() -> bool) {
     let deadline = Instant::now() + WAIT;
