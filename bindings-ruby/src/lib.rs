@@ -16,9 +16,9 @@
 //!   error and panic channel); their answers are the core's encodings
 //!   (`StagedJob::encode`, `Staged::to_json`, `encode_ids`). `lib/ojs/native.rb` binds them,
 //!   and `test/native_signature_test.rb` checks the bindings against the declarations;
-//! - the calls that wait for something that comes (an event, a frame: `events.rs`; a job for
-//!   a worker slot, a worker's stop: `worker.rs`) are C functions of the same kind, bound with
-//!   the ffi gem's `blocking: true` (the GVL is released while they wait);
+//! - the calls that wait for something that comes (an event, a frame, a mount's answer:
+//!   `events.rs`; a job for a worker slot, a worker's stop: `worker.rs`) are C functions of the
+//!   same kind, bound with the ffi gem's `blocking: true` (the GVL is released while they wait);
 //! - cheap calls that never touch the network or the relay's database are synchronous methods;
 //!   calls that block on I/O are `async` top-level functions taking the Bridge
 //!   (`bridge_<verb>`): Ruby's ffi keeps the GVL during a synchronous call, so blocking work runs
@@ -33,7 +33,7 @@ mod worker;
 
 uniffi::setup_scaffolding!();
 
-/// Every core error: the JSON text of `ojs_outbox::Error::to_json`.
+/// Every core error: the JSON text of `ojs_bridge::Error::to_json`.
 #[derive(Debug, uniffi::Error)]
 pub enum NativeError {
     Failure { json: String },
@@ -48,8 +48,8 @@ impl std::fmt::Display for NativeError {
 
 impl std::error::Error for NativeError {}
 
-impl From<ojs_outbox::Error> for NativeError {
-    fn from(error: ojs_outbox::Error) -> Self {
+impl From<ojs_bridge::Error> for NativeError {
+    fn from(error: ojs_bridge::Error) -> Self {
         NativeError::Failure {
             json: error.to_json(),
         }
@@ -62,7 +62,7 @@ type NativeResult<T> = Result<T, NativeError>;
 /// gem's tests check its exception classes against the core's list.
 #[uniffi::export]
 pub fn error_codes_json() -> String {
-    ojs_outbox::error::codes_json()
+    ojs_bridge::codes_json()
 }
 
 /// The workspace version this library was built from (`[workspace.package] version`).
@@ -143,7 +143,7 @@ impl Bridge {
         url_setting: String,
         needs_backend: bool,
     ) -> NativeResult<Arc<Self>> {
-        let host = ojs_outbox::Host {
+        let host = ojs_bridge::Host {
             development,
             url_setting: &url_setting,
             needs_backend,
@@ -369,7 +369,7 @@ pub fn relay_command_check(args: Vec<String>, framework_json: String) -> NativeR
 /// errors; 1: the rest), as `ojs-relay` exits.
 #[uniffi::export]
 pub fn relay_exit_code(code: String) -> i32 {
-    ojs_outbox::ErrorCode::parse(&code).map_or(1, ojs_bridge::relay_exit_code)
+    ojs_bridge::ErrorCode::parse(&code).map_or(1, ojs_bridge::relay_exit_code)
 }
 
 /// From now on SIGINT and SIGTERM no longer kill the process but stop
