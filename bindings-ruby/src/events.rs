@@ -1,18 +1,21 @@
-//! The event surface of issue 15 for the gem: the in-process relay's SSE frames (what
-//! `OJS::EventsApp` serves at `<mount>/v1/events/stream`), its Prometheus text and readiness
-//! (`/metrics`, `/readyz`), and an SDK's event client of any OJS stream (`OJS.subscribe_events`).
-//! Every rule (filters, replay, framing, reconnect and `Last-Event-ID` resume, the readiness
-//! verdict) is the bridge's (`ojs_bridge::events`); this module converts handles and text.
+//! The event surface of issue 15 for the gem: the HTTP surface a mount serves
+//! (`ojs_ruby_bridge_surface`: `OJS::EventsApp` hands it each request, the core's
+//! `ojs_bridge::Bridge::surface` decides the answer, its SSE frames included), the in-process
+//! relay's SSE frames, its Prometheus text and readiness (`OJS.metrics_text`, `OJS.readiness`),
+//! and an SDK's event client of any OJS stream (`OJS.subscribe_events`). Every rule (paths,
+//! who may read what, tenant scoping, filters, replay, framing, keep-alive, reconnect and
+//! `Last-Event-ID` resume, the readiness verdict) is the bridge's; this module converts handles
+//! and text.
 //!
 //! The calls that wait (a frame, an event, a database or backend round trip) are C functions
 //! bound with the ffi gem's `blocking: true`, so the GVL is released while they wait and other
 //! Ruby threads (a server's) keep running. They follow `hot.rs`'s rules: uniffi handles borrowed
-//! for the call, uniffi's `RustCallStatus` for errors and panics; their text answers are
-//! uniffi's own lowered `String` / `Option<String>` (a `RustBuffer` the Ruby side consumes with
-//! the generated code), and `ojs_ruby_bridge_subscribe_events` answers a uniffi handle of an
-//! `EventFeed`, which Ruby wraps with the generated class (`EventFeed.uniffi_lift`). Not uniffi's
-//! async functions: those use ffi's callback dispatcher thread, which a forked server worker
-//! does not have (ffi #1114, docs/rails.md).
+//! for the call, uniffi's `RustCallStatus` for errors and panics; their answers are uniffi's own
+//! lowered values (a `RustBuffer` the Ruby side consumes with the generated code: a `String`,
+//! an `Option<String>`, a [`SurfaceAnswer`] record), and `ojs_ruby_bridge_subscribe_events`
+//! answers a uniffi handle of an `EventFeed`, which Ruby wraps with the generated class
+//! (`EventFeed.uniffi_lift`). Not uniffi's async functions: those use ffi's callback dispatcher
+//! thread, which a forked server worker does not have (ffi #1114, docs/rails.md).
 
 use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, Mutex};
@@ -82,6 +85,48 @@ impl Bridge {
             inner: Slot::new(frames),
         }))
     }
+}
+
+/// One header of a [`SurfaceAnswer`], as the core spells it (`Content-Type`).
+#[derive(Debug, uniffi::Record)]
+pub struct SurfaceHeader {
+    pub name: String,
+    pub value: String,
+}
+
+/// What a mount writes for one request (`ojs_bridge::surface::SurfaceAnswer`): the status, the
+/// headers (`Content-Type` always), then the body, or, with `stream`, each frame `next` gives
+/// (a keep-alive comment first, and after each quiet interval).
+#[derive(uniffi::Record)]
+pub struct SurfaceAnswer {
+    pub status: u16,
+    pub headers: Vec<SurfaceHeader>,
+    pub body: String,
+    pub stream: Option<Arc<RelayFrames>>,
+}
+
+impl From<ojs_bridge::surface::SurfaceAnswer> for SurfaceAnswer {
+    fn from(answer: ojs_bridge::surface::SurfaceAnswer) -> SurfaceAnswer {
+        SurfaceAnswer {
+            status: answer.status,
+            headers: (answer.headers.into_iter())
+                .map(|(name, value)| SurfaceHeader { name, value })
+                .collect(),
+            body: answer.body,
+            stream: answer.stream.map(|frames| {
+                Arc::new(RelayFrames {
+                    inner: Slot::new(frames),
+                })
+            }),
+        }
+    }
+}
+
+/// Whether `path` (under the mount) answers every caller (`Bridge::surface_is_open`): the mount
+/// asks the app's `authorize` only for the other paths. No I/O.
+#[uniffi::export]
+pub fn surface_is_open(path: String) -> bool {
+    ojs_bridge::Bridge::surface_is_open(&path)
 }
 
 /// Lowers an answer the uniffi way (what the generated Ruby consumes).
@@ -171,6 +216,38 @@ pub unsafe extern "C" fn ojs_ruby_bridge_subscribe_events(
                     inner: Slot::new(feed),
                 });
                 Ok(lowered(feed).as_raw())
+            };
+            work().map_err(|error| RustCallError::Error(lower(error)))
+        }),
+    )
+}
+
+/// `Bridge::surface`: serves one request of a mount (`request_json`: `{"method", "path"
+/// (under the mount), "query", "last_event_id"?, "access" (the app's authorize decision:
+/// `true`, `false`/`null`, `{"tenant"}` or a tenant id), "access_field"?, "keep_alive_ms"?,
+/// "body"?}`). The answer is a lowered [`SurfaceAnswer`]; an `access` that is no decision is the
+/// core's `INVALID_CONFIG` naming `access_field`. Bound with `blocking: true` (`/readyz` is a
+/// database and a backend round trip, `/metrics` reads the table's counts).
+///
+/// # Safety
+/// `bridge` is a live `Bridge` handle; `request` null or `request_len` readable bytes;
+/// `status` a zeroed `RustCallStatus`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ojs_ruby_bridge_surface(
+    bridge: u64,
+    request: *const u8,
+    request_len: usize,
+    status: &mut RustCallStatus,
+) -> RustBuffer {
+    uniffi::rust_call(
+        status,
+        AssertUnwindSafe(|| {
+            let work = || -> Result<RustBuffer, NativeError> {
+                // SAFETY (both): the caller's contract.
+                let bridge = unsafe { borrow::<Bridge>(bridge) };
+                let request = unsafe { text(request, request_len, "config")? };
+                let answer = bridge.inner.surface(request.unwrap_or("{}"))?;
+                Ok(lowered(SurfaceAnswer::from(answer)))
             };
             work().map_err(|error| RustCallError::Error(lower(error)))
         }),

@@ -11,10 +11,15 @@ require "rack/mock"
 require "rack/lint"
 require "rack/etag"
 require "stringio"
+require "base64"
 require "active_support/security_utils"
 
 class EventsAppTest < Minitest::Test
   TABLE = "rb_events_app"
+  # The core's keep-alive comment (`ojs_outbox::surface::KEEP_ALIVE_FRAME`).
+  KEEP_ALIVE = ": keep-alive\n\n"
+  # The core's answer to a caller `authorize:` refused.
+  FORBIDDEN = '{"error":{"code":"forbidden","message":"this caller may not read this surface"}}'
 
   # One streaming response, its body iterated on a thread of its own as a server would.
   class Stream
@@ -99,7 +104,7 @@ class EventsAppTest < Minitest::Test
       assert_equal 200, events.status
       assert_equal "text/event-stream", events.headers["content-type"]
       assert_equal "no-cache", events.headers["cache-control"]
-      TestSupport.wait_until("the first keep-alive comment") { events.text.start_with?(OJS::EventsApp::KEEP_ALIVE) }
+      TestSupport.wait_until("the first keep-alive comment") { events.text.start_with?(KEEP_ALIVE) }
 
       id = enqueue
       event = events.wait_for_event("job.enqueued of #{id}") { |e| e["subject"] == id }
@@ -128,11 +133,16 @@ class EventsAppTest < Minitest::Test
 
       response = get(app, "/metrics")
       assert_equal 200, response.status
-      assert_equal "text/plain; version=0.0.4", response.headers["content-type"]
-      # No Prometheus text-format parser is packaged for Ruby in Debian (ruby-prometheus-client-mmap
-      # only writes the format), and RubyGems is not reachable: so these are the exact sample
-      # lines the exposition must hold, compared whole, for the relay's counters and the table's.
-      samples = response.body.lines.map(&:chomp).reject { |line| line.start_with?("#") }
+      assert_equal "application/openmetrics-text; version=1.0.0; charset=utf-8", response.headers["content-type"]
+      # No OpenMetrics parser is packaged for Ruby in Debian (ruby-prometheus-client-mmap only
+      # writes the format), and RubyGems is not reachable: so these are the exact lines the
+      # exposition must hold, compared whole, for the relay's counters and the table's. A
+      # counter's family (# TYPE) has no _total, its samples do; the text ends with # EOF.
+      lines = response.body.lines.map(&:chomp)
+      assert_equal "# EOF", lines.last
+      assert_includes lines, "# TYPE ojs_relay_jobs_sent counter"
+      refute(lines.any? { |line| line.start_with?("# TYPE ") && line.match?(/_total /) }, response.body)
+      samples = lines.reject { |line| line.start_with?("#") }
       # The relay's own figures carry its id (relay="..."), the table's do not.
       assert samples.grep(/\Aojs_relay_/).all? { |line| line.match?(/,relay="\h{32}"[,}]/) }, samples.grep(/\Aojs_relay_/).first
       samples = samples.map { |line| line.sub(/,relay="\h{32}"/, "") }
@@ -181,20 +191,20 @@ class EventsAppTest < Minitest::Test
   end
 
   # A tenant-scoped caller reads its own tenant whatever the query says: another tenant, the
-  # parameter twice (either order), as an array, percent-encoded, in another case, empty, or as
-  # a list is refused; a parameter the app does not read (`tenant[]`) changes nothing.
+  # parameter twice (either order: 400), percent-encoded, in another case, empty, or as a list
+  # is refused; a parameter the core does not read (`tenant[]`, also twice) changes nothing.
   def test_a_tenant_scoped_caller_cannot_widen_its_scope_through_the_query
     start
     scoped = app(authorize: ->(_request) { { tenant: "t1" } })
     {
       "tenant=t2" => 403, "tenant=t1&tenant=t2" => 400, "tenant=t2&tenant=t1" => 400,
       "%74enant=t2" => 403, "tenant=T1" => 403, "tenant=" => 403, "tenant=t1,t2" => 403,
-      "tenant=t1%2Ct2" => 403, "tenant=t1%00" => 403, "tenant=%20t1" => 403, "tenant[]=t1&tenant[]=t2" => 400
+      "tenant=t1%2Ct2" => 403, "tenant=t1%00" => 403, "tenant=%20t1" => 403
     }.each do |query, status|
       response = get(scoped, "/v1/events/stream?#{query}")
       assert_equal status, response.status, "?#{query}: #{response.body}"
     end
-    widened = %w[tenant[]=t2 tenant%5B%5D=t2 tenant[t1]=t2 Tenant=t2 TENANT=t2].map do |query|
+    widened = %w[tenant[]=t2 tenant[]=t1&tenant[]=t2 tenant%5B%5D=t2 tenant[t1]=t2 Tenant=t2 TENANT=t2].map do |query|
       stream(scoped, "/v1/events/stream?#{query}").tap { |s| assert_equal 200, s.status, query }
     end
     operator = stream(app, "/v1/events/stream")
@@ -252,12 +262,15 @@ class EventsAppTest < Minitest::Test
 
   def test_authorize_false_refuses_every_path_but_healthz
     start
-    refused = app(authorize: ->(_request) { false })
-    %w[/v1/events/stream /metrics /readyz].each do |path|
-      response = get(refused, path)
-      assert_equal 403, response.status, path
-      assert_equal "forbidden", JSON.parse(response.body).dig("error", "code")
+    [false, nil].each do |decision|
+      refused = app(authorize: ->(_request) { decision })
+      %w[/v1/events/stream /metrics /readyz].each do |path|
+        response = get(refused, path)
+        assert_equal [403, "application/json", FORBIDDEN], [response.status, response.headers["content-type"], response.body],
+                     "#{decision.inspect} #{path}"
+      end
     end
+    refused = app(authorize: ->(_request) { false })
     assert_equal 200, get(refused, "/healthz").status
     assert_equal "ok\n", get(refused, "/healthz").body
   end
@@ -331,17 +344,27 @@ class EventsAppTest < Minitest::Test
     assert_includes body["database"], closed.to_s, "the core's verdict names the database"
   end
 
+  # The core's answers: a bad query is 400 naming the parameter, an unknown path 404, another
+  # method 405 (HEAD is GET without a body).
   def test_bad_requests_are_refused_naming_the_parameter
     start
+    error_of = ->(response) { JSON.parse(response.body)["error"] }
     response = get(app, "/v1/events/stream?since=yesterday")
     assert_equal 400, response.status
-    error = JSON.parse(response.body)["error"]
-    assert_equal ["INVALID_CONFIG", "since"], [error["code"], error["field"]]
+    assert_equal "invalid_request", error_of.(response)["code"]
+    assert_match(/\Asince: "yesterday" is not an RFC 3339 time/, error_of.(response)["message"])
     response = get(app, "/v1/events/stream?types=job.*&types=ojs.*")
     assert_equal 400, response.status
-    assert_equal "types", JSON.parse(response.body).dig("error", "field")
-    assert_equal 404, get(app, "/nothing").status
-    assert_equal 405, Rack::MockRequest.new(app).post("/v1/events/stream").status
+    assert_equal "the query parameter types is given more than once", error_of.(response)["message"]
+    response = get(app, "/nothing")
+    assert_equal [404, "not_found"], [response.status, error_of.(response)["code"]]
+    response = Rack::MockRequest.new(app).post("/v1/events/stream")
+    assert_equal [405, "method_not_allowed"], [response.status, error_of.(response)["code"]]
+    assert_equal 405, Rack::MockRequest.new(app).post("/healthz").status
+    head = Rack::MockRequest.new(app).request("HEAD", "/readyz")
+    assert_equal [200, "application/json", ""], [head.status, head.headers["content-type"], head.body]
+    head = Rack::MockRequest.new(app).request("HEAD", "/v1/events/stream")
+    assert_equal [200, "text/event-stream", ""], [head.status, head.headers["content-type"], head.body]
   end
 
   # No relay here (external mode): the stream reads the table's event log all the same, and
@@ -367,7 +390,7 @@ class EventsAppTest < Minitest::Test
     end
     response = get(app, "/v1/events/stream")
     assert_equal 503, response.status
-    assert_equal "RELAY_SHUT_DOWN", JSON.parse(response.body).dig("error", "code")
+    assert_equal "relay_not_running", JSON.parse(response.body).dig("error", "code")
   end
 
   # Rails starts its relay lazily: with config.auto_start the mount starts it, as the middleware
@@ -397,7 +420,7 @@ class EventsAppTest < Minitest::Test
   def test_a_waiting_stream_does_not_hold_the_gvl
     start
     events = stream(app(keep_alive: 1), "/v1/events/stream") # each native wait lasts 1 s
-    keep_alives = -> { events.text.scan(OJS::EventsApp::KEEP_ALIVE).length }
+    keep_alives = -> { events.text.scan(KEEP_ALIVE).length }
     TestSupport.wait_until("the stream's second keep-alive") { keep_alives.call >= 2 }
     ticks = 0
     deadline = TestSupport.monotonic + TestSupport::PATIENCE
@@ -413,8 +436,8 @@ class EventsAppTest < Minitest::Test
   def test_an_idle_stream_writes_keep_alive_comments
     start
     events = stream(app(keep_alive: 0.2), "/v1/events/stream")
-    TestSupport.wait_until("three keep-alive comments") { events.text.scan(OJS::EventsApp::KEEP_ALIVE).length >= 3 }
-    assert_equal "", events.text.gsub(OJS::EventsApp::KEEP_ALIVE, "")
+    TestSupport.wait_until("three keep-alive comments") { events.text.scan(KEEP_ALIVE).length >= 3 }
+    assert_equal "", events.text.gsub(KEEP_ALIVE, "")
   end
 
   def test_settings_that_do_not_exist_are_refused
@@ -425,5 +448,57 @@ class EventsAppTest < Minitest::Test
     assert_equal "authorize", error.field
     error = assert_raises(OJS::InvalidConfig) { OJS::EventsApp.new(authorize: OPEN, keep_alive: 0) }
     assert_equal "keep_alive", error.field
+  end
+  # authorize: answering no decision is the core's INVALID_CONFIG naming `authorize`, never
+  # quoting what it answered; a value Ruby has no JSON form for is refused naming its class. A
+  # tenant id alone is a decision: that tenant.
+  def test_an_authorize_answer_that_is_no_decision_is_refused_without_its_value
+    start
+    [{ token: "s3cret" }, "", { tenant: "" }, 1, ["s3cret"], Object.new].each do |odd|
+      error = assert_raises(OJS::InvalidConfig, odd.inspect) { get(app(authorize: ->(_request) { odd }), "/metrics") }
+      assert_equal "authorize", error.field, odd.inspect
+      refute_includes error.message, "s3cret"
+    end
+    tenant = app(authorize: ->(_request) { "t1" })
+    assert_equal 403, get(tenant, "/metrics").status
+    assert_equal 403, get(tenant, "/v1/events/stream?tenant=t2").status
+    assert_equal 200, stream(tenant, "/v1/events/stream?tenant=t1").status
+  end
+
+  # /healthz answers without asking authorize: (it is the core's open path).
+  def test_healthz_does_not_ask_authorize
+    start
+    asked = []
+    counting = app(authorize: ->(request) { asked << request.path_info && false })
+    assert_equal [200, "ok\n"], get(counting, "/healthz").then { |r| [r.status, r.body] }
+    assert_empty asked
+    assert_equal 403, get(counting, "/readyz").status
+    assert_equal ["/readyz"], asked
+  end
+
+  # With config.encryption the mount is a Codec Server: the request body reaches the core,
+  # which encodes and decodes payloads; its limits and policy hold (over 1 MiB: 413, no JSON:
+  # 400, a tenant: 403). Without encryption there is none (404).
+  def test_the_codec_server_reads_the_request_body
+    TestSupport.connect(:sqlite, "events_app", table: TABLE)
+    key = Base64.strict_encode64("\x01" * 32)
+    TestSupport.configure(table: TABLE, start_relay: false, encryption: { key_id: "k1", keys: { "k1" => key } })
+    post = ->(app, path, body) { Rack::MockRequest.new(app).post(path, input: body, "CONTENT_TYPE" => "application/json") }
+    plain = { "payloads" => [{ "data" => Base64.strict_encode64("[1,2]"), "metadata" => { "encoding" => "json/plain" } }] }
+    encoded = post.(app, "/codec/encode", JSON.generate(plain))
+    assert_equal 200, encoded.status, encoded.body
+    sealed = JSON.parse(encoded.body)["payloads"][0]
+    assert_equal "binary/encrypted", sealed.dig("metadata", "encoding")
+    refute_includes Base64.strict_decode64(sealed["data"]), "[1,2]"
+    decoded = post.(app, "/codec/decode", JSON.generate("payloads" => [sealed]))
+    assert_equal 200, decoded.status, decoded.body
+    assert_equal "[1,2]", Base64.strict_decode64(JSON.parse(decoded.body)["payloads"][0]["data"])
+    assert_equal 413, post.(app, "/codec/decode", " " * ((1024 * 1024) + 1)).status
+    assert_equal 400, post.(app, "/codec/decode", "not json").status
+    assert_equal 403, post.(app(authorize: ->(_request) { { tenant: "t1" } }), "/codec/decode", JSON.generate(plain)).status
+
+    TestSupport.configure(table: TABLE, start_relay: false)
+    response = post.(app, "/codec/decode", JSON.generate(plain))
+    assert_equal [404, "not_found"], [response.status, JSON.parse(response.body).dig("error", "code")]
   end
 end

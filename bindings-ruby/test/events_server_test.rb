@@ -16,6 +16,9 @@ require "puma/server"
 
 class EventsServerTest < Minitest::Test
   TABLE = "rb_events_server"
+  STREAM_PATH = "/v1/events/stream"
+  # The core's keep-alive comment, written first and when no event came for keep_alive.
+  KEEP_ALIVE = ": keep-alive\n\n"
 
   def setup
     TestSupport.devserver.reset
@@ -49,7 +52,7 @@ class EventsServerTest < Minitest::Test
     closed = @closed
     lambda do |env|
       status, headers, body = app.call(env)
-      return [status, headers, body] unless env["PATH_INFO"] == OJS::EventsApp::STREAM_PATH
+      return [status, headers, body] unless env["PATH_INFO"] == STREAM_PATH
 
       [status, headers, Rack::BodyProxy.new(body) { closed << :stream }]
     end
@@ -78,7 +81,7 @@ class EventsServerTest < Minitest::Test
 
   def test_puma_streams_frames_and_serves_other_requests_while_a_stream_waits
     text = open_stream("/ojs/v1/events/stream?types=job.*")
-    TestSupport.wait_until("the stream's headers and first comment") { text.call.include?(OJS::EventsApp::KEEP_ALIVE) }
+    TestSupport.wait_until("the stream's headers and first comment") { text.call.include?(KEEP_ALIVE) }
     assert_match(%r{\AHTTP/1\.1 200 OK\r\n}, text.call)
     assert_match(%r{^content-type: text/event-stream\r$}i, text.call)
 
@@ -110,7 +113,7 @@ class EventsServerTest < Minitest::Test
   # stream's thread (its native wait returns at least once a second) and the body is closed.
   def test_a_stop_with_a_connected_stream_client_ends
     text = open_stream("/ojs/v1/events/stream")
-    TestSupport.wait_until("the stream open") { text.call.include?(OJS::EventsApp::KEEP_ALIVE) }
+    TestSupport.wait_until("the stream open") { text.call.include?(KEEP_ALIVE) }
     stopping = Thread.new { @server.stop(true) }
     assert stopping.join(TestSupport::PATIENCE), "Puma stopped within #{TestSupport::PATIENCE}s"
     @server = nil
@@ -123,7 +126,8 @@ class EventsServerTest < Minitest::Test
     TestSupport.wait_until("the row sent") { OJS.outbox_rows([id]).dig(id, "status") == "sent" }
     metrics = get("/ojs/metrics")
     assert_equal "200", metrics.code
-    assert_equal "text/plain; version=0.0.4", metrics["content-type"]
+    assert_equal "application/openmetrics-text; version=1.0.0; charset=utf-8", metrics["content-type"]
+    assert_equal "# EOF", metrics.body.lines.last.chomp
     assert metrics.body.lines.map(&:chomp).any? { |line| line.match?(/\Aojs_relay_jobs_sent_total\{table="#{TABLE}",relay="\h{32}"\} 1\z/) }, metrics.body
     ready = get("/ojs/readyz")
     assert_equal "200", ready.code

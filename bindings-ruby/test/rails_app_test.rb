@@ -228,8 +228,11 @@ class RailsAppTest < Minitest::Test
     assert_equal "ok\n", server_get(port, "/ojs/healthz").body
     auth = { "Authorization" => "Bearer t0ken" }
     http = ->(request) { Net::HTTP.start("127.0.0.1", port) { |connection| connection.request(request) } }
-    assert_equal "403", http.call(Net::HTTP::Get.new("/ojs/readyz")).code
-    assert_equal "403", http.call(Net::HTTP::Get.new("/ojs/readyz", "Authorization" => "Bearer wrong")).code
+    forbidden = '{"error":{"code":"forbidden","message":"this caller may not read this surface"}}'
+    [{}, { "Authorization" => "Bearer wrong" }].each do |headers|
+      refused = http.call(Net::HTTP::Get.new("/ojs/readyz", headers))
+      assert_equal ["403", forbidden], [refused.code, refused.body]
+    end
 
     socket = TCPSocket.new("127.0.0.1", port)
     socket.write("GET /ojs/v1/events/stream?types=job.*&queues=email HTTP/1.1\r\nHost: 127.0.0.1\r\n" \
@@ -264,7 +267,7 @@ class RailsAppTest < Minitest::Test
     assert_match(/event: job\.enqueued\r?\ndata: .*"queue":"email"/, text.call)
 
     metrics = http.call(Net::HTTP::Get.new("/ojs/metrics", auth))
-    assert_equal "200", metrics.code
+    assert_equal ["200", "application/openmetrics-text; version=1.0.0; charset=utf-8"], [metrics.code, metrics["content-type"]]
     assert metrics.body.lines.map(&:chomp).any? { |line| line.match?(/\Aojs_relay_jobs_sent_total\{table="ojs_outbox",relay="\h{32}"\} 1\z/) }, metrics.body
     ready = http.call(Net::HTTP::Get.new("/ojs/readyz", auth))
     assert_equal ["200", true], [ready.code, JSON.parse(ready.body)["ready"]]

@@ -311,6 +311,19 @@ module OJS
       EventSubscription.new(Native::EventFeed.uniffi_lift(handle))
     end
 
+    # One request of a mount (OJS::EventsApp), answered by the core's HTTP surface
+    # (`Bridge::surface`): `request` holds "method", "path" (under the mount), "query" (raw),
+    # "last_event_id", "access" (the app's authorize decision), "access_field", "keep_alive_ms",
+    # "body". Returns the core's answer (`status`, `headers` (name, value), `body`, `stream`: a
+    # Native::RelayFrames or nil); waits without the GVL (`/readyz` asks the database and the
+    # backend). A decision that is none is the core's OJS::InvalidConfig naming `authorize`.
+    def surface(request)
+      json = JSON.generate(request)
+      status = HotCalls.status
+      HotCalls.read_record(HotCalls.ojs_ruby_bridge_surface(@bridge_handle, json, json.bytesize, status), status,
+                           :SurfaceAnswer)
+    end
+
     # The Prometheus exposition of this process's relay (`Bridge::metrics_text`), the table's
     # figures alone without one, nil when the table cannot be read either. Reads the table's counts (the GVL is released meanwhile).
     def metrics_text

@@ -1,50 +1,44 @@
 # frozen_string_literal: true
 
 require "time"
-require "uri"
 
 module OJS
-  # The in-process relay's HTTP surface as a Rack app (issue 15), the same four paths as
-  # `ojs-relay run --listen`:
+  # The relay's HTTP surface as a Rack app (issue 15): the surface `ojs-relay run --listen`
+  # serves, whose policy is the core's, once (`ojs_bridge::Bridge::surface`): the paths
+  # (`GET <mount>/v1/events/stream`, `/metrics`, `/healthz`, `/readyz`, and `POST
+  # /codec/decode`, `/codec/encode` when `config.encryption` is set), who may read what, tenant
+  # scoping, every refusal and its body, the keep-alive comments, the content types.
   #
-  #   GET <mount>/v1/events/stream   the relay's events as Server-Sent Events; query `types`
-  #                                  (`job.*` globs), `queues`, `job_types` (comma-separated),
-  #                                  `tenant`, `since` (RFC 3339); header Last-Event-ID
-  #   GET <mount>/metrics            Prometheus text (text/plain; version=0.0.4)
-  #   GET <mount>/healthz            "ok": the process answers
-  #   GET <mount>/readyz             the core's verdict as JSON: 200 when ready, else 503
-  #
-  # Closed by default: `authorize:` is required (as Express's `ojs.router({ authorize })`), and
-  # decides each request but /healthz: `->(request) { ... }` answering true (everything), false
-  # or nil (403), or `{ tenant: "t1" }` (only that tenant's events; asking the stream for another
-  # tenant is 403, and so are /metrics and /readyz). /healthz is never refused. Mounted inside
-  # the application's own authentication (docs/rails.md, "Events, metrics and health"), say so:
+  # Closed by default: `authorize:` is required (as Express's `ojs.router({ authorize })`). It
+  # is asked about each request but those of a path open to everyone (`/healthz`), given the
+  # request, and answers true (everything), false or nil (refused), or `{ tenant: "t1" }` (only
+  # that tenant's events). Mounted inside the application's own authentication (docs/rails.md,
+  # "Events, metrics and health"), say so:
   #
   #   authenticate :user, ->(user) { user.admin? } do
   #     mount OJS::EventsApp.new(authorize: ->(_request) { true }) => "/ojs"
   #   end
   #
-  # The core makes the frames, the metrics text and the readiness verdict (filters, replay,
-  # framing, the verdict: `ojs_bridge::Bridge`); this app serves them. The stream's body waits
-  # for each frame in native code without the GVL, so a waiting stream does not stop the
-  # server's other threads; `close` (the server calls it when the response ends or the client
-  # goes away) drops the subscription. With config.auto_start the relay is started first, as
-  # OJS::Middleware does, since Rails starts it lazily.
+  # This app only asks `authorize:`, hands the request and the decision to the core in one
+  # call, and returns the answer. A stream's body waits for each frame in native code without
+  # the GVL, so a waiting stream does not stop the server's other threads; `close` (the server
+  # calls it when the response ends or the client goes away) drops the subscription. With
+  # config.auto_start the relay is started first, as OJS::Middleware does, since Rails starts
+  # it lazily.
   class EventsApp
-    STREAM_PATH = "/v1/events/stream"
-    # The SSE comment written when no event came for `keep_alive` seconds (and first, so the
-    # response's headers go out at once): it keeps proxies from closing an idle stream, and a
-    # failed write tells the server the client has gone.
-    KEEP_ALIVE = ": keep-alive\n\n"
-
     # How to open the surface to every caller, said in each refusal of a missing `authorize:`.
     OPEN_TO_ALL = "to serve it to every caller (e.g. mounted inside your own authentication), say so: " \
                   "OJS::EventsApp.new(authorize: ->(_request) { true })"
 
+    # The largest request body read (a Codec Server call's): the core's limit
+    # (`ojs_outbox::surface::CODEC_BODY_LIMIT`, 1 MiB). A longer body is handed over as none,
+    # which the core answers 413.
+    BODY_LIMIT = 1024 * 1024
+
     # `authorize:` (required) a callable taking the request (ActionDispatch::Request in Rails,
-    # else Rack::Request). `keep_alive:` seconds without an event before the stream writes
-    # KEEP_ALIVE.
-    def initialize(authorize: nil, keep_alive: 15, **unknown)
+    # else Rack::Request). `keep_alive:` seconds without an event before the stream writes a
+    # keep-alive comment (nil: the core's interval).
+    def initialize(authorize: nil, keep_alive: nil, **unknown)
       unless unknown.empty?
         accepted = self.class.instance_method(:initialize).parameters.filter_map { |kind, name| name.to_s if kind == :key }
         raise OJS::Error.from_json(Native.unknown_option_error(unknown.keys.first.to_s, accepted))
@@ -60,85 +54,63 @@ module OJS
         raise InvalidConfig.new("authorize: must respond to call(request), got #{authorize.class}; #{OPEN_TO_ALL}",
                                 field: "authorize")
       end
-      unless keep_alive.is_a?(Numeric) && keep_alive.positive?
+      unless keep_alive.nil? || (keep_alive.is_a?(Numeric) && keep_alive.positive?)
         raise InvalidConfig.new("keep_alive: must be a positive number of seconds, got #{keep_alive.inspect}",
                                 field: "keep_alive")
       end
       @authorize = authorize
-      @keep_alive = keep_alive
+      @keep_alive_ms = keep_alive && (keep_alive * 1000).ceil
     end
 
     def call(env)
+      path = text(env["PATH_INFO"])
+      open = Native.surface_is_open(path)
+      # Not asked: a path open to everyone answers whatever the decision.
+      access = open ? nil : decision(env)
+      client = OJS.client
+      client.ensure_relay if client.auto_start? && !open
       method = env["REQUEST_METHOD"]
-      path = env["PATH_INFO"].to_s
-      path = path.chomp("/") unless path == "/"
-      return stream(env) if path == STREAM_PATH && method == "GET"
-      return error(405, "method_not_allowed", "#{method} is not allowed here") unless %w[GET HEAD].include?(method)
-
-      case path
-      when "/healthz" then [200, { "content-type" => "text/plain" }, ["ok\n"]]
-      when "/readyz" then operator_only(env) { readyz }
-      when "/metrics" then operator_only(env) { metrics }
-      when STREAM_PATH then error(405, "method_not_allowed", "#{method} is not allowed here")
-      else error(404, "not_found", "no such path: #{path} (#{STREAM_PATH}, /metrics, /healthz, /readyz)")
-      end
+      request = { "method" => method, "path" => path, "query" => text(env["QUERY_STRING"]), "access" => access,
+                  "access_field" => "authorize" }
+      request["last_event_id"] = text(env["HTTP_LAST_EVENT_ID"]) if env["HTTP_LAST_EVENT_ID"]
+      request["keep_alive_ms"] = @keep_alive_ms if @keep_alive_ms
+      request["body"] = body(env) if method == "POST"
+      answer(client.surface(request), head: method == "HEAD")
     end
 
-    # A streaming Rack body: each frame the core makes, as it comes; KEEP_ALIVE while idle.
+    # A streaming Rack body: each frame the core gives (its keep-alive comments included), as it
+    # comes.
     class StreamBody
-      def initialize(frames, keep_alive)
-        @frames = frames
-        @keep_alive = keep_alive
-        @wait_ms = ([keep_alive, 1].min * 1000).ceil
+      # How long one native wait lasts before control comes back to Ruby: what bounds how late
+      # Thread#kill or Thread#raise (Puma's force_shutdown_after) takes effect. Not a delivery
+      # setting: the core hands over each frame as soon as it has it.
+      WAIT_MS = 1000
+
+      def initialize(stream)
+        @stream = stream
       end
 
       def each
-        yield KEEP_ALIVE
-        idle_since = monotonic
-        while (frame = @frames.next_frame(@wait_ms))
-          if !frame.empty?
-            yield frame
-            idle_since = monotonic
-          elsif monotonic - idle_since >= @keep_alive
-            yield KEEP_ALIVE
-            idle_since = monotonic
-          end
+        while (frame = @stream.next_frame(WAIT_MS))
+          yield frame unless frame.empty?
         end
       end
 
       # Drops the native subscription (the server calls this when the response ends).
       def close
-        @frames.close
-      end
-
-      private
-
-      def monotonic
-        Process.clock_gettime(Process::CLOCK_MONOTONIC)
+        @stream.close
       end
     end
 
     private
 
-    # :operator, [:tenant, name], or nil (refused), by `authorize:`.
-    def caller_of(env)
-      verdict = @authorize.call(request_of(env))
-      case verdict
-      when true then :operator
-      when false, nil then nil
-      when Hash
-        tenant = verdict.to_h { |key, value| [key.to_s, value] }
-        unknown = tenant.keys - ["tenant"]
-        raise OJS::Error.from_json(Native.unknown_option_error(unknown.first, ["tenant"])) unless unknown.empty?
-        unless tenant["tenant"].is_a?(String) && !tenant["tenant"].empty?
-          raise InvalidConfig.new("authorize: { tenant: } must name a tenant, got #{verdict.inspect}", field: "authorize")
-        end
-
-        [:tenant, tenant["tenant"]]
-      else
-        raise InvalidConfig.new("authorize: must answer true, false or { tenant: \"...\" }, got #{verdict.inspect}",
-                                field: "authorize")
-      end
+    # The app's decision as the core reads it: true, false, nil, a tenant id or { tenant: "t" }
+    # (keys as strings). A value with no JSON form (a user record answered by mistake) is
+    # refused naming its class, never its contents; the core judges the rest.
+    def decision(env)
+      JSONValue.checked(@authorize.call(request_of(env)), "config", "authorize")
+    rescue InvalidConfig => e
+      raise InvalidConfig.new(e.message, field: "authorize")
     end
 
     # What `authorize:` is given: Rails' request object, else Rack's (a Rack server has loaded
@@ -150,87 +122,44 @@ module OJS
       end
     end
 
-    def operator_only(env)
-      case caller_of(env)
-      when :operator then yield
-      when nil then forbidden("not allowed")
-      else forbidden("a tenant-scoped caller reads only #{STREAM_PATH}")
+    # The request body as text (at most BODY_LIMIT bytes; nil beyond: the core answers 413). A
+    # body that is not UTF-8 is no JSON: handed over empty, the core answers 400.
+    def body(env)
+      input = env["rack.input"]
+      return "" unless input
+
+      data = input.read(BODY_LIMIT + 1).to_s
+      input.rewind if input.respond_to?(:rewind)
+      return nil if data.bytesize > BODY_LIMIT
+
+      data = data.dup.force_encoding(Encoding::UTF_8)
+      data.valid_encoding? ? data : ""
+    end
+
+    # The core's answer as Rack's: header names in lowercase (Rack 3); a stream as a streaming
+    # body; no body for HEAD.
+    def answer(answer, head:)
+      headers = answer.headers.to_h { |header| [header.name.downcase, header.value] }
+      stream = answer.stream && RelayStream.new(answer.stream)
+      if head
+        stream&.close
+        return [answer.status, headers, []]
       end
+      return [answer.status, headers, [answer.body]] unless stream
+
+      # Rack::ETag (in every Rails stack) buffers a 200 body to digest it unless the response
+      # has an ETag or a Last-Modified: it would never answer an endless stream. The stream's
+      # content is as of now.
+      headers["last-modified"] = Time.now.httpdate
+      [answer.status, headers, StreamBody.new(stream)]
     end
 
-    def stream(env)
-      caller = caller_of(env)
-      return forbidden("not allowed") if caller.nil?
+    # A CGI variable as UTF-8 text (a server hands over bytes; one that is no UTF-8 is scrubbed).
+    def text(value)
+      string = value.to_s
+      return string if string.encoding == Encoding::UTF_8 && string.valid_encoding?
 
-      params = query_params(env)
-      return params if params.is_a?(Array) # a 400
-      tenant = params["tenant"]
-      if caller.is_a?(Array)
-        return forbidden("this caller reads only its own tenant") if tenant && tenant != caller[1]
-
-        tenant = caller[1]
-      end
-      client = OJS.client
-      client.ensure_relay if client.auto_start?
-      frames = client.relay_events(
-        "types" => params["types"], "queues" => params["queues"], "job_types" => params["job_types"],
-        "tenant" => tenant, "since" => params["since"], "last_event_id" => env["HTTP_LAST_EVENT_ID"]
-      )
-      headers = {
-        "content-type" => "text/event-stream",
-        "cache-control" => "no-cache",
-        # Rack::ETag (in every Rails stack) buffers a 200 body to digest it unless the response
-        # has an ETag or a Last-Modified: it would never answer an endless stream. The stream's
-        # content is as of now.
-        "last-modified" => Time.now.httpdate,
-        # nginx: pass each frame on at once.
-        "x-accel-buffering" => "no"
-      }
-      [200, headers, StreamBody.new(frames, @keep_alive)]
-    rescue OJS::RelayShutDown => e
-      error(503, e.code, e.message)
-    rescue OJS::ValidationError, OJS::ConfigurationError => e
-      error(400, e.code, e.message, field: e.field)
-    end
-
-    # The query's parameters (each at most once), or the 400 response saying what is wrong.
-    def query_params(env)
-      pairs = begin
-        URI.decode_www_form(env["QUERY_STRING"].to_s)
-      rescue ArgumentError => e
-        return error(400, "invalid_request", "query string: #{e.message}")
-      end
-      pairs.each_with_object({}) do |(name, value), params|
-        if params.key?(name)
-          return error(400, "invalid_request", "#{name}: given twice (one value; comma-separated for a list)",
-                       field: name)
-        end
-
-        params[name] = value
-      end
-    end
-
-    def metrics
-      client = OJS.client
-      client.ensure_relay if client.auto_start?
-      text = client.metrics_text
-      return error(503, "RELAY_SHUT_DOWN", "neither a relay in this process nor the outbox table could be read: see /readyz") unless text
-
-      [200, { "content-type" => "text/plain; version=0.0.4" }, [text]]
-    end
-
-    def readyz
-      body = OJS.client.readiness_json
-      [JSON.parse(body)["ready"] == true ? 200 : 503, { "content-type" => "application/json" }, [body]]
-    end
-
-    def forbidden(why)
-      error(403, "forbidden", why)
-    end
-
-    def error(status, code, message, field: nil)
-      body = { "error" => { "code" => code, "field" => field, "message" => message }.compact }
-      [status, { "content-type" => "application/json" }, [JSON.generate(body)]]
+      string.dup.force_encoding(Encoding::UTF_8).scrub
     end
   end
 end

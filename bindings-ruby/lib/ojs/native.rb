@@ -43,9 +43,13 @@ module OJS
     attach_function :ojs_ruby_bridge_notify_committed, %i[uint64 buffer_in size_t pointer], :int8
 
     # The event surface (`src/events.rs`): calls that wait, all bound with `blocking: true` (the
-    # GVL is released while they wait). Text answers are uniffi's own lowered String /
-    # Option<String> (a RustBuffer by value), read with the generated code (`read_text`).
+    # GVL is released while they wait). Answers are uniffi's own lowered values (a RustBuffer by
+    # value: a String, an Option<String>, a record), read with the generated code (`read_text`,
+    # `read_record`).
     typedef Native.const_get(:RustBuffer).by_value, :rust_buffer
+    # (bridge, request JSON, status) -> SurfaceAnswer: status, headers, body, stream (a
+    # Native::RelayFrames or nil): one request of a mount, answered by the core's policy
+    attach_function :ojs_ruby_bridge_surface, %i[uint64 buffer_in size_t pointer], :rust_buffer, blocking: true
     # (relay frames, timeout ms, status) -> Option<String>: a frame, "" (idle) or nil (the end)
     attach_function :ojs_ruby_relay_frames_next, %i[uint64 uint64 pointer], :rust_buffer, blocking: true
     # (event feed, timeout ms, status) -> Option<String>: an event's JSON, "" (idle) or nil (closed)
@@ -83,6 +87,14 @@ module OJS
         raise_failure(status) unless status.code.zero?
 
         optional ? buffer.consume_into_Optionalstring : buffer.consume_into_string
+      end
+
+      # The record of uniffi type `type` (`:SurfaceAnswer`) a `:rust_buffer` call answered, or
+      # what its status reports, raised.
+      def read_record(buffer, status, type)
+        raise_failure(status) unless status.code.zero?
+
+        buffer.public_send(:"consume_into_Type#{type}")
       end
 
       # Raises what the status of the call just made reports, as uniffi's own calls do: an
