@@ -10,7 +10,8 @@
 //! uniffi's `RustCallStatus` carries errors and panics, and a text answer is uniffi's own
 //! lowered `Option<String>`. `finish` never waits (a short lock and a queue push: the loop's
 //! own tasks send the ack or nack), so it keeps the GVL, as the after-commit wake-up does.
-//! The cheap reads (`worker_id`, `concurrency`, `in_flight`, `stopping`) are uniffi methods.
+//! The cheap reads (`worker_id`, `concurrency`, `in_flight`, `stopping`, `drain_log`,
+//! `backend_down`) are uniffi methods.
 
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
@@ -48,6 +49,26 @@ impl Worker {
     /// Whether the stop began.
     pub fn stopping(&self) -> bool {
         self.inner.stopping()
+    }
+
+    /// What the loop said since the last call, oldest first (an outage and its end, a timeout,
+    /// a job given back, an ack or nack not delivered, a job whose args could not be decoded):
+    /// `level` "info", "warning" or "error", `job_id` the job's when it is about one, `table`
+    /// empty. Cheap (a short lock on the loop's queue): the slots call it after each wait.
+    pub fn drain_log(&self) -> Vec<crate::LogRecord> {
+        (self.inner.drain_log().into_iter())
+            .map(|record| crate::LogRecord {
+                level: record.level,
+                message: record.message,
+                job_id: record.job_id,
+                table: record.table,
+            })
+            .collect()
+    }
+
+    /// Whether the backend did not answer the loop's last request (an outage being waited out).
+    pub fn backend_down(&self) -> bool {
+        self.inner.backend_down()
     }
 }
 

@@ -57,6 +57,15 @@ class WorkerAppTest < Minitest::Test
         sleep 0.01 until File.exist?(gate) || Process.clock_gettime(Process::CLOCK_MONOTONIC) > deadline
       end
     RUBY
+    # With EXIT_PROBE set, says when the process's at_exit hooks run.
+    "config/initializers/exit_probe.rb" => <<~'RUBY',
+      if ENV["EXIT_PROBE"]
+        at_exit do
+          $stdout.puts("at_exit hooks ran")
+          $stdout.flush
+        end
+      end
+    RUBY
     "config/initializers/error_probe.rb" => <<~'RUBY'
       if Rails.respond_to?(:error)
         probe = Object.new
@@ -200,7 +209,8 @@ class WorkerAppTest < Minitest::Test
   end
 
   # SIGTERM: the job in flight finishes and is acked, then the process exits 0. A second signal
-  # gives the job in flight back at once and ends the process, well before the stop deadline.
+  # gives the job in flight back at once and ends the process normally (its at_exit hooks run),
+  # well before the stop deadline.
   def test_sigterm_waits_for_the_job_in_flight_and_a_second_signal_gives_it_back
     release = File.join(@app, "tmp", "release-first")
     worker = start_worker({ "QUEUES" => "default", "STOP_DEADLINE_MS" => "60000" })
@@ -217,7 +227,7 @@ class WorkerAppTest < Minitest::Test
     assert_includes output(worker), "blocking job finished"
     wait_for_state(first, "completed")
 
-    worker = start_worker({ "QUEUES" => "default", "STOP_DEADLINE_MS" => "60000" })
+    worker = start_worker({ "QUEUES" => "default", "STOP_DEADLINE_MS" => "60000", "EXIT_PROBE" => "1" })
     second = runner("OJS.start_relay; puts JSON.generate(id: BlockingJob.perform_later(#{(release + '-never').inspect}).provider_job_id)")["id"]
     wait_output(worker, "blocking job started")
     started = TestSupport.monotonic
@@ -230,6 +240,7 @@ class WorkerAppTest < Minitest::Test
     assert_includes output(worker), "ojs:work: SIGINT again: giving the jobs in flight back now"
     assert_includes output(worker), "ojs:work: stopped (the jobs in flight were given back)"
     refute_includes output(worker), "blocking job finished"
+    assert_includes output(worker), "at_exit hooks ran", "the process ends normally, not with exit!"
     job = wait_for_state(second, "available")
     assert_equal 0, job["attempt"], "given back without using an attempt"
   end

@@ -341,12 +341,37 @@ class WorkerTest < Minitest::Test
     id = OJS.enqueue_after_commit("worker.slow", [], queue: QUEUE)
     TestSupport.wait_until("the handler running") { WorkerLog.of(:slow_started).any? }
     worker.stop(deadline_ms: 0)
+    assert_match(/INFO -- : ojs worker: job #{id}: job given back unfinished \(the worker stops\)/, @log.string,
+                 "the loop's record, logged once the stop returned")
     job = wait_for_state(id, "available")
     assert_equal 0, job["attempt"], "given back without using an attempt"
     slow.open
     TestSupport.wait_until("the dropped outcome logged") { @log.string.include?("job #{id} (worker.slow) ended after") }
     assert worker.join(TestSupport::PATIENCE)
     assert_equal "available", backend_job(id)["state"]
+  end
+
+  # A backend outage during the worker's life: the loop waits it out (backing off) and says so
+  # on the worker's logger, once when it begins (WARN) and once when it ends (INFO);
+  # backend_down? tells it meanwhile. A job committed after the outage runs.
+  def test_a_backend_outage_is_logged_and_waited_out
+    prepare(:sqlite)
+    worker = start_worker(handlers: { "worker.echo" => ->(args) { { "echo" => args } } }, idle_poll_ms: 50)
+    refute worker.backend_down?
+    TestSupport.devserver.call(:post, "/_dev/faults", { "status" => 503, "applies_to" => "all" })
+    TestSupport.wait_until("the outage logged") { @log.string.include?("the OJS backend is unavailable") }
+    assert worker.backend_down?
+    assert_match(/WARN -- : ojs worker: the OJS backend is unavailable, retrying with backoff until it answers/,
+                 @log.string)
+    TestSupport.devserver.call(:delete, "/_dev/faults")
+    TestSupport.wait_until("the outage's end logged") { @log.string.include?("the OJS backend answers again") }
+    assert_match(/INFO -- : ojs worker: the OJS backend answers again/, @log.string)
+    refute worker.backend_down?
+    assert_equal 1, @log.string.scan("the OJS backend is unavailable").length, "the outage is logged once"
+    id = OJS.enqueue_after_commit("worker.echo", [7], queue: QUEUE)
+    assert_equal({ "echo" => [7] }, wait_for_state(id, "completed")["result"])
+  ensure
+    TestSupport.devserver.call(:delete, "/_dev/faults")
   end
 
   # --- trace context, the error reporter ---------------------------------------------------------

@@ -16,9 +16,10 @@ module OJS
   #
   # Signals: the first SIGINT/SIGTERM stops gracefully (no more fetches; the jobs in flight have
   # STOP_DEADLINE_MS to finish; the rest is given back), then the process exits 0. A second one
-  # gives the jobs in flight back at once and ends the process (exit status 0) without waiting
-  # for them. A signal while the application loads (after this file is loaded) ends the command
-  # before the worker starts, with status 0.
+  # gives the jobs in flight back at once and the command returns without waiting for their
+  # handlers (exit status 0; at exit Ruby ends the threads still running one). A signal while
+  # the application loads (after this file is loaded) ends the command before the worker
+  # starts, with status 0.
   module WorkCommand
     TASK = "ojs:work"
     SIGNALS = %w[INT TERM].freeze
@@ -63,7 +64,13 @@ module OJS
           @events << [:stopped]
         end
         event, signal = @events.pop
-        give_back_now(worker, signal) if event == :signal
+        if event == :signal
+          # The second stop gives back what is still in flight and ends the first one's wait.
+          say("ojs:work: SIG#{signal} again: giving the jobs in flight back now")
+          worker.stop(deadline_ms: 0)
+          stopper.join
+          return say("ojs:work: stopped (the jobs in flight were given back)")
+        end
         stopper.join
         say("ojs:work: stopped")
       rescue OJS::Error => e
@@ -98,20 +105,6 @@ module OJS
       end
 
       private
-
-      # A second signal: the stop in progress gives the jobs in flight back now, and the process
-      # ends without waiting further. (The first stop's native wait cannot be cut short: it
-      # would keep the process until its deadline, so the process ends with exit! after this
-      # gem's own exit work: the in-process relay's flush, if one runs here.)
-      def give_back_now(worker, signal)
-        say("ojs:work: SIG#{signal} again: giving the jobs in flight back now")
-        worker.stop(deadline_ms: 0)
-        say("ojs:work: stopped (the jobs in flight were given back)")
-        OJS.shutdown
-        $stdout.flush
-        $stderr.flush
-        Process.exit!(0)
-      end
 
       # OJS.logger, and stderr too when that does not write to the terminal (Rails logs to
       # log/<env>.log): the worker's warnings (failures, unknown types) show where it runs.

@@ -71,11 +71,9 @@ module OJS
     POLL_MS = 500
     # Rails.error's `source:` for a job's exception.
     ERROR_SOURCE = "job.ojs"
-    # What a wait that found no job answers (see #look).
-    IDLE = Object.new.freeze
     CURRENT_KEY = :ojs_worker_current_job
     ISOLATED = defined?(ActiveSupport::IsolatedExecutionState) ? true : false
-    private_constant :IDLE, :CURRENT_KEY, :ISOLATED
+    private_constant :CURRENT_KEY, :ISOLATED
 
     class << self
       # The job this thread (fiber, with Rails 7's fiber isolation) runs now, else nil.
@@ -117,6 +115,7 @@ module OJS
       @native = nil
       @threads = []
       @lock = Mutex.new
+      @log_lock = Mutex.new
     end
 
     # Starts the core's worker loop and the slot threads; returns self. Raises the core's error
@@ -133,14 +132,13 @@ module OJS
         HotCalls.raise_failure(status) unless status.code.zero?
         @native = Native::Worker.uniffi_lift(handle)
         @handle = OJS.native_handle(@native, Native::Worker)
-        # Returns once every slot has looked for a job once (#slot).
-        ready = Queue.new
+        # Returns at once: a job the loop fetches before a slot waits stays in the loop's hands,
+        # and the loop hands it out to the next slot that asks, also once a stop began.
         @threads = Array.new(@native.concurrency) do |index|
-          thread = Thread.new { slot(ready) }
+          thread = Thread.new { slot }
           thread.name = "ojs-worker-#{index}" if thread.respond_to?(:name=)
           thread
         end
-        @threads.length.times { ready.pop }
       end
       self
     end
@@ -156,6 +154,7 @@ module OJS
 
       status = HotCalls.status
       HotCalls.raise_failure(status) unless HotCalls.ojs_ruby_worker_stop(@handle, Integer(deadline_ms), status) == 1
+      forward_log
       nil
     end
 
@@ -190,6 +189,12 @@ module OJS
       @native ? @native.in_flight : 0
     end
 
+    # Whether the backend did not answer the loop's last request: an outage the loop waits out
+    # (backing off), which it logs once when it begins and once when it ends.
+    def backend_down?
+      @native ? @native.backend_down : false
+    end
+
     # The handlers, checked: String types (a Symbol is its name), callables.
     def self.checked_handlers(handlers)
       unless handlers.respond_to?(:each_pair)
@@ -220,46 +225,47 @@ module OJS
     end
 
     # One handler slot: until the loop stops, wait for a job (without the GVL), run it, hand the
-    # loop its outcome. `ready` hears once that the slot has looked for a job: a first look that
-    # does not wait, so a job fetched while the worker started is in a slot's hands when #start
-    # returns (a job left in the loop's buffer is given back unrun by a stop).
-    def slot(ready)
-      job = look(0)
-      ready.push(true)
-      ready = nil
-      job = next_job if job == IDLE
-      while job
+    # loop its outcome.
+    def slot
+      while (job = next_job)
         outcome = perform(job)
         unless finish(job.id, outcome)
           log.warn("ojs worker: job #{job.id} (#{job.type}) ended after the worker loop gave it up " \
                    "(its timeout_ms ran out, or the worker stopped and gave it back); its outcome is dropped")
         end
         raise outcome[:reraise] if outcome[:reraise]
-
-        job = next_job
       end
     rescue OJS::Error, Native::InternalError => e
       log.error("ojs worker: a handler slot ended: #{e.class}: #{e.message}")
     ensure
-      ready&.push(true) # a slot that ended before its first look
+      forward_log
     end
 
-    # The next job, or nil once the worker stops.
+    # The next job, or nil once the worker stops. After each wait, what the loop said goes to
+    # the logger.
     def next_job
       loop do
-        job = look(POLL_MS)
-        return job unless job == IDLE
+        status = HotCalls.status
+        text = HotCalls.read_text(HotCalls.ojs_ruby_worker_next(@handle, POLL_MS, status), status, optional: true)
+        forward_log
+        return nil if text.nil?
+        return Job.from_json(text) unless text.empty?
       end
     end
 
-    # One wait of up to `timeout_ms` for a job: the Job, IDLE when none came, nil once the
-    # worker stops.
-    def look(timeout_ms)
-      status = HotCalls.status
-      text = HotCalls.read_text(HotCalls.ojs_ruby_worker_next(@handle, timeout_ms, status), status, optional: true)
-      return nil if text.nil?
-
-      text.empty? ? IDLE : Job.from_json(text)
+    # Logs what the loop said since the last drain (`Worker::drain_log`: the backend down and
+    # back, a timeout, a job given back, an ack or nack not delivered, a job whose args could
+    # not be decoded; every text and level is the core's) on the worker's logger, one slot at a
+    # time so the records keep their order. A failing logger does not end a slot.
+    def forward_log
+      @log_lock.synchronize do
+        @native.drain_log.each do |record|
+          about = record.job_id ? "job #{record.job_id}: " : ""
+          log.add(RelayLog::LEVELS.fetch(record.level, ::Logger::WARN), "ojs worker: #{about}#{record.message}")
+        end
+      end
+    rescue StandardError => e
+      warn("ojs worker: logging a worker record failed: #{e.class}: #{e.message}")
     end
 
     # Whether the loop settles the job with this outcome (false: it no longer held the job).
