@@ -28,6 +28,10 @@ module OJS
   # While a job runs, OJS::Worker.current_job is it (its id, attempt, traceparent, ...), and its
   # trace context is the request context of every job it enqueues.
   #
+  # What the loop itself says (the backend down and back, a timeout nack, a job given back, an
+  # ack or nack not delivered, a job whose args could not be decoded: texts and levels the
+  # core's) goes to the logger after each wait of a slot and after #stop.
+  #
   #   worker = OJS.worker(queues: %w[default email], concurrency: 5).start
   #   ...
   #   worker.stop(deadline_ms: 25_000) # graceful: the jobs in flight have 25 s to finish
