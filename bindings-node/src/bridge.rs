@@ -10,14 +10,13 @@ use std::sync::{Arc, Condvar, Mutex};
 use napi::bindgen_prelude::{AsyncTask, External, ToNapiValue, TypeName};
 use napi::{Env, Task};
 use napi_derive::napi;
-use ojs_bridge::{Bridge, KeptTexts, Ledger};
-use ojs_outbox::ErrorCode;
+use ojs_bridge::{Bridge, ErrorCode, KeptTexts, Ledger};
 
 use crate::error::to_js;
 use crate::events::{NativeEventFeed, NativeRelayFrames};
 use crate::worker::NativeWorker;
 
-type Work<T> = Box<dyn FnOnce() -> ojs_outbox::Result<T> + Send>;
+type Work<T> = Box<dyn FnOnce() -> ojs_bridge::Result<T> + Send>;
 
 /// A blocking core call run on libuv's thread pool; its promise resolves with the result.
 pub struct Blocking<T: Send + 'static> {
@@ -25,7 +24,7 @@ pub struct Blocking<T: Send + 'static> {
 }
 
 impl<T: ToNapiValue + TypeName + Send + 'static> Blocking<T> {
-    fn task(work: impl FnOnce() -> ojs_outbox::Result<T> + Send + 'static) -> AsyncTask<Self> {
+    fn task(work: impl FnOnce() -> ojs_bridge::Result<T> + Send + 'static) -> AsyncTask<Self> {
         AsyncTask::new(Blocking {
             work: Some(Box::new(work)),
         })
@@ -104,8 +103,8 @@ fn current(shared: &Shared) -> Option<Arc<Bridge>> {
         .clone()
 }
 
-fn closed() -> ojs_outbox::Error {
-    ojs_outbox::Error::new(ErrorCode::RelayShutDown, "the adapter is closed")
+fn closed() -> ojs_bridge::Error {
+    ojs_bridge::Error::new(ErrorCode::RelayShutDown, "the adapter is closed")
 }
 
 impl NativeBridge {
@@ -113,14 +112,14 @@ impl NativeBridge {
         current(&self.inner)
     }
 
-    fn sync<T>(&self, work: impl FnOnce(&Bridge) -> ojs_outbox::Result<T>) -> napi::Result<T> {
+    fn sync<T>(&self, work: impl FnOnce(&Bridge) -> ojs_bridge::Result<T>) -> napi::Result<T> {
         let bridge = self.bridge().ok_or_else(|| to_js(closed()))?;
         work(&bridge).map_err(to_js)
     }
 
     fn blocking<T: ToNapiValue + TypeName + Send + 'static>(
         &self,
-        work: impl FnOnce(&Bridge) -> ojs_outbox::Result<T> + Send + 'static,
+        work: impl FnOnce(&Bridge) -> ojs_bridge::Result<T> + Send + 'static,
     ) -> AsyncTask<Blocking<T>> {
         let bridge = self.bridge();
         Blocking::task(move || {
@@ -130,7 +129,7 @@ impl NativeBridge {
     }
 }
 
-/// What the application tells the core about itself (`ojs_outbox::Host`).
+/// What the application tells the core about itself (`ojs_bridge::Host`).
 #[napi(object)]
 #[derive(Default)]
 pub struct NativeHost {
@@ -182,10 +181,22 @@ pub fn context_header_names() -> Vec<String> {
     ojs_bridge::context_header_names()
 }
 
-/// The content type of `metrics_text` (the core's OpenMetrics text), for `/metrics`.
+/// Whether `path` (under the mount) answers every caller (`Bridge::surface_is_open`): the
+/// router asks the app's `authorize` only for the other paths.
 #[napi]
-pub fn metrics_content_type() -> String {
-    ojs_outbox::prometheus::CONTENT_TYPE.to_owned()
+pub fn surface_is_open(path: String) -> bool {
+    Bridge::surface_is_open(&path)
+}
+
+/// The answer of the HTTP surface to one request (`ojs_bridge::surface::SurfaceAnswer`): the
+/// status, the headers (`[name, value]` pairs, `Content-Type` included), then the body, or,
+/// with `stream`, the SSE frames to write as they come (the keep-alive comments included).
+#[napi(object, object_from_js = false)]
+pub struct SurfaceAnswer {
+    pub status: u32,
+    pub headers: Vec<Vec<String>>,
+    pub body: String,
+    pub stream: Option<NativeRelayFrames>,
 }
 
 #[napi]
@@ -195,12 +206,12 @@ impl NativeBridge {
     #[napi(constructor)]
     pub fn new(config_json: String, host: Option<NativeHost>) -> napi::Result<Self> {
         let host = host.unwrap_or_default();
-        let host = ojs_outbox::Host {
+        let host = ojs_bridge::Host {
             development: host.development.unwrap_or(false),
             url_setting: host
                 .url_setting
                 .as_deref()
-                .unwrap_or(ojs_outbox::Host::PRODUCTION.url_setting),
+                .unwrap_or(ojs_bridge::Host::PRODUCTION.url_setting),
             needs_backend: host.needs_backend.unwrap_or(true),
         };
         Bridge::for_host(&config_json, &host)
@@ -425,6 +436,32 @@ impl NativeBridge {
         self.blocking(|bridge| bridge.readiness_json())
     }
 
+    /// One request of the router's mount, answered by the core's surface (`Bridge::surface`;
+    /// `request_json`: `method`, `path` under the mount, `query`, `last_event_id`, `access`
+    /// (the app's decision), `access_field`, `body`). On the thread pool: readiness and
+    /// metrics do I/O. An `access` that is not a decision is `INVALID_CONFIG` naming
+    /// `access_field`; every other outcome is an answer.
+    #[napi]
+    pub fn surface(&self, request_json: String) -> AsyncTask<Blocking<SurfaceAnswer>> {
+        self.blocking(move |bridge| {
+            let answer = bridge.surface(&request_json)?;
+            let stream = match answer.stream {
+                Some(frames) => Some(NativeRelayFrames::new(frames).map_err(|e| {
+                    ojs_bridge::Error::new(ErrorCode::RelayShutDown, e.reason.clone())
+                })?),
+                None => None,
+            };
+            Ok(SurfaceAnswer {
+                status: u32::from(answer.status),
+                headers: (answer.headers.into_iter())
+                    .map(|(name, value)| vec![name, value])
+                    .collect(),
+                body: answer.body,
+                stream,
+            })
+        })
+    }
+
     /// A subscriber of this process's relay events, as SSE frames (`Bridge::relay_events`;
     /// `request_json`: `types`, `queues`, `job_types`, `tenant`, `since`, `last_event_id`).
     /// No I/O, but a replay copies what the relay kept (up to `relay.event_history` events):
@@ -434,7 +471,7 @@ impl NativeBridge {
         self.blocking(move |bridge| {
             let frames = bridge.relay_events(&request_json)?;
             NativeRelayFrames::new(frames)
-                .map_err(|e| ojs_outbox::Error::new(ErrorCode::RelayShutDown, e.reason.clone()))
+                .map_err(|e| ojs_bridge::Error::new(ErrorCode::RelayShutDown, e.reason.clone()))
         })
     }
 
@@ -446,7 +483,7 @@ impl NativeBridge {
         self.blocking(move |bridge| {
             let feed = bridge.subscribe_events(&options_json)?;
             NativeEventFeed::new(feed)
-                .map_err(|e| ojs_outbox::Error::new(ErrorCode::RelayShutDown, e.reason.clone()))
+                .map_err(|e| ojs_bridge::Error::new(ErrorCode::RelayShutDown, e.reason.clone()))
         })
     }
 

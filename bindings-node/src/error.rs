@@ -4,7 +4,7 @@
 
 use napi_derive::napi;
 
-pub fn to_js(error: ojs_outbox::Error) -> napi::Error {
+pub fn to_js(error: ojs_bridge::Error) -> napi::Error {
     napi::Error::from_reason(error.to_json())
 }
 
@@ -12,7 +12,7 @@ pub fn to_js(error: ojs_outbox::Error) -> napi::Error {
 /// JavaScript never restates the list.
 #[napi]
 pub fn codes_json() -> String {
-    ojs_outbox::error::codes_json()
+    ojs_bridge::codes_json()
 }
 
 /// The core's code for a database error raised by the host driver (knex's pg or

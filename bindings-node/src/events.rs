@@ -17,8 +17,8 @@ use std::sync::{Arc, Mutex};
 use napi::Env;
 use napi::bindgen_prelude::{Object, ToNapiValue};
 use napi_derive::napi;
+use ojs_bridge::ErrorCode;
 use ojs_bridge::events::{EventFeed, RelayFrames};
-use ojs_outbox::ErrorCode;
 
 use crate::error::to_js;
 
@@ -58,7 +58,7 @@ impl Waiter {
     pub(crate) fn run<'env, T>(
         &self,
         env: &'env Env,
-        wait: impl FnOnce() -> ojs_outbox::Result<Option<T>> + Send + 'static,
+        wait: impl FnOnce() -> ojs_bridge::Result<Option<T>> + Send + 'static,
     ) -> napi::Result<Object<'env>>
     where
         T: ToNapiValue + Send + 'static,
@@ -79,7 +79,7 @@ impl Waiter {
             match catch_unwind(AssertUnwindSafe(wait)) {
                 Ok(Ok(value)) => deferred.resolve(Box::new(move |_| Ok(value))),
                 Ok(Err(error)) => deferred.reject(to_js(error)),
-                Err(_) => deferred.reject(to_js(ojs_outbox::Error::new(
+                Err(_) => deferred.reject(to_js(ojs_bridge::Error::new(
                     ErrorCode::RelayShutDown,
                     format!("{what} failed inside the core (a panic)"),
                 ))),

@@ -4,8 +4,9 @@
 
 use napi_derive::napi;
 
-/// One relay log record: `level` is "info", "warning" or "error"; `jobId` the job of a dead
-/// letter, else null; `table` the outbox table of the relay that wrote it.
+/// One log record, the relay's or a worker loop's (`NativeWorker::drain_log`): `level` is
+/// "info", "warning" or "error"; `jobId` the job it is about (a dead letter, a job given back),
+/// else null; `table` the outbox table of the relay that wrote it (empty for a worker's).
 #[napi(object)]
 pub struct LogRecord {
     pub level: String,

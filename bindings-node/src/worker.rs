@@ -24,6 +24,7 @@ use ojs_bridge::worker::{Next, Worker};
 
 use crate::error::to_js;
 use crate::events::Waiter;
+use crate::log::LogRecord;
 
 /// A running core worker loop (`Bridge::start_worker`).
 #[napi]
@@ -66,6 +67,28 @@ impl NativeWorker {
     #[napi(getter)]
     pub fn stopping(&self) -> bool {
         self.worker.stopping()
+    }
+
+    /// Whether the backend did not answer the loop's last request (an outage being waited out).
+    #[napi(getter)]
+    pub fn backend_down(&self) -> bool {
+        self.worker.backend_down()
+    }
+
+    /// What the loop said since the last call, oldest first (`Worker::drain_log`: the backend
+    /// down and back, a timeout, a job given back, an ack or nack not delivered, a job whose
+    /// args could not be decoded); `table` is empty. Never blocks: `lib/worker.js` calls it
+    /// after each wait and hands the records to the application's logger (`lib/log.js`).
+    #[napi]
+    pub fn drain_log(&self) -> Vec<LogRecord> {
+        (self.worker.drain_log().into_iter())
+            .map(|record| LogRecord {
+                level: record.level,
+                message: record.message,
+                job_id: record.job_id,
+                table: record.table,
+            })
+            .collect()
     }
 
     /// Waits up to `timeoutMs` for a job for a free slot: its JSON (`ojs_bridge::worker`'s
