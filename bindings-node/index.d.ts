@@ -157,15 +157,16 @@ export declare const providers: {
 };
 
 /**
- * Where the relay's log records go: one call per record, at its level, with the core's whole
- * line (job id included for a dead letter). `console`, a pino or a winston logger fit as they are.
+ * Where the relay's and the workers' log records go: one call per record, at its level, with
+ * the core's whole line (job id included for a dead letter; `job <id>: ` before a worker's
+ * record about a job). `console`, a pino or a winston logger fit as they are.
  */
 export interface OjsLogger {
-  /** The relay resumed (backend or database answering again). */
+  /** The relay resumed (backend or database answering again); a worker's backend answers again, a job given back at a stop. */
   info(message: string): void;
-  /** The relay paused (backend unreachable, backpressure), a database or prune failure. */
+  /** The relay paused (backend unreachable, backpressure), a database or prune failure; a worker's backend down, a job timed out, an ack or nack not delivered. */
   warn(message: string): void;
-  /** A dead letter (one per job), or the backend refusing the relay (401/403/404/405). */
+  /** A dead letter (one per job), or the backend refusing the relay (401/403/404/405); a worker's fetch refused. */
   error(message: string): void;
 }
 
@@ -301,8 +302,11 @@ export interface WakeupState {
   dropped: number;
 }
 
-/** What `authorize(req)` decides: `true` full access, `{ tenant }` that tenant's events only, `false` 403. */
-export type EventAccess = boolean | { tenant: string };
+/**
+ * What `authorize(req)` decides (the core reads it): `true` full access, `{ tenant }` (or the
+ * tenant id alone) that tenant's events only, `false` or `null` 403.
+ */
+export type EventAccess = boolean | null | string | { tenant: string };
 
 /** `ojs.router()`'s options: `authorize` is required (`() => true` serves everyone, on purpose). */
 export interface RouterOptions {
@@ -430,9 +434,14 @@ export declare class Worker {
   readonly stopping: boolean;
   /** Handlers running now. */
   readonly inFlight: number;
+  /** The backend did not answer the loop's last request (an outage, waited out with backoff; logged). */
+  readonly backendDown: boolean;
   /** Starts the loop (the core judges the options here); idempotent while running. */
   start(): this;
-  /** Graceful stop: jobs in flight have `deadlineMs` (default 30000) to finish, the rest is given back. */
+  /**
+   * Graceful stop: jobs in flight have `deadlineMs` (default 30000) to finish, the rest is given
+   * back. A second call (`deadlineMs: 0`) ends a first one waiting.
+   */
   stop(options?: { deadlineMs?: number }): Promise<void>;
   on(event: 'completed', listener: (result: unknown, ctx: JobContext) => void): this;
   on(event: 'failed', listener: (error: unknown, ctx: JobContext) => void): this;

@@ -1,6 +1,7 @@
 'use strict';
-// The event surface (issue 15, docs/events.md): the relay's event stream as SSE frames for
-// `ojs.router()`, and `ojs.subscribeEvents()`, an event client of any OJS event stream.
+// The event surface (issue 15, docs/events.md): the relay's event stream as SSE frames
+// (`ojs.relayEvents()`; `ojs.router()` gets its stream from the core's surface and reads it the
+// same way), and `ojs.subscribeEvents()`, an event client of any OJS event stream.
 //
 // Everything about events is the core's: the events, filters, replay, SSE framing, the
 // client's reconnect and Last-Event-ID resume. This file only spells the options the

@@ -804,18 +804,31 @@ class Ojs {
    * core worker loop against this adapter's backend (its URL, token and encryption keys):
    * `queues`, `concurrency`, `visibilityTimeoutMs`, `workerId`, `idlePollMs` go to the core as
    * given; `autorun: false` defers the start to `worker.start()` (lib/worker.js). It runs
-   * until `worker.stop({ deadlineMs })`, independently of the relay and of `close()`.
+   * until `worker.stop({ deadlineMs })`, independently of the relay and of `close()`. The
+   * loop's log records go to this adapter's `logger`.
    */
   worker(options) {
-    return new Worker((optionsJson) => this.native.startWorker(optionsJson), options);
+    return new Worker((optionsJson) => this.native.startWorker(optionsJson), options, this.logger);
   }
 
   /**
    * The relay's HTTP surface as an Express Router: `GET /v1/events/stream`, `/metrics`,
-   * `/healthz`, `/readyz`. `authorize(req)` (required) returns true, false or `{ tenant }`.
+   * `/healthz`, `/readyz` (and the Codec Server with `adapter.encryption`), answered by the
+   * core. `authorize(req)` (required) returns true, false or `{ tenant }`.
    */
   router(options) {
     return router(this, options);
+  }
+
+  /**
+   * One request of `router()`'s mount answered by the core's surface (`Bridge::surface`, in
+   * the relay host process on SQLite): `{ status, headers ([name, value] pairs), body, stream }`,
+   * `stream` (`{ next(timeoutMs), close() }`) set for an event stream.
+   */
+  async _surface(requestJson) {
+    if (this.host) return this.host.surface(requestJson);
+    const answer = await awaitNative(this.native.surface(requestJson));
+    return { ...answer, stream: answer.stream ? events.nativeStream(answer.stream) : null };
   }
 
   /**

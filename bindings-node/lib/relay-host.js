@@ -115,7 +115,20 @@ class RelayHost {
    * `subscribeEvents`) and resolves with `{ next(timeoutMs), close() }` reading it over IPC.
    */
   async openStream(kind, json) {
-    const id = await this.call('_openStream', kind, json);
+    return this._stream(await this.call('_openStream', kind, json));
+  }
+
+  /**
+   * `Bridge::surface` in the host process (`ojs.router()`'s requests): the answer, its event
+   * stream (if any) read over IPC as `openStream`'s.
+   */
+  async surface(json) {
+    const answer = await this.call('_surface', json);
+    return { ...answer, stream: answer.stream === null ? null : this._stream(answer.stream) };
+  }
+
+  /** The stream `id` of the host process as `{ next(timeoutMs), close() }`. */
+  _stream(id) {
     const host = this.child;
     // The stream lives in that host process: once it is gone, the stream has ended (never
     // spawn a new host for it).
@@ -223,6 +236,15 @@ function serveHost(NativeBridge, stopRequested) {
       const next = stream ? await stream.next(timeoutMs) : null;
       if (next === null) streams.delete(streamId);
       return next;
+    },
+    async _surface(json) {
+      const answer = await adapter.surface(json);
+      let stream = null;
+      if (answer.stream) {
+        stream = nextStream++;
+        streams.set(stream, answer.stream);
+      }
+      return { status: answer.status, headers: answer.headers, body: answer.body, stream };
     },
     _closeStream(streamId) {
       const stream = streams.get(streamId);

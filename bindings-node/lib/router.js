@@ -1,47 +1,56 @@
 'use strict';
-// `ojs.router({ authorize })`: the relay's HTTP surface (issue 15) as an Express Router, the
-// same surface `ojs-relay run --listen` serves (docs/events.md):
+// `ojs.router({ authorize })`: the relay's HTTP surface (issues 15 and 28) as an Express Router,
+// the surface `ojs-relay run --listen` serves (docs/express.md, "Events, metrics and health").
 //
-//   GET /v1/events/stream   the relay's events, SSE (the core's frames, written as they are)
-//   GET /metrics            the core's metrics as OpenMetrics text (its content type too)
-//   GET /healthz            the process answers
-//   GET /readyz             database, outbox table and backend (the core's check); 503 when not
-//
-// `authorize(req)` (sync or async, required: the surface is closed by default) decides each
-// request but /healthz: `true` full access, `{ tenant }` this tenant's events only (no
-// /metrics, no /readyz, no other tenant; the query cannot widen it: the scope replaces any
-// `tenant` parameter, and a parameter given twice is refused), `false` 403. The frames,
-// filters, replay and tenant scoping are the core's; this file passes the request on, writes
-// what comes back, and stops reading when the client goes. It logs nothing, and its messages
-// never quote what `authorize` returned or what the request carried beyond the parameters.
+// The surface is the core's (`ojs_outbox::surface`, reached through `Bridge::surface` in one
+// call): its paths and methods (404, 405), who may read what (the operator, a tenant: its own
+// events only, refused), the tenant scoping of the stream's query, the refusals and their
+// bodies, /healthz, /readyz, /metrics and its content type, the Codec Server, the event
+// stream's frames and its keep-alive comments. This file only
+// - checks its own option (`authorize`, required: the surface is closed by default);
+// - asks `authorize(req)` (sync or async) who the caller is, for every path the core does not
+//   answer everyone (`surfaceIsOpen`: /healthz);
+// - hands the request and that decision to the core, and writes the answer: its status,
+//   headers and body, or the stream's frames as they come, not reading on while the client is
+//   slow and dropping the core's subscription when the client goes.
+// It logs nothing. What `authorize` returned never reaches a message: an object crosses as
+// its keys only (and the `tenant` string), so a user record returned by mistake keeps its token.
 
-const { rejectOption, metricsContentType } = require('./native');
-const { callNative, errorFor, OJSError } = require('./errors');
+const { rejectOption, surfaceIsOpen } = require('./native');
+const { callNative, errorFor } = require('./errors');
 const { WAIT_MS } = require('./events');
 
-/** What `/metrics` is (the core's exposition format). */
-const METRICS_CONTENT_TYPE = metricsContentType();
-
-/** A comment line keeps an idle stream's connection (and any proxy's) open, this often (ms). */
-const KEEP_ALIVE_MS = 15000;
 const ROUTER_OPTIONS = ['authorize'];
-const STREAM_QUERY = ['types', 'queues', 'job_types', 'tenant', 'since'];
+/** The most body bytes the core reads (the Codec Server's limit); one more tells it "too large". */
+const BODY_LIMIT = 1024 * 1024;
 
-/** The caller's access, from `authorize(req)`: `{ tenant: null | string }`, or null (refused). */
-async function accessOf(authorize, req) {
-  const decision = await authorize(req);
-  if (decision === true) return { tenant: null };
-  if (decision === false) return null;
-  if (
-    decision !== null &&
-    typeof decision === 'object' &&
-    typeof decision.tenant === 'string' &&
-    // An empty tenant would be no tenant filter at all: every tenant's events.
-    decision.tenant !== '' &&
-    Object.keys(decision).length === 1
-  ) {
-    return { tenant: decision.tenant };
+/** How a value that is no decision at all is named (`ojs.router({ authorize: <this> })`). */
+function describe(value) {
+  if (value === undefined) return 'undefined (a missing return?)';
+  if (value === null) return 'null';
+  if (Array.isArray(value)) return `an array of ${value.length}`;
+  const type = typeof value;
+  return `${/^[aeiou]/.test(type) ? 'an' : 'a'} ${type}`;
+}
+
+/**
+ * The decision of `authorize(req)` as the core reads it (`access`): `true`, `false`, `null`, a
+ * tenant id, `{ tenant }`; the core judges it and names anything else by its shape. An object
+ * or array crosses as its shape only (its keys, or its length; the `tenant` string kept).
+ * Nothing (`undefined`, from a forgotten `return`, also through a promise) and values JSON
+ * cannot hold are a programming error caught here.
+ */
+function accessOf(decision) {
+  if (decision !== null && typeof decision === 'object') {
+    if (Array.isArray(decision)) return decision.map(() => null);
+    const shape = {};
+    for (const key of Object.keys(decision)) {
+      shape[key] = key === 'tenant' && typeof decision.tenant === 'string' ? decision.tenant : null;
+    }
+    return shape;
   }
+  if (typeof decision === 'number') return Number.isFinite(decision) ? decision : 0;
+  if (decision === null || typeof decision === 'boolean' || typeof decision === 'string') return decision;
   throw errorFor(
     'INVALID_CONFIG',
     `authorize: authorize(req) must return (or resolve with) true, false or { tenant: '<id>' } (a non-empty id); it returned ${describe(decision)}`,
@@ -49,28 +58,24 @@ async function accessOf(authorize, req) {
   );
 }
 
-/**
- * What a value is, for a message: its type and an object's keys, never a value (authorize may
- * return a user record, a session or a token by mistake, and the message is logged).
- */
-function describe(value) {
-  if (value === undefined) return 'undefined (a missing return?)';
-  if (value === null) return 'null';
-  if (Array.isArray(value)) return `an array of ${value.length}`;
-  if (typeof value === 'object') {
-    if (typeof value.then === 'function') return 'a thenable';
-    const keys = Object.keys(value);
-    if (keys.length === 1 && keys[0] === 'tenant') {
-      return value.tenant === '' ? "{ tenant: '' } (an empty tenant)" : `{ tenant: <${typeof value.tenant}> }`;
-    }
-    const shown = keys.slice(0, 10).join(', ');
-    return keys.length ? `an object with keys ${shown}${keys.length > 10 ? ', ...' : ''}` : 'an empty object';
+/** The request body for the core (POST: the Codec Server): as a body parser left it, or read here. */
+async function bodyOf(req) {
+  if (req.method !== 'POST') return undefined;
+  if (req.readableEnded || req._body === true) {
+    // A body parser in front read it: what it made of it (express.json: the parsed JSON).
+    const parsed = req.body;
+    if (typeof parsed === 'string') return parsed;
+    if (Buffer.isBuffer(parsed)) return parsed.toString('utf8');
+    return parsed === undefined ? '' : JSON.stringify(parsed);
   }
-  return `a ${typeof value}`;
-}
-
-function refuse(res, status, code, message) {
-  res.status(status).json({ error: { code, message } });
+  const chunks = [];
+  let size = 0;
+  for await (const chunk of req) {
+    // Beyond the limit only the count matters: the core answers 413.
+    if (size <= BODY_LIMIT) chunks.push(chunk);
+    size += chunk.length;
+  }
+  return Buffer.concat(chunks).subarray(0, BODY_LIMIT + 1).toString('utf8');
 }
 
 /** The router of `ojs` (an `Ojs`); `options.authorize` is required. */
@@ -98,91 +103,41 @@ function router(ojs, options) {
   // Express is the application's (a peer dependency), loaded only by those who mount this.
   const express = require('express');
   const routes = express.Router();
-
-  /** Runs `handle(req, res, access)` for callers `authorize` lets in; `operatorOnly`: not tenants. */
-  const guarded = (operatorOnly, handle) => async (req, res, next) => {
+  routes.use(async (req, res, next) => {
     try {
-      const access = await accessOf(authorize, req);
-      if (access === null) return refuse(res, 403, 'forbidden', 'authorize(req) refused this request');
-      if (operatorOnly && access.tenant !== null) {
-        return refuse(res, 403, 'forbidden', 'a tenant-scoped caller reads only /v1/events/stream');
-      }
-      await handle(req, res, access);
+      const queryAt = req.url.indexOf('?');
+      const path = queryAt === -1 ? req.url : req.url.slice(0, queryAt);
+      const request = {
+        method: req.method,
+        path,
+        query: queryAt === -1 ? '' : req.url.slice(queryAt + 1),
+        last_event_id: req.get('Last-Event-ID') ?? null,
+        // /healthz answers everyone: authorize is not asked.
+        access: surfaceIsOpen(path) ? null : accessOf(await authorize(req)),
+        access_field: 'authorize',
+      };
+      const body = await bodyOf(req);
+      if (body !== undefined) request.body = body;
+      const answer = await ojs._surface(JSON.stringify(request));
+      res.statusCode = answer.status;
+      // As given (Node's setHeader: Express's `set` and `send` would rewrite a charset).
+      for (const [name, value] of answer.headers) res.setHeader(name, value);
+      if (answer.stream) serve(req, res, answer.stream);
+      else res.end(answer.body);
     } catch (error) {
       next(error);
     }
-  };
-
-  routes.get('/healthz', (req, res) => {
-    res.type('text/plain').send('ok\n');
   });
-
-  routes.get(
-    '/readyz',
-    guarded(true, async (req, res) => {
-      const readiness = await ojs.readiness();
-      res.status(readiness.ready ? 200 : 503).json(readiness);
-    }),
-  );
-
-  routes.get(
-    '/metrics',
-    guarded(true, async (req, res) => {
-      const text = await ojs.metricsText();
-      if (text === null) {
-        return refuse(res, 503, 'relay_not_running', 'neither a relay in this process nor the outbox table could be read: see /readyz');
-      }
-      // The core's type (OpenMetrics text), as given: Node's setHeader, since Express's `set`
-      // and `send` would rewrite its charset.
-      res.status(200).setHeader('Content-Type', METRICS_CONTENT_TYPE);
-      res.end(text);
-    }),
-  );
-
-  routes.get(
-    '/v1/events/stream',
-    guarded(false, async (req, res, access) => {
-      const query = new URLSearchParams(req.url.slice(req.url.indexOf('?') + 1 || req.url.length));
-      const request = {};
-      for (const key of STREAM_QUERY) {
-        const values = query.getAll(key);
-        // Given twice, a parameter means what each reader of the URL chooses (the first, the
-        // last, both): refused rather than guessed.
-        if (values.length > 1) return refuse(res, 400, 'invalid_request', `the query parameter ${key} is given ${values.length} times`);
-        if (values.length === 1) request[key] = values[0];
-      }
-      if (access.tenant !== null) {
-        // A scoped caller may name its own tenant, no other (seed 003).
-        if (request.tenant !== undefined && request.tenant !== access.tenant) {
-          return refuse(res, 403, 'forbidden', 'this caller reads only its own tenant');
-        }
-        request.tenant = access.tenant;
-      }
-      const lastEventId = req.get('Last-Event-ID');
-      if (lastEventId) request.last_event_id = lastEventId;
-      let stream;
-      try {
-        stream = await ojs.relayEvents(request);
-      } catch (error) {
-        if (error instanceof OJSError && error.code === 'RELAY_SHUT_DOWN') {
-          return refuse(res, 503, 'relay_not_running', error.message);
-        }
-        if (error instanceof OJSError && error.code === 'INVALID_CONFIG') {
-          return refuse(res, 400, 'invalid_request', error.message);
-        }
-        throw error;
-      }
-      serve(req, res, stream);
-    }),
-  );
   return routes;
 }
 
 /** Writes the stream's frames until it ends or the client goes; then drops the core's handle. */
 function serve(req, res, stream) {
-  res.status(200);
-  res.set({ 'Content-Type': 'text/event-stream', 'Cache-Control': 'no-cache', 'X-Accel-Buffering': 'no' });
-  res.flushHeaders();
+  if (req.method === 'HEAD') {
+    stream.close();
+    res.end();
+    return;
+  }
   let open = true;
   let drained = null;
   res.on('close', () => {
@@ -192,17 +147,12 @@ function serve(req, res, stream) {
   });
   res.on('drain', () => drained && drained());
   (async () => {
-    let quietSince = Date.now();
     while (open) {
+      // A frame, a keep-alive comment (the core's: the first at once), '' (none yet) or null (the end).
       const frame = await stream.next(WAIT_MS);
       if (!open || frame === null) break;
-      let text = frame;
-      if (text === '') {
-        if (Date.now() - quietSince < KEEP_ALIVE_MS) continue;
-        text = ': keep-alive\n\n';
-      }
-      quietSince = Date.now();
-      if (!res.write(text)) {
+      if (frame === '') continue;
+      if (!res.write(frame)) {
         // A slow client: stop reading until it catches up (the core cuts it off if it falls
         // too far behind; nothing piles up here).
         await new Promise((resolve) => {
@@ -219,4 +169,4 @@ function serve(req, res, stream) {
     });
 }
 
-module.exports = { router, accessOf, KEEP_ALIVE_MS };
+module.exports = { router };

@@ -1,13 +1,18 @@
 'use strict';
-// Events, metrics and health (issue 15) end to end, on SQLite and PostgreSQL:
-// - `ojs.router()` mounted in a real Express server on port 0 and called over HTTP: a
-//   committed job's job.enqueued arrives on the SSE stream; authorize false is 403; a
-//   tenant-scoped caller sees only its tenant (and may not ask for another, nor widen its scope
-//   through the query: a parameter given twice is 400, `tenant[]` is not `tenant`, an empty
-//   tenant from authorize is an error, not every tenant); what authorize returned is never
-//   quoted in a message (it may hold a token); /readyz, /healthz;
-//   a client that goes away releases the core's subscription (its stream thread ends); an idle
-//   stream gets a keep-alive comment;
+// Events, metrics and health (issues 15 and 28) end to end, on SQLite and PostgreSQL:
+// - `ojs.router()` mounted in a real Express server on port 0 and called over HTTP, every
+//   answer the core's surface (`Bridge::surface`): a committed job's job.enqueued arrives on
+//   the SSE stream; authorize false is 403 with the core's body; a tenant-scoped caller sees
+//   only its tenant (and may not ask for another, nor widen its scope through the query: a
+//   parameter given twice is 400, `tenant[]` is not `tenant`, an empty tenant from authorize is
+//   an error, not every tenant); what authorize returned is never quoted in a message (it may
+//   hold a token); /readyz, /healthz (authorize not asked); an unknown path 404, a wrong
+//   method 405, HEAD without a body; a client that goes away releases the core's subscription
+//   (its stream thread ends); a stream starts with a keep-alive comment and gets another after
+//   15 s without an event;
+// - the Codec Server under the mount (with `encryption`): encode then decode gives the payload
+//   back, with or without a body parser in front; a tenant 403, a body over 1 MiB 413, no
+//   encryption 404;
 // - `/metrics` parsed by a Prometheus text-format parser (parse-prometheus-text-format, pinned
 //   in package.json), its counters equal to the outbox's counts after a drain;
 // - `ojs.subscribeEvents()` against the devserver's stream: N jobs, every stream dropped by the
@@ -57,23 +62,28 @@ function threadsNamed(pid, name) {
     }).length;
 }
 
-/** GET `route` with `headers`; resolves with `{ status, headers, body }` (body parsed when JSON). */
-function get(port, route, headers = {}) {
+/**
+ * `method` `route` with `headers` (and a request `body`, text); resolves with `{ status,
+ * headers, body }` (body parsed when JSON).
+ */
+function request(port, method, route, headers = {}, body = undefined) {
   return new Promise((resolve, reject) => {
-    http
-      .get({ host: '127.0.0.1', port, path: route, headers }, (res) => {
-        let body = '';
-        res.setEncoding('utf8');
-        res.on('data', (chunk) => (body += chunk));
-        res.on('end', () => {
-          let parsed = body;
-          if ((res.headers['content-type'] || '').startsWith('application/json')) parsed = JSON.parse(body);
-          resolve({ status: res.statusCode, headers: res.headers, body: parsed });
-        });
-      })
-      .on('error', reject);
+    const req = http.request({ host: '127.0.0.1', port, method, path: route, headers }, (res) => {
+      let text = '';
+      res.setEncoding('utf8');
+      res.on('data', (chunk) => (text += chunk));
+      res.on('end', () => {
+        let parsed = text;
+        if (text !== '' && (res.headers['content-type'] || '').startsWith('application/json')) parsed = JSON.parse(text);
+        resolve({ status: res.statusCode, headers: res.headers, body: parsed });
+      });
+    });
+    req.on('error', reject);
+    req.end(body);
   });
 }
+
+const get = (port, route, headers = {}) => request(port, 'GET', route, headers);
 
 /**
  * Opens an SSE stream; resolves once the response headers came (the server has subscribed by
@@ -156,11 +166,37 @@ for (const database of ['sqlite', 'postgres']) {
         for (const route of ['/ojs/v1/events/stream', '/ojs/metrics', '/ojs/readyz']) {
           const answer = await get(port, route, { 'x-caller': 'nobody' });
           assert.equal(answer.status, 403, route);
-          assert.equal(answer.body.error.code, 'forbidden', route);
+          assert.deepEqual(answer.body, { error: { code: 'forbidden', message: 'this caller may not read this surface' } }, route);
         }
         const health = await get(port, '/ojs/healthz');
         assert.equal(health.status, 200);
+        assert.match(health.headers['content-type'], /^text\/plain/);
         assert.equal(health.body, 'ok\n');
+        // authorize is not asked for /healthz: one that cannot answer does not matter there.
+        const unasked = await get(port, '/broken/healthz');
+        assert.equal(unasked.status, 200);
+        assert.equal(unasked.body, 'ok\n');
+      });
+
+      await t.test('the core answers every path under the mount: unknown 404, a wrong method 405, HEAD without a body', async () => {
+        const unknown = await get(port, '/ojs/nope', OPERATOR);
+        assert.equal(unknown.status, 404);
+        assert.equal(unknown.body.error.code, 'not_found');
+        assert.match(unknown.body.error.message, /\/nope/);
+        const refused = await get(port, '/ojs/nope', { 'x-caller': 'nobody' });
+        assert.equal(refused.status, 404, 'an unknown path is unknown to anyone');
+        const post = await request(port, 'POST', '/ojs/metrics', OPERATOR, '{}');
+        assert.equal(post.status, 405);
+        assert.equal(post.body.error.code, 'method_not_allowed');
+        assert.match(post.body.error.message, /GET only/);
+        const head = await request(port, 'HEAD', '/ojs/readyz', OPERATOR);
+        assert.equal(head.status, 200);
+        assert.match(head.headers['content-type'], /^application\/json/);
+        assert.equal(head.body, '');
+        const headStream = await request(port, 'HEAD', '/ojs/v1/events/stream', OPERATOR);
+        assert.equal(headStream.status, 200);
+        assert.match(headStream.headers['content-type'], /^text\/event-stream/);
+        assert.equal(headStream.body, '');
       });
 
       await t.test('a synchronous authorize decides the same way; an unusable answer is an error naming authorize', async () => {
@@ -202,8 +238,12 @@ for (const database of ['sqlite', 'postgres']) {
       await t.test('a tenant-scoped caller sees only its own tenant and may not ask for another', async () => {
         const refused = await get(port, '/ojs/v1/events/stream?tenant=t2', { 'x-caller': 'tenant:t1' });
         assert.equal(refused.status, 403);
-        assert.equal((await get(port, '/ojs/metrics', { 'x-caller': 'tenant:t1' })).status, 403);
-        assert.equal((await get(port, '/ojs/readyz', { 'x-caller': 'tenant:t1' })).status, 403);
+        assert.deepEqual(refused.body.error, { code: 'forbidden', message: 'this caller reads only its own tenant' });
+        for (const route of ['/ojs/metrics', '/ojs/readyz']) {
+          const operatorOnly = await get(port, route, { 'x-caller': 'tenant:t1' });
+          assert.equal(operatorOnly.status, 403, route);
+          assert.match(operatorOnly.body.error.message, /reads only \/v1\/events\/stream/, route);
+        }
 
         const scoped = await openStream(port, '/ojs/v1/events/stream', { 'x-caller': 'tenant:t1' });
         const ownNamed = await openStream(port, '/ojs/v1/events/stream?tenant=t1', { 'x-caller': 'tenant:t1' });
@@ -238,9 +278,10 @@ for (const database of ['sqlite', 'postgres']) {
           ['/ojs/v1/events/stream?tenant=t1&tenant=t2', OPERATOR],
           ['/ojs/v1/events/stream?types=job.*&types=ojs.*', t1],
         ]) {
-          const answer = await openStream(port, route, headers);
-          answer.close();
+          const answer = await get(port, route, headers);
           assert.equal(answer.status, 400, `${route} as ${headers['x-caller']}`);
+          assert.equal(answer.body.error.code, 'invalid_request', route);
+          assert.match(answer.body.error.message, /is given more than once/, route);
         }
         // `tenant[]` is not `tenant`, and a scoped caller's stream stays its own.
         const bracketed = await openStream(port, '/ojs/v1/events/stream?tenant[]=t2&tenant%5B%5D=t2', t1);
@@ -277,7 +318,7 @@ for (const database of ['sqlite', 'postgres']) {
         const answer = await get(port, '/ojs/v1/events/stream?since=yesterday', OPERATOR);
         assert.equal(answer.status, 400);
         assert.equal(answer.body.error.code, 'invalid_request');
-        assert.match(answer.body.error.message, /since/);
+        assert.match(answer.body.error.message, /since: "yesterday" is not an RFC 3339 time/);
       });
 
       await t.test('/metrics (OpenMetrics text) parses and its counters equal the outbox counts after a drain', async () => {
@@ -291,7 +332,7 @@ for (const database of ['sqlite', 'postgres']) {
         }, WAIT_MS, 'the outbox drained');
         const answer = await get(port, '/ojs/metrics', OPERATOR);
         assert.equal(answer.status, 200);
-        assert.match(answer.headers['content-type'], /^application\/openmetrics-text; version=1\.0\.0/);
+        assert.equal(answer.headers['content-type'], 'application/openmetrics-text; version=1.0.0; charset=utf-8');
         assert.match(answer.body, /\n# EOF\n?$/);
         // A Prometheus text parser reads OpenMetrics as well, except that a counter's samples
         // (`<name>_total`) are a family of their own beside the `# TYPE <name> counter` one.
@@ -322,8 +363,10 @@ for (const database of ['sqlite', 'postgres']) {
         assert.equal(families.get('ojs_relay_delivery_lag_seconds').type, 'HISTOGRAM');
       });
 
-      await t.test('an idle stream gets a keep-alive comment (after 15 s without an event)', async () => {
-        await waitFor(() => quiet.comments >= 1, 15000 + WAIT_MS, 'a keep-alive comment');
+      await t.test('a stream starts with a keep-alive comment and gets another after 15 s without an event', async () => {
+        // Opened before the first subtest: its first comment came with the headers.
+        assert.ok(quiet.comments >= 1, 'the first keep-alive comment');
+        await waitFor(() => quiet.comments >= 2, 15000 + WAIT_MS, 'a keep-alive comment after a quiet interval');
         assert.equal(quiet.events.length, 0);
         assert.ok(!quiet.ended);
       });
@@ -381,6 +424,57 @@ for (const database of ['sqlite', 'postgres']) {
     }
   });
 }
+
+test('the Codec Server under the mount: encode then decode gives the payload back; tenants 403, over 1 MiB 413, no keys 404', async () => {
+  await backend.reset();
+  const knex = postgresKnex();
+  const keys = { k1: 'AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=' };
+  const options = { url: backend.url, knex, relay: 'external', autoStart: false, handleSignals: false };
+  const sealed = createOjs({ ...options, encryption: { keyId: 'k1', keys } });
+  const plain = createOjs(options);
+  const app = express();
+  const authorize = async (req) => (req.get('x-caller') === 'operator' ? true : { tenant: 't1' });
+  app.use('/raw', sealed.router({ authorize }));
+  // A body parser in front has read the body already: the router passes what it parsed.
+  app.use('/parsed', express.json(), sealed.router({ authorize }));
+  app.use('/plain', plain.router({ authorize }));
+  const server = await new Promise((resolve) => {
+    const listening = app.listen(0, '127.0.0.1', () => resolve(listening));
+  });
+  const { port } = server.address();
+  const json = { ...OPERATOR, 'content-type': 'application/json' };
+  try {
+    const args = Buffer.from(JSON.stringify(['ada@example.com'])).toString('base64');
+    const request_ = JSON.stringify({ payloads: [{ data: args, metadata: { encoding: 'json/plain' } }] });
+    for (const mount of ['/raw', '/parsed']) {
+      const encoded = await request(port, 'POST', `${mount}/codec/encode`, json, request_);
+      assert.equal(encoded.status, 200, JSON.stringify(encoded.body));
+      const [payload] = encoded.body.payloads;
+      assert.equal(payload.metadata.encoding, 'binary/encrypted');
+      assert.equal(payload.metadata.encryption_key_id, 'k1');
+      assert.notEqual(payload.data, args);
+      const decoded = await request(port, 'POST', `${mount}/codec/decode`, json, JSON.stringify(encoded.body));
+      assert.equal(decoded.status, 200, JSON.stringify(decoded.body));
+      assert.equal(decoded.body.payloads[0].data, args, mount);
+    }
+    const tenant = await request(port, 'POST', '/raw/codec/decode', { 'content-type': 'application/json' }, request_);
+    assert.equal(tenant.status, 403);
+    assert.match(tenant.body.error.message, /only the operator/);
+    const large = await request(port, 'POST', '/raw/codec/decode', json, 'x'.repeat(1024 * 1024 + 1));
+    assert.equal(large.status, 413);
+    assert.equal(large.body.error.code, 'payload_too_large');
+    const notJson = await request(port, 'POST', '/raw/codec/decode', json, 'not json');
+    assert.equal(notJson.status, 400);
+    const unkeyed = await request(port, 'POST', '/plain/codec/decode', json, request_);
+    assert.equal(unkeyed.status, 404);
+    assert.match(unkeyed.body.error.message, /no encryption configured/);
+  } finally {
+    await new Promise((resolve) => server.close(resolve));
+    await sealed.close();
+    await plain.close();
+    await knex.destroy();
+  }
+});
 
 test('ojs.subscribeEvents() passes its filters: only the types asked for, a worker\'s start and completion included', async () => {
   await backend.reset();
