@@ -141,14 +141,22 @@ async function main(argv) {
   if (bridge.notice) console.error(`ojs-worker: ${bridge.notice}`);
   const handlers = await loadHandlers(values.handlers);
   if (signals.length) return 0; // stopped before anything ran
-  const worker = new Worker((optionsJson) => bridge.startWorker(optionsJson), {
+  // The loop's own records (the backend down and back, timeouts, give-backs: the core's texts)
+  // on stderr, labelled as `ojs-relay run` labels the relay's.
+  const logger = {
+    info: (message) => console.error(`ojs-worker: INFO ${message}`),
+    warn: (message) => console.error(`ojs-worker: WARN ${message}`),
+    error: (message) => console.error(`ojs-worker: ERROR ${message}`),
+  };
+  const options = {
     handlers,
     queues: values.queue,
     concurrency: number(values.concurrency),
     visibilityTimeoutMs: number(values['visibility-timeout-ms']),
     workerId: values['worker-id'],
     idlePollMs: number(values['idle-poll-ms']),
-  });
+  };
+  const worker = new Worker((optionsJson) => bridge.startWorker(optionsJson), options, logger);
   worker.on('failed', (error, ctx) => {
     const code = (error && (error.code || error.name)) || 'Error';
     console.error(`ojs-worker: job ${ctx.id} (${ctx.type}) failed: ${code}: ${error && error.message}`);

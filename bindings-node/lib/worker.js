@@ -26,12 +26,18 @@
 // it so that the loop, which decides, has nacked first) or when the worker stopped and gave
 // the job back (`stop` resolved while the handler ran). A handler may ignore it: its outcome
 // is then dropped (`finish` answers false) and the worker emits 'dropped'.
+//
+// What the loop itself says (the backend down and back, a job timed out or given back, an ack
+// or nack not delivered, a job whose args could not be decoded: the core's texts and levels)
+// is drained after each wait and handed to the logger (createOjs's `logger`, console by
+// default) as the relay's records are (lib/log.js), a job's record naming the job.
 
 const { EventEmitter } = require('node:events');
 const { callNative, awaitNative, errorFor } = require('./errors');
 const { rejectOption } = require('./native');
 const { runInScope } = require('./context');
 const { jsonOf } = require('./knex');
+const { write } = require('./log');
 
 /** How long one wait for a job lasts before it is asked again (ms). */
 const WAIT_MS = 1000;
@@ -118,8 +124,11 @@ function stoppedReason(job) {
  * after the loop had settled the job), 'error' (error: the worker itself failed), 'stopped'.
  */
 class Worker extends EventEmitter {
-  /** `startNative(optionsJson)` starts the core loop (a `NativeWorker`). */
-  constructor(startNative, options) {
+  /**
+   * `startNative(optionsJson)` starts the core loop (a `NativeWorker`); `logger` (info, warn
+   * and error methods) receives the loop's log records.
+   */
+  constructor(startNative, options, logger = console) {
     super();
     if (options === null || typeof options !== 'object' || Array.isArray(options)) {
       throw errorFor('INVALID_CONFIG', 'worker: takes an options object, e.g. { handlers, queues: ["default"] }', 'worker');
@@ -129,10 +138,11 @@ class Worker extends EventEmitter {
       throw errorFor('INVALID_CONFIG', `autorun: true or false; got ${typeof options.autorun}`, 'autorun');
     }
     this._startNative = startNative;
+    this._logger = logger;
     this._optionsJson = coreOptions(options);
     /** The running loop, or null (not started, or stopped). */
     this._native = null;
-    /** The stop under way: `{ promise, done }`, or null. */
+    /** The stop under way (a promise), or null. */
     this._stopping = null;
     /** The handlers running: `{ job, ctx, controller, timer }`. */
     this._active = new Set();
@@ -154,6 +164,11 @@ class Worker extends EventEmitter {
   /** Whether a stop began and the loop took it (no more fetches). */
   get stopping() {
     return this._native !== null && this._native.stopping;
+  }
+
+  /** Whether the backend did not answer the loop's last request (an outage being waited out). */
+  get backendDown() {
+    return this._native !== null && this._native.backendDown;
   }
 
   /** Handlers running now (a handler whose job the loop no longer holds included). */
@@ -182,7 +197,7 @@ class Worker extends EventEmitter {
    * Graceful stop: no more fetches; the jobs in flight have up to `deadlineMs` (default 30 s)
    * to finish, the rest is given back (their signals abort). Resolves once the loop has
    * stopped and every ack and nack went. A second call while one runs (`deadlineMs: 0`: give
-   * back at once) resolves with whichever ends first.
+   * back at once) ends the first one too (the core's rule); both resolve then.
    */
   stop(options = {}) {
     let deadlineMs;
@@ -193,36 +208,21 @@ class Worker extends EventEmitter {
     }
     const native = this._native;
     if (native === null) return Promise.resolve();
-    if (this._stopping === null) {
-      let done;
-      const promise = new Promise((resolve) => {
-        done = resolve;
-      });
-      this._stopping = { promise, done };
-    }
-    const stopping = this._stopping;
-    awaitNative(native.stop(deadlineMs)).then(
-      () => this._stopped(native, stopping),
-      (error) => {
-        this._error(error);
-        this._stopped(native, stopping);
-      },
-    );
-    return stopping.promise;
+    const stopped = awaitNative(native.stop(deadlineMs)).catch((error) => this._error(error));
+    this._stopping ||= stopped.then(() => this._stopped(native));
+    return this._stopping;
   }
 
-  /** A stop of `native` ended: what still runs was given back; the loop is over. */
-  async _stopped(native, stopping) {
-    if (this._native !== native || stopping.ended) return;
-    stopping.ended = true;
+  /** The first stop of `native` ended: what still runs was given back; the loop is over. */
+  async _stopped(native) {
     for (const running of this._active) {
       clearTimeout(running.timer);
       if (!running.controller.signal.aborted) running.controller.abort(stoppedReason(running.job));
     }
     await this._pumped;
+    this._log(native);
     this._native = null;
     this._stopping = null;
-    stopping.done();
     this._emit('stopped');
   }
 
@@ -231,6 +231,7 @@ class Worker extends EventEmitter {
     try {
       for (;;) {
         const text = await awaitNative(native.next(WAIT_MS));
+        this._log(native);
         if (text === null) return;
         if (text !== '') this._run(native, JSON.parse(text)).catch((error) => this._error(error));
       }
@@ -302,6 +303,16 @@ class Worker extends EventEmitter {
     }
     if (accepted) this._emit(event, ...args);
     else this._emit('dropped', ctx);
+  }
+
+  /** The loop's log records since the last call, on the logger (a job's naming the job). */
+  _log(native) {
+    const records = native.drainLog();
+    if (records.length === 0) return;
+    write(
+      this._logger,
+      records.map((record) => (record.jobId ? { ...record, message: `job ${record.jobId}: ${record.message}` } : record)),
+    );
   }
 
   /** Emits without letting a listener's exception break the worker (it becomes 'error'). */

@@ -12,7 +12,10 @@
 // - a job past its `timeout_ms` is nacked `timeout` by the loop while the handler still runs,
 //   its ctx.signal aborts (TimeoutError), and the handler's late outcome is dropped;
 // - a graceful stop lets the job in flight finish and be acked, fetches nothing more, and ends
-//   the worker's thread; a stop past its deadline gives the job back and aborts its signal;
+//   the worker's thread; a stop past its deadline gives the job back and aborts its signal
+//   (and the loop's record of it reaches the logger); a second stop ends a first one waiting;
+// - a backend outage while the worker runs (every request refused 503 by the devserver) and
+//   its end are logged on the app's logger, once each, and `backendDown` says so meanwhile;
 // - the request's traceparent reaches ctx.traceparent, and what the handler enqueues carries it;
 // - bad options: typed errors naming the option;
 // - the bin: SIGTERM drains the job in flight (exit 0), a second signal gives it back (exit
@@ -393,6 +396,78 @@ test("a stop past its deadline gives the job back and aborts the handler's signa
   await waitFor(() => dropped.length === 1, WAIT_MS, "the 'dropped' event");
 });
 
+/** A logger that keeps what it is given: `lines` of `[method, message]`. */
+function keepingLogger() {
+  const lines = [];
+  const logger = {};
+  for (const method of ['info', 'warn', 'error']) logger[method] = (message) => lines.push([method, message]);
+  return { logger, lines };
+}
+
+test("a backend outage during the worker's life is logged on the app's logger, and so is its end", async () => {
+  await backend.reset();
+  const knex = postgresKnex();
+  const { logger, lines } = keepingLogger();
+  // No relay here: what reaches the logger is the worker's.
+  const ojs = createOjs({ url: backend.url, knex, logger, relay: 'external', autoStart: false, handleSignals: false });
+  const worker = ojs.worker({ queues: ['default'], idlePollMs: IDLE_POLL_MS, handlers: { 'a.b': async () => null } });
+  const said = (method, pattern) => lines.filter(([m, message]) => m === method && pattern.test(message));
+  try {
+    assert.equal(worker.backendDown, false);
+    await backend.call('POST', '/_dev/faults', { status: 503, applies_to: 'all' });
+    await waitFor(() => said('warn', /the OJS backend is unavailable/).length > 0, WAIT_MS, 'the outage logged');
+    assert.equal(worker.backendDown, true);
+    await backend.call('DELETE', '/_dev/faults');
+    await waitFor(() => said('info', /the OJS backend answers again/).length > 0, WAIT_MS, 'the end of the outage logged');
+    assert.equal(worker.backendDown, false);
+    // Once each, in order, and nothing else (no job ran).
+    assert.deepEqual(
+      lines.map(([method, message]) => [method, message.replace(/: .*/s, '')]),
+      [
+        ['warn', 'the OJS backend is unavailable, retrying with backoff until it answers'],
+        ['info', 'the OJS backend answers again'],
+      ],
+    );
+  } finally {
+    await backend.call('DELETE', '/_dev/faults');
+    await worker.stop({ deadlineMs: 0 });
+    await ojs.close();
+    await knex.destroy();
+  }
+});
+
+test('a job given back by a stop is logged naming it; a second stop ends the first one waiting', async () => {
+  const { ojs } = await adapter('postgres');
+  const knex = postgresKnex();
+  const { logger, lines } = keepingLogger();
+  // The jobs are staged and relayed by `ojs`; the worker's adapter (no relay) logs to `logger`.
+  const quiet = createOjs({ url: backend.url, knex, logger, relay: 'external', autoStart: false, handleSignals: false });
+  const worker = quiet.worker({
+    queues: ['default'],
+    idlePollMs: IDLE_POLL_MS,
+    handlers: { 'held.job': (args, ctx) => new Promise((resolve) => ctx.signal.addEventListener('abort', resolve)) },
+  });
+  try {
+    const id = await stage(ojs, 'held.job', []);
+    await waitFor(() => worker.inFlight === 1, WAIT_MS, 'the handler running');
+    let firstEnded = false;
+    const first = worker.stop({ deadlineMs: WAIT_MS * 4 }).then(() => (firstEnded = true));
+    await waitFor(() => worker.stopping, WAIT_MS, 'the loop stopping');
+    assert.equal(firstEnded, false, 'the first stop ended while the job was in flight');
+    const second = worker.stop({ deadlineMs: 0 });
+    // Well before the first stop's own deadline.
+    await waitFor(() => firstEnded, WAIT_MS, 'the first stop ended by the second');
+    await Promise.all([first, second]);
+    assert.equal(worker.running, false);
+    assert.equal((await jobOf(id)).state, 'available');
+    assert.deepEqual(lines, [['info', `job ${id}: job given back unfinished (the worker stops)`]]);
+  } finally {
+    await worker.stop({ deadlineMs: 0 });
+    await quiet.close();
+    await knex.destroy();
+  }
+});
+
 test('bad options: typed errors naming the option', async () => {
   const { ojs } = await adapter('sqlite');
   const refused = (options, field) =>
@@ -510,6 +585,8 @@ test('ojs-worker: a second signal gives the job in flight back at once (exit 128
     proc.child.kill('SIGINT');
     assert.deepEqual(await exitOf(proc), { code: 130, signal: null }, proc.output());
     assert.match(proc.stderr(), /SIGINT: giving the jobs in flight back now/);
+    // The loop's own record of it, through the bin's logger.
+    assert.ok(proc.stderr().includes(`ojs-worker: INFO job ${id}: job given back unfinished (the worker stops)`), proc.output());
     const job = await jobOf(id);
     assert.equal(job.state, 'available', JSON.stringify(job));
   } finally {
