@@ -83,6 +83,24 @@ impl Worker {
         }
     }
 
+    /// Waits up to `timeout_ms` for jobs for up to `slots` free slots (a host that runs its
+    /// handlers on one event loop asks for all of them in one wait): every job there as soon
+    /// as one is (at most `slots`), each as JSON (module doc).
+    pub fn next_up_to(&self, slots: usize, timeout_ms: u64) -> NextJobs {
+        let wait = self
+            .inner
+            .next_up_to(slots, Duration::from_millis(timeout_ms));
+        let jobs = self.runtime.block_on(wait);
+        if !jobs.is_empty() {
+            return NextJobs::Jobs(jobs.iter().map(assignment_json).collect());
+        }
+        if self.inner.stopping() {
+            NextJobs::Stopped
+        } else {
+            NextJobs::Idle
+        }
+    }
+
     /// Settles a job handed out by [`next`](Self::next) with the handler's outcome (JSON, the
     /// module doc). `Ok(false)`: the loop no longer held it (its `timeout_ms` ran out and it was
     /// nacked `timeout`, or the stopping worker gave it back); the outcome is dropped.
@@ -126,6 +144,14 @@ impl Worker {
         self.runtime
             .block_on(self.inner.stop(Duration::from_millis(deadline_ms)));
     }
+}
+
+/// What a wait for several slots gave ([`Worker::next_up_to`]).
+#[derive(Debug, PartialEq)]
+pub enum NextJobs {
+    Jobs(Vec<String>),
+    Idle,
+    Stopped,
 }
 
 fn assignment_json(assignment: &Assignment) -> String {

@@ -2,7 +2,9 @@
 //! heartbeat, ack and nack, backoff while the backend is down, `timeout_ms` enforcement,
 //! graceful stop, trace context and decryption. Pull-based, so no callback crosses the FFI
 //! line: a binding runs `concurrency` handler slots, each calling [`WorkerLoop::next`] and then
-//! [`WorkerLoop::finish`]; every request is sent by the loop's own tokio tasks.
+//! [`WorkerLoop::finish`]; every request is sent by the loop's own tokio tasks. The loop
+//! fetches only for slots waiting in `next`, so every job it reserves has a slot that asked for
+//! it, and a graceful stop lets that slot run it.
 //!
 //! The seed-003 order on a fetched job: the trace context is read from `meta` first, then the
 //! deadline is set (`options.timeout_ms`, counted from the fetch) and the args are decoded
@@ -252,6 +254,9 @@ struct State {
     stopping: bool,
     /// The fetcher ended (stopping, after its fetch in progress): nothing more will be buffered.
     fetcher_done: bool,
+    /// Slots waiting in `next`: the fetcher fetches only for them, so every job fetched has a
+    /// slot that asked for it.
+    waiting: usize,
 }
 
 struct Shared {
@@ -261,8 +266,11 @@ struct Shared {
     state: Mutex<State>,
     /// A job entered the buffer, or the loop stops: `next` looks again.
     ready: Notify,
-    /// A held job was settled: the fetcher may fetch again, `stop` looks whether all are.
+    /// A held job was settled, or a slot stopped waiting: the fetcher may fetch again, `stop`
+    /// looks whether all are.
     freed: Notify,
+    /// A slot began to wait in `next`: the fetcher fetches for it.
+    demand: Notify,
     /// A job with a deadline is held: the supervisor recomputes its wake-up.
     deadlines: Notify,
     /// Acks and nacks for the settler; `None` is `stop`'s word that nothing more comes.
@@ -317,6 +325,7 @@ impl WorkerLoop {
             state: Mutex::new(State::default()),
             ready: Notify::new(),
             freed: Notify::new(),
+            demand: Notify::new(),
             deadlines: Notify::new(),
             settle,
             down: AtomicBool::new(false),
@@ -342,28 +351,49 @@ impl WorkerLoop {
     /// The next job for a free handler slot; `None` when none came within `timeout`, or once
     /// the loop stops and holds no job not yet handed out.
     pub async fn next(&self, timeout: Duration) -> Option<Assignment> {
+        self.next_up_to(1, timeout).await.pop()
+    }
+
+    /// Up to `slots` jobs for that many free handler slots (a host that runs its handlers on
+    /// one event loop asks for all its free slots in one wait): as soon as one is there, every
+    /// one there (at most `slots`); empty when none came within `timeout` or the loop stops.
+    pub async fn next_up_to(&self, slots: usize, timeout: Duration) -> Vec<Assignment> {
         let until = Instant::now() + timeout;
+        let slots = slots.max(1);
+        let mut waiting: Option<Waiting<'_>> = None;
         loop {
             let ready = self.shared.ready.notified();
             tokio::pin!(ready);
             // Registered before the look, so that a job buffered in between still wakes us.
             ready.as_mut().enable();
             {
-                // A stopping loop still hands out what it fetched (a job per free slot,
-                // already reserved for this worker, also by the fetch in progress when the stop
-                // came): a graceful stop finishes it.
+                // A stopping loop still hands out what it fetched (each job for a slot that
+                // asked, also by the fetch in progress when the stop came): a graceful stop
+                // finishes it.
                 let mut state = self.shared.lock();
-                if let Some(assignment) = state.buffer.pop_front() {
-                    if let Some(held) = state.held.get_mut(&assignment.job_id) {
-                        held.handed_out = true;
+                if !state.buffer.is_empty() {
+                    let count = slots.min(state.buffer.len());
+                    let taken: Vec<Assignment> = state.buffer.drain(..count).collect();
+                    for assignment in &taken {
+                        if let Some(held) = state.held.get_mut(&assignment.job_id) {
+                            held.handed_out = true;
+                        }
                     }
-                    return Some(assignment);
+                    return taken;
                 }
                 if state.stopping && state.fetcher_done {
-                    return None;
+                    return Vec::new();
+                }
+                if waiting.is_none() {
+                    state.waiting += slots;
+                    waiting = Some(Waiting(&self.shared, slots));
+                    drop(state);
+                    self.shared.demand.notify_waiters();
                 }
             }
-            tokio::time::timeout_at(until, ready).await.ok()?;
+            if tokio::time::timeout_at(until, ready).await.is_err() {
+                return Vec::new();
+            }
         }
     }
 
@@ -441,13 +471,18 @@ impl WorkerLoop {
             None => None, // stopped before (or stopping in parallel)
         };
         self.shared.fetcher_done();
+        // Until every held job is settled, or none is in a slot's hands and no slot waits
+        // for the rest (a slot that gave up waiting, then ended): those are given back now.
         loop {
             let freed = self.shared.freed.notified();
             tokio::pin!(freed);
             freed.as_mut().enable();
-            if self.shared.lock().held.is_empty()
-                || tokio::time::timeout_at(until, freed).await.is_err()
-            {
+            let settled = {
+                let state = self.shared.lock();
+                let in_hands = state.held.values().any(|held| held.handed_out);
+                state.held.is_empty() || (!in_hands && state.waiting == 0)
+            };
+            if settled || tokio::time::timeout_at(until, freed).await.is_err() {
                 break;
             }
         }
@@ -471,6 +506,17 @@ impl WorkerLoop {
         let _ = supervisor.await;
         self.shared.settle.send(None).ok();
         let _ = settler.await;
+    }
+}
+
+/// Slots counted as waiting in `next` until it returns (also when its future is dropped).
+struct Waiting<'a>(&'a Shared, usize);
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.0.lock().waiting -= self.1;
+        // `stop` looks again: a job buffered for this slot may now have no taker.
+        self.0.freed.notify_waiters();
     }
 }
 
@@ -553,19 +599,28 @@ async fn fetcher(shared: Arc<Shared>, mut stopped: watch::Receiver<bool>) {
     let mut failures = 0u32;
     while !*stopped.borrow() {
         let freed = shared.freed.notified();
-        tokio::pin!(freed);
+        let demand = shared.demand.notified();
+        tokio::pin!(freed, demand);
         freed.as_mut().enable();
-        let free = (options.concurrency).saturating_sub(shared.lock().held.len());
-        if free == 0 {
+        demand.as_mut().enable();
+        // As many jobs as slots wait for (less those already buffered for them), within the
+        // concurrency.
+        let wanted = {
+            let state = shared.lock();
+            let free = (options.concurrency).saturating_sub(state.held.len());
+            state.waiting.saturating_sub(state.buffer.len()).min(free)
+        };
+        if wanted == 0 {
             tokio::select! {
                 _ = freed => {}
+                _ = demand => {}
                 _ = stopped.changed() => {}
             }
             continue;
         }
         let command = WorkerCommand::Fetch {
             queues: options.queues.clone(),
-            count: free as u32,
+            count: wanted as u32,
             worker_id: options.worker_id.clone(),
             visibility_timeout_ms: Some(options.visibility_timeout.as_millis() as u64),
         };

@@ -283,19 +283,23 @@ async fn a_job_fetched_while_the_stop_came_is_still_run() {
     let server = DevServer::start(0).await.unwrap();
     let url = server.url();
     let id = push(&url, "[1]", json!({})).await;
-    // The first fetch is answered late: the stop comes while it is in flight.
+    // The fetch for the waiting slot is answered late: the stop comes while it is in flight.
     server.push_fault(Fault::latency(400).on_all_requests().times(1));
     let worker = Arc::new(start(&server, json!({})));
+    let slot = tokio::spawn({
+        let worker = worker.clone();
+        async move { worker.next(WAIT).await }
+    });
     until(|| server.faults().is_empty()).await;
     let stopping = tokio::spawn({
         let worker = worker.clone();
         async move { worker.stop(WAIT).await }
     });
     until(|| worker.stopping()).await;
-    let late = worker
-        .next(WAIT)
+    let late = slot
         .await
-        .expect("the slot still takes the job fetched");
+        .unwrap()
+        .expect("the slot still gets the job fetched for it");
     assert_eq!(late.job_id, id);
     assert!(worker.finish(&id, Outcome::Completed(Some(json!("ran")))));
     stopping.await.unwrap();
@@ -308,6 +312,34 @@ async fn a_job_fetched_while_the_stop_came_is_still_run() {
         worker.next(Duration::from_millis(50)).await.is_none(),
         "then the slot ends"
     );
+    server.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_wait_takes_jobs_for_several_slots() {
+    let server = DevServer::start(0).await.unwrap();
+    let url = server.url();
+    let mut ids = Vec::new();
+    for n in 0..3 {
+        ids.push(push(&url, &format!("[{n}]"), json!({})).await);
+    }
+    let worker = start(&server, json!({"concurrency": 4}));
+    let mut got: Vec<String> = Vec::new();
+    let deadline = Instant::now() + WAIT;
+    while got.len() < 3 {
+        assert!(Instant::now() < deadline, "only {got:?}");
+        let jobs = worker.next_up_to(3, WAIT).await;
+        assert!(jobs.len() <= 3);
+        got.extend(jobs.into_iter().map(|a| a.job_id));
+    }
+    got.sort();
+    ids.sort();
+    assert_eq!(got, ids);
+    assert_eq!(worker.in_flight(), 3);
+    for id in &ids {
+        assert!(worker.finish(id, Outcome::Completed(None)));
+    }
+    worker.stop(WAIT).await;
     server.shutdown().await;
 }
 
