@@ -57,7 +57,9 @@ impl Next {
 /// One subscriber of the in-process relay's events, as SSE frames.
 pub struct RelayFrames {
     pub(crate) subscription: Mutex<Subscription>,
-    pub(crate) runtime: tokio::runtime::Handle,
+    /// The process's runtime, kept alive while the stream is (a wait on a runtime the adapter's
+    /// `close` dropped would panic).
+    pub(crate) runtime: Arc<crate::runtime::Running>,
     /// Served through `Bridge::surface`: the keep-alive comment first and after each quiet
     /// interval (`None`: the host writes its own).
     keep_alive: Option<Mutex<KeepAlive>>,
@@ -73,7 +75,7 @@ impl RelayFrames {
     pub(crate) fn open(
         bus: std::sync::Arc<ojs_outbox::events::EventBus>,
         request: &StreamRequest,
-        runtime: tokio::runtime::Handle,
+        runtime: Arc<crate::runtime::Running>,
     ) -> Result<RelayFrames> {
         let filter = Filter::from_lists(
             request.types.as_deref(),
@@ -101,7 +103,7 @@ impl RelayFrames {
         bus: std::sync::Arc<ojs_outbox::events::EventBus>,
         filter: Filter,
         from: Option<ReplayFrom>,
-        runtime: tokio::runtime::Handle,
+        runtime: Arc<crate::runtime::Running>,
         keep_alive: Option<Duration>,
     ) -> RelayFrames {
         RelayFrames {
@@ -149,7 +151,7 @@ impl RelayFrames {
         let wait = async {
             tokio::time::timeout(Duration::from_millis(timeout_ms), subscription.next_frame()).await
         };
-        match self.runtime.block_on(wait) {
+        match self.runtime.runtime.block_on(wait) {
             Ok(Some(frame)) => Next::Frame(frame),
             Ok(None) => Next::End,
             Err(_) => Next::Idle,
@@ -215,7 +217,10 @@ impl Bridge {
     /// The table's event bus and the runtime its subscriptions wait on (see `relay_events`).
     pub(crate) fn event_bus(
         &self,
-    ) -> Result<(Arc<ojs_outbox::events::EventBus>, tokio::runtime::Handle)> {
+    ) -> Result<(
+        Arc<ojs_outbox::events::EventBus>,
+        Arc<crate::runtime::Running>,
+    )> {
         let live_only = || {
             Error::new(
                 ErrorCode::RelayShutDown,
@@ -228,7 +233,7 @@ impl Bridge {
             self.running_here().ok_or_else(live_only)?
         };
         let bus = running.outbox.events().ok_or_else(live_only)?;
-        Ok((bus, running.runtime.handle().clone()))
+        Ok((bus, running))
     }
 
     /// An SDK's event client (`event_client::EventSubscription` as JSON: `url` of any OJS
