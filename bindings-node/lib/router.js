@@ -133,7 +133,8 @@ function router(ojs, options) {
 
 /** Writes the stream's frames until it ends or the client goes; then drops the core's handle. */
 function serve(req, res, stream) {
-  if (req.method === 'HEAD') {
+  // HEAD has no body; a client gone during the core call will not emit 'close' again.
+  if (req.method === 'HEAD' || res.destroyed) {
     stream.close();
     res.end();
     return;
