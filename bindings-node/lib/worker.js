@@ -17,9 +17,10 @@
 //   OJSError's, or the application's own `retryable = false` for a job that cannot succeed);
 // - a type without a handler -> `unknown_type`.
 //
-// One wait for a job is outstanding at any time (`next`, on the worker's own thread): the loop
-// fetches only for free slots and hands a job over without I/O, so a single wait feeds every
-// slot, and that pending wait is what keeps the process alive while the worker runs.
+// One wait for jobs is outstanding at any time (`next`, on the worker's own thread), asking for
+// every slot at once: the loop fetches only for slots waiting (never beyond `concurrency` jobs
+// held) and hands over every job it has without I/O, so a single wait feeds every slot, and
+// that pending wait is what keeps the process alive while the worker runs.
 //
 // `ctx.signal` (an AbortSignal) is aborted when the job's `timeout_ms` has passed (the loop
 // gives each job the time it has left, `timeout_ms`; the timer fires `TIMER_SLACK_MS` after
@@ -230,10 +231,11 @@ class Worker extends EventEmitter {
   async _pump(native) {
     try {
       for (;;) {
-        const text = await awaitNative(native.next(WAIT_MS));
+        // Every slot: the loop caps what it fetches at `concurrency` jobs held.
+        const jobs = await awaitNative(native.next(native.concurrency, WAIT_MS));
         this._log(native);
-        if (text === null) return;
-        if (text !== '') this._run(native, JSON.parse(text)).catch((error) => this._error(error));
+        if (jobs === null) return;
+        for (const text of jobs) this._run(native, JSON.parse(text)).catch((error) => this._error(error));
       }
     } catch (error) {
       // The wait failed inside the core: this loop cannot go on; give the jobs back.

@@ -7,9 +7,10 @@
 //! thread of the worker's own (`events::Waiter`), as the event streams' waits do, for the same
 //! reason: a worker waits almost all its life and would hold one of libuv's four pool threads.
 //! One thread per worker, not one per handler slot: `lib/worker.js` keeps exactly one wait
-//! outstanding, since a wait only hands over a job the loop has already fetched for a free
-//! slot (no I/O), so one waiter feeds every slot at once; a thread per slot would be up to
-//! `concurrency` (1000) threads idling in the same wait. `stop` blocks until the jobs in flight
+//! outstanding, for every slot at once (`next(slots, ..)`, the core's `next_up_to`: the loop
+//! fetches only for slots waiting, and a wait hands over every job there, no I/O of its own),
+//! so one waiter feeds every slot; a thread per slot would be up to `concurrency` (1000)
+//! threads idling in the same wait. `stop` blocks until the jobs in flight
 //! have finished or its deadline passed: it runs on a thread of its own, so that it never
 //! waits behind a wait in progress (and the wait, woken by the stop, ends with `null`).
 //! `finish` only hands the outcome to the loop (the ack or nack is sent by the loop's tasks):
@@ -20,7 +21,7 @@ use std::sync::Arc;
 use napi::Env;
 use napi::bindgen_prelude::Object;
 use napi_derive::napi;
-use ojs_bridge::worker::{Next, Worker};
+use ojs_bridge::worker::{NextJobs, Worker};
 
 use crate::error::to_js;
 use crate::events::Waiter;
@@ -91,17 +92,26 @@ impl NativeWorker {
             .collect()
     }
 
-    /// Waits up to `timeoutMs` for a job for a free slot: its JSON (`ojs_bridge::worker`'s
-    /// module doc), `""` when none came in time, `null` once the worker stops.
-    #[napi(ts_return_type = "Promise<string | null>")]
-    pub fn next<'env>(&self, env: &'env Env, timeout_ms: u32) -> napi::Result<Object<'env>> {
+    /// Waits up to `timeoutMs` for jobs for up to `slots` free handler slots
+    /// (`Worker::next_up_to`: the loop fetches only for slots waiting here): as soon as one is
+    /// there, every one there, each as its JSON (`ojs_bridge::worker`'s module doc); `[]` when
+    /// none came in time, `null` once the worker stops.
+    #[napi(ts_return_type = "Promise<string[] | null>")]
+    pub fn next<'env>(
+        &self,
+        env: &'env Env,
+        slots: u32,
+        timeout_ms: u32,
+    ) -> napi::Result<Object<'env>> {
         let worker = self.worker.clone();
-        self.waiter
-            .run(env, move || match worker.next(u64::from(timeout_ms)) {
-                Next::Job(job) => Ok(Some(job)),
-                Next::Idle => Ok(Some(String::new())),
-                Next::Stopped => Ok(None),
+        let slots = usize::try_from(slots).unwrap_or(usize::MAX);
+        self.waiter.run(env, move || {
+            Ok(match worker.next_up_to(slots, u64::from(timeout_ms)) {
+                NextJobs::Jobs(jobs) => Some(jobs),
+                NextJobs::Idle => Some(Vec::new()),
+                NextJobs::Stopped => None,
             })
+        })
     }
 
     /// Settles a job `next` handed out with the handler's outcome (JSON: `completed`, `failed`,

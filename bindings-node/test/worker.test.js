@@ -6,6 +6,7 @@
 //
 // - a committed job runs in its handler and is acked with the handler's result (both
 //   databases), the handler seeing args and ctx;
+// - `concurrency` handlers run at once, and no job more is reserved while they run;
 // - a handler that throws is nacked `failed` with the error's code, message and stack, retried
 //   per the job's retry policy, then discarded;
 // - a type without a handler is nacked `unknown_type`: retryable, not discarded;
@@ -192,6 +193,41 @@ for (const database of ['sqlite', 'postgres']) {
     });
   });
 }
+
+test('concurrency: that many handlers run at once, and no job more is reserved until one ends', async () => {
+  const { ojs } = await adapter('postgres');
+  const hold = gate();
+  const started = [];
+  const worker = ojs.worker({
+    queues: ['default'],
+    concurrency: 2,
+    idlePollMs: IDLE_POLL_MS,
+    handlers: {
+      'hold.job': async (args, ctx) => {
+        started.push(ctx.id);
+        await hold.promise;
+        return { done: args[0] };
+      },
+    },
+  });
+  await stopped(worker, async () => {
+    const ids = [];
+    for (const name of ['a', 'b', 'c']) ids.push(await stage(ojs, 'hold.job', [name]));
+    await waitFor(() => started.length === 2, WAIT_MS, 'two handlers running at once');
+    // Two jobs held: the loop fetches no third (it would sit reserved without a slot).
+    const jobs = await waitFor(async () => {
+      const all = await Promise.all(ids.map(jobOf));
+      return all.every(Boolean) ? all : null;
+    }, WAIT_MS, 'every job at the backend');
+    const states = jobs.map((job) => job.state);
+    assert.deepEqual(states.filter((state) => state === 'active').length, 2, JSON.stringify(states));
+    assert.equal(states.filter((state) => state === 'available').length, 1, JSON.stringify(states));
+    assert.equal(worker.inFlight, 2);
+    hold.open();
+    for (const id of ids) await waitJob(id, (j) => j.state === 'completed', `job ${id} completed`);
+    assert.deepEqual([...started].sort(), [...ids].sort());
+  });
+});
 
 test('a handler that throws is nacked with code, message and stack, retried per the policy, then discarded', async () => {
   const { ojs } = await adapter('postgres');
