@@ -16,7 +16,7 @@
 // It logs nothing. What `authorize` returned never reaches a message: an object crosses as
 // its keys only (and the `tenant` string), so a user record returned by mistake keeps its token.
 
-const { rejectOption, surfaceIsOpen } = require('./native');
+const { rejectOption, surfaceIsOpen, surfaceServes } = require('./native');
 const { callNative, errorFor } = require('./errors');
 const { WAIT_MS } = require('./events');
 
@@ -107,6 +107,8 @@ function router(ojs, options) {
     try {
       const queryAt = req.url.indexOf('?');
       const path = queryAt === -1 ? req.url : req.url.slice(0, queryAt);
+      // Another path is the application's (a router mounted on `/` or a shared prefix).
+      if (!surfaceServes(path)) return next();
       const request = {
         method: req.method,
         path,

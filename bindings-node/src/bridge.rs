@@ -181,6 +181,13 @@ pub fn context_header_names() -> Vec<String> {
     ojs_bridge::context_header_names()
 }
 
+/// Whether `path` (under the mount) is one of the surface's (`Bridge::surface_serves`): the
+/// router passes the others on to the application.
+#[napi]
+pub fn surface_serves(path: String) -> bool {
+    Bridge::surface_serves(&path)
+}
+
 /// Whether `path` (under the mount) answers every caller (`Bridge::surface_is_open`): the
 /// router asks the app's `authorize` only for the other paths.
 #[napi]

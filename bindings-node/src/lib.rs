@@ -20,7 +20,7 @@ mod worker;
 pub use bridge::{
     AdminReport, LedgerHandle, NativeBridge, NativeHost, NativeLedger, NativeRelayCommand, Stager,
     SurfaceAnswer, context_header_names, database_url_from_parts, option_keys, reject_option,
-    relay_exit_code, stage_job, stage_jobs, surface_is_open, transaction_sql,
+    relay_exit_code, stage_job, stage_jobs, surface_is_open, surface_serves, transaction_sql,
 };
 pub use error::{codes_json, database_error_code, unencodable};
 pub use events::{NativeEventFeed, NativeRelayFrames};

@@ -6,7 +6,7 @@
 //   only its tenant (and may not ask for another, nor widen its scope through the query: a
 //   parameter given twice is 400, `tenant[]` is not `tenant`, an empty tenant from authorize is
 //   an error, not every tenant); what authorize returned is never quoted in a message (it may
-//   hold a token); /readyz, /healthz (authorize not asked); an unknown path 404, a wrong
+//   hold a token); /readyz, /healthz (authorize not asked); another path passed on to the app, a wrong
 //   method 405, HEAD without a body; a client that goes away releases the core's subscription
 //   (its stream thread ends); a stream starts with a keep-alive comment and gets another after
 //   15 s without an event;
@@ -135,6 +135,9 @@ async function serve(ojs) {
   // mistake carries a token.
   app.use('/empty', ojs.router({ authorize: () => ({ tenant: '' }) }));
   app.use('/leaky', ojs.router({ authorize: () => ({ id: 7, token: 'secret-token-123' }) }));
+  // Mounted at the root beside the application's own routes: those stay the application's.
+  app.use(ojs.router({ authorize: () => false }));
+  app.get('/hello', (req, res) => res.type('text/plain').send('the app\n'));
   // The application's error handler sees what the router passed on.
   app.use((error, req, res, next) => {
     res.status(500).json({ name: error.name, code: error.code, field: error.field, message: error.message });
@@ -178,13 +181,16 @@ for (const database of ['sqlite', 'postgres']) {
         assert.equal(unasked.body, 'ok\n');
       });
 
-      await t.test('the core answers every path under the mount: unknown 404, a wrong method 405, HEAD without a body', async () => {
+      await t.test('another path is passed on to the application, a wrong method 405, HEAD without a body', async () => {
+        // A router on the root answers only the surface's paths.
+        const app = await get(port, '/hello');
+        assert.equal(app.status, 200);
+        assert.equal(app.body, 'the app\n');
+        const rootMetrics = await get(port, '/metrics');
+        assert.equal(rootMetrics.status, 403, 'the root router still guards its own paths');
+        // Under /ojs, a path that is not the surface's falls through to Express's 404.
         const unknown = await get(port, '/ojs/nope', OPERATOR);
         assert.equal(unknown.status, 404);
-        assert.equal(unknown.body.error.code, 'not_found');
-        assert.match(unknown.body.error.message, /\/nope/);
-        const refused = await get(port, '/ojs/nope', { 'x-caller': 'nobody' });
-        assert.equal(refused.status, 404, 'an unknown path is unknown to anyone');
         const post = await request(port, 'POST', '/ojs/metrics', OPERATOR, '{}');
         assert.equal(post.status, 405);
         assert.equal(post.body.error.code, 'method_not_allowed');

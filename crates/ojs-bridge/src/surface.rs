@@ -64,6 +64,12 @@ impl Bridge {
         surface::is_open(path)
     }
 
+    /// Whether `path` (under the mount) is one of the surface's; a router that shares its
+    /// prefix with the application passes the others on.
+    pub fn surface_serves(path: &str) -> bool {
+        surface::serves(path)
+    }
+
     /// Serves one request of a mount (module doc). An `access` that is not a decision is
     /// `INVALID_CONFIG` naming `access_field` (the binding's setting: `authorize`,
     /// `OJS_HTTP_ACCESS`); everything else is an answer.

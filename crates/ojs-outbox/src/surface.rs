@@ -229,6 +229,22 @@ impl Answer {
     }
 }
 
+/// The surface's paths (under the mount).
+const PATHS: [&str; 6] = [
+    "/healthz",
+    "/readyz",
+    "/metrics",
+    "/v1/events/stream",
+    "/codec/decode",
+    "/codec/encode",
+];
+
+/// Whether `path` is one of the surface's: a mount whose framework routes by prefix (an
+/// Express router) passes the others on to the application instead of answering 404.
+pub fn serves(path: &str) -> bool {
+    PATHS.contains(&path.trim_end_matches('/'))
+}
+
 /// Whether `path` answers every caller (`/healthz`): a mount asks the app's `authorize`
 /// only for the other paths.
 pub fn is_open(path: &str) -> bool {
