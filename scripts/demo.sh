@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The main job on the embedded default (SQLite + the dev backend): jobs staged in committed and
 # rolled-back transactions, and the backend receiving only the committed ones, first through
-# the Rust core directly, then through each framework's example signup app.
+# the Rust core directly, then through each framework's example signup app, whose worker then runs
+# the committed job and prints its handler's line.
 #   scripts/demo.sh                 everything
 #   scripts/demo.sh rust|django|express|rails
 # Installs and builds print one line each; their full output goes to target/logs/ and is shown

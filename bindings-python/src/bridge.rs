@@ -8,7 +8,7 @@ use pyo3::prelude::*;
 
 use crate::error::to_py;
 use crate::events::{EventFeed, RelayFrames};
-use crate::worker::{Worker, collect_log};
+use crate::worker::Worker;
 
 #[pyclass(frozen, module = "ojs_adapter_django._native")]
 pub struct Bridge {
@@ -206,6 +206,31 @@ impl Bridge {
             .map_err(to_py)
     }
 
+    /// One request of the mount, answered by the core's surface policy
+    /// (`ojs_bridge::surface`): `request_json` is `{"method", "path", "query",
+    /// "last_event_id", "access", "access_field", "keep_alive_ms"}`; the answer is
+    /// `(status, headers, body, stream)`, `stream` the frames of an event stream (the
+    /// keep-alive comment included). Raises `NativeError` (INVALID_CONFIG) when `access` is
+    /// not a decision. Detached: readiness and metrics read the database.
+    #[allow(clippy::type_complexity)]
+    fn surface(
+        &self,
+        py: Python<'_>,
+        request_json: &str,
+    ) -> PyResult<(u16, Vec<(String, String)>, String, Option<RelayFrames>)> {
+        let answer = py
+            .detach(|| self.inner.surface(request_json))
+            .map_err(to_py)?;
+        let stream = answer.stream.map(|inner| RelayFrames { inner });
+        Ok((answer.status, answer.headers, answer.body, stream))
+    }
+
+    /// Whether `path` (under the mount) answers every caller: only the others need access.
+    #[staticmethod]
+    fn surface_is_open(path: &str) -> bool {
+        bridge::Bridge::surface_is_open(path)
+    }
+
     /// A client of an OJS event stream (`event_client::EventSubscription` as JSON: `url`
     /// (without it, the configured backend's stream), `token`, `types`, `queues`,
     /// `job_types` (lists), `tenant`, `since`, `last_event_id`).
@@ -266,10 +291,8 @@ impl Bridge {
 
     /// Starts the core worker loop (`worker::Worker`) on this configuration's backend (and key
     /// ring): `options_json` is `{"queues", "concurrency"?, "visibility_timeout_ms"?,
-    /// "worker_id"?, "idle_poll_ms"?}`; an absent key takes the core's default. The loop's log
-    /// records are collected for `drain_worker_log` from then on.
+    /// "worker_id"?, "idle_poll_ms"?}`; an absent key takes the core's default.
     fn start_worker(&self, py: Python<'_>, options_json: &str) -> PyResult<Worker> {
-        collect_log();
         py.detach(|| self.inner.start_worker(options_json))
             .map(|inner| Worker { inner })
             .map_err(to_py)

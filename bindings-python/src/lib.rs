@@ -61,7 +61,6 @@ fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_class::<events::RelayFrames>()?;
     module.add_class::<events::EventFeed>()?;
     module.add_class::<worker::Worker>()?;
-    module.add_function(wrap_pyfunction!(worker::drain_worker_log, module)?)?;
     module.add("NativeError", module.py().get_type::<error::NativeError>())?;
     module.add_function(wrap_pyfunction!(error::codes_json, module)?)?;
     module.add_function(wrap_pyfunction!(error::database_error, module)?)?;

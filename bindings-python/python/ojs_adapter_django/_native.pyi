@@ -40,12 +40,6 @@ def arm_stop_signals() -> None:
 def enable_log_feed() -> None:
     """Turns the relay's log feed on for this process; idempotent."""
 
-def drain_worker_log() -> list[tuple[str, str, Optional[str]]]:
-    """The worker loop's log records (the backend down and back, an ack or nack not delivered,
-    a job timed out or given back) since the last call, oldest first: ``(level, message,
-    job_id)``, ``level`` one of "info", "warning", "error". Collected from the first
-    ``Bridge.start_worker`` of the process on. Never blocks on I/O."""
-
 def drain_log_feed() -> list[tuple[str, str, Optional[str], str]]:
     """The relay log records since the last call, oldest first: ``(level, message, job_id,
     table)``, ``level`` one of "info", "warning", "error". Never blocks on I/O."""
@@ -102,6 +96,16 @@ class Bridge:
     def notify_committed(self, job_ids: str) -> None: ...
     def enqueue_now(self, job_json: str, context_json: Optional[str] = None) -> str: ...
     def metrics_json(self) -> str: ...
+    def surface(self, request_json: str) -> tuple[int, list[tuple[str, str]], str, Optional[RelayFrames]]:
+        """One request of the mount (``{"method", "path", "query", "last_event_id", "access",
+        "access_field", "keep_alive_ms"}``), answered by the core's surface policy: ``(status,
+        headers, body, stream)``; ``stream`` the frames of an event stream, keep-alive comments
+        included."""
+
+    @staticmethod
+    def surface_is_open(path: str) -> bool:
+        """Whether ``path`` (under the mount) answers every caller."""
+
     def metrics_text(self) -> Optional[str]:
         """The Prometheus text exposition (version 0.0.4) of this process's relay; None when no
         relay runs in this process."""
@@ -162,6 +166,15 @@ class EventFeed:
 class Worker:
     """A running core worker loop (``Bridge.start_worker``). Handler slots (threads) call
     ``next``, run the job, and call ``finish``; the loop fetches, heartbeats, acks and nacks."""
+
+    def drain_log(self) -> list[tuple[str, str, Optional[str]]]:
+        """The loop's log records (the backend down and back, an ack or nack not delivered, a
+        job timed out, given back or not decryptable) since the last call, oldest first:
+        ``(level, message, job_id)``, ``level`` one of "info", "warning", "error"."""
+
+    @property
+    def backend_down(self) -> bool:
+        """Whether the backend did not answer the loop's last request."""
 
     @property
     def worker_id(self) -> str:

@@ -707,8 +707,19 @@ class OJS:
         except _native.NativeError as native:
             raise from_native(native) from None
 
+    def surface(self, request: dict, using: Optional[str] = None
+                ) -> tuple[int, list[tuple[str, str]], str, Optional[_native.RelayFrames]]:
+        """One request of ``ojs_adapter_django.urls``, answered by the core's surface policy
+        (the same ``ojs-relay run --listen`` serves): ``(status, headers, body, stream)``. The
+        relay of ``using`` is started first when it starts by itself (``auto_start``)."""
+        bridge = self._start_by_itself(using or DEFAULT_DB_ALIAS)
+        try:
+            return bridge.surface(json.dumps(request))
+        except _native.NativeError as native:
+            raise from_native(native) from None
+
     def metrics_text(self, using: Optional[str] = None) -> Optional[str]:
-        """The Prometheus text exposition (version 0.0.4) of this process's relay of ``using``
+        """The metrics (OpenMetrics text) of this process's relay of ``using``
         (started first when it starts by itself), or without one the table's figures alone; None
         when neither can be read."""
         return self._start_by_itself(using or DEFAULT_DB_ALIAS).metrics_text()

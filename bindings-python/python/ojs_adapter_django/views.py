@@ -1,94 +1,65 @@
 """The relay's HTTP surface inside the project (issue 15; docs/events.md, docs/operations.md),
 the views of ``ojs_adapter_django.urls``:
 
-- ``events/stream``: this process's relay events as Server-Sent Events (query parameters
-  ``types``, ``queues``, ``job_types``, ``tenant``, ``since``; header ``Last-Event-ID``);
-- ``metrics``: the Prometheus text exposition of this process's relay;
+- ``events/stream``: the table's events as Server-Sent Events (query parameters ``types``,
+  ``queues``, ``job_types``, ``tenant``, ``since``; header ``Last-Event-ID``);
+- ``metrics``: the metrics (OpenMetrics text) of this process's relay;
 - ``healthz``: the process answers; ``readyz``: database, outbox table and backend reachable.
 
-The core makes the frames, the metrics text and the readiness verdict
-(``Bridge.relay_events``, ``metrics_text``, ``readiness_json``); these views decide who may
-read them (``OJS_HTTP_ACCESS``, else staff only), pass the request on and serve what comes
-back. A stream waits in the core with the GIL released, on the request's thread under WSGI
-and on a thread of its own under ASGI (an async iterator, so Django never buffers it).
+The policy (who reads what, tenant scoping, the refusals, the keep-alive) is the core's, the one
+``ojs-relay run --listen`` serves (``Bridge.surface``). These views only say who the caller is
+(``OJS_HTTP_ACCESS``, else active staff users), hand the request over and write the answer. A
+stream waits in the core with the GIL released, on the request's thread under WSGI and on a
+thread of its own under ASGI (an async iterator, so Django never buffers it).
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, AsyncIterator, Iterator, Optional
 
 from django.core.handlers.asgi import ASGIRequest
-from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
+from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from django.views.decorators.cache import never_cache
-from django.views.decorators.http import require_safe
 
 from . import _native
 from .client import ojs
 from .conf import ACCESS_SETTING, access_policy, invalid_setting
-from .errors import OJSError, RelayShutDownError
 
 #: Seconds an idle stream waits before it writes a keep-alive comment (also how soon a stream
 #: whose client went away notices it under WSGI, where only a write fails). A mount may set
 #: another with ``include("ojs_adapter_django.urls"), {"keepalive": 5}``.
 KEEPALIVE = 15.0
 
-#: An SSE comment line: clients ignore it. Written first too, so that the response's headers
-#: leave at once (a WSGI server sends them with the first chunk).
-KEEPALIVE_FRAME = ": keep-alive\n\n"
-
 #: Under ASGI, the longest one wait in the core lasts, in milliseconds: how long the stream's
 #: thread outlives a client that went away (Django cancels the response at once).
 ASGI_WAIT_MS = 1000
 
 
-# -- who may read ------------------------------------------------------------------------------
-
-def caller(request: HttpRequest) -> tuple[bool, Optional[str]]:
-    """``(allowed, tenant)``: whether the request may read the mount, and the tenant it is
-    scoped to (None: every tenant, the operator). ``OJS_HTTP_ACCESS`` decides when set: its
-    callable answers True (the operator), False or None (refused), or a tenant id (a caller who
-    sees only that tenant's events). Without it: active staff users."""
+def decision(request: HttpRequest) -> Any:
+    """Who the caller is, as the app says: ``OJS_HTTP_ACCESS``'s answer when set (True: the
+    operator; False or None: refused; a tenant id: that tenant's events only; the core
+    refuses anything else, naming the setting), else whether the user is active staff."""
     policy = access_policy()
-    if policy is None:
-        user = getattr(request, "user", None)
-        if user is None:
+    if policy is not None:
+        verdict = policy(request)
+        try:
+            json.dumps(verdict)
+        except (TypeError, ValueError):
             raise invalid_setting(ACCESS_SETTING,
-                                  "the default access of ojs_adapter_django.urls (staff only) "
-                                  "reads request.user: add django.contrib.auth.middleware."
-                                  f"AuthenticationMiddleware to MIDDLEWARE, or set "
-                                  f"{ACCESS_SETTING}")
-        return bool(user.is_active and user.is_staff), None
-    verdict = policy(request)
-    if verdict is True:
-        return True, None
-    if verdict is False or verdict is None:
-        return False, None
-    if isinstance(verdict, str) and verdict:
-        return True, verdict
-    raise invalid_setting(ACCESS_SETTING,
-                          f"{ACCESS_SETTING} returned {verdict!r}; expected True, False, None "
-                          "or a tenant id (a non-empty string)")
-
-
-def _refused(message: str) -> JsonResponse:
-    return JsonResponse({"error": {"code": "forbidden", "message": message}}, status=403)
-
-
-def _operator_only(request: HttpRequest) -> Optional[JsonResponse]:
-    """The refusal of a caller who is not the operator, if it is not."""
-    allowed, tenant = caller(request)
-    if not allowed:
-        return _refused("not allowed (staff only, or as OJS_HTTP_ACCESS decides)")
-    if tenant is not None:
-        return _refused("a tenant-scoped caller reads only events/stream")
-    return None
-
-
-def _error(error: OJSError, status: int) -> JsonResponse:
-    return JsonResponse({"error": {"code": error.code, "field": error.field,
-                                   "message": str(error)}}, status=status)
+                                  f"{ACCESS_SETTING} returned a {type(verdict).__name__}; "
+                                  "expected True, False, None or a tenant id") from None
+        return verdict
+    user = getattr(request, "user", None)
+    if user is None:
+        raise invalid_setting(ACCESS_SETTING,
+                              "the default access of ojs_adapter_django.urls (staff only) "
+                              "reads request.user: add django.contrib.auth.middleware."
+                              f"AuthenticationMiddleware to MIDDLEWARE, or set "
+                              f"{ACCESS_SETTING}")
+    return bool(user.is_active and user.is_staff)
 
 
 def _keepalive_ms(keepalive: Any) -> int:
@@ -98,114 +69,83 @@ def _keepalive_ms(keepalive: Any) -> int:
     return max(1, int(keepalive * 1000))
 
 
-# -- the views ---------------------------------------------------------------------------------
-
-@never_cache
-@require_safe
-def events_stream(request: HttpRequest, using: Optional[str] = None,
-                  keepalive: float = KEEPALIVE) -> HttpResponse:
-    """``GET events/stream``: Server-Sent Events until the relay stops or the client goes."""
-    keepalive_ms = _keepalive_ms(keepalive)
-    allowed, own_tenant = caller(request)
-    if not allowed:
-        return _refused("not allowed (staff only, or as OJS_HTTP_ACCESS decides)")
-    asked = request.GET.get("tenant")
-    if own_tenant is not None and asked is not None and asked != own_tenant:
-        return _refused("this caller reads only its own tenant's events")
-    ojs.bridge(using)  # a bad configuration raises here, as anywhere else
-    try:
-        frames = ojs.relay_events(
-            types=request.GET.get("types"),
-            queues=request.GET.get("queues"),
-            job_types=request.GET.get("job_types"),
-            tenant=own_tenant if own_tenant is not None else asked,
-            since=request.GET.get("since"),
-            last_event_id=request.headers.get("Last-Event-ID") or None,
-            using=using,
-        )
-    except RelayShutDownError as error:
-        return _error(error, 503)
-    except OJSError as error:  # the request's own parameters (since)
-        return _error(error, 400)
-    if isinstance(request, ASGIRequest):
-        content: Any = _async_frames(frames, keepalive_ms)
+def _serve(request: HttpRequest, path: str, using: Optional[str], keepalive: Any) -> HttpResponse:
+    """One request under the core path ``path``: the caller, the core's answer, written."""
+    keep_alive_ms = _keepalive_ms(keepalive)  # the mount's own option, checked first
+    asked = {
+        "method": request.method,
+        "path": path,
+        "query": request.META.get("QUERY_STRING", ""),
+        "last_event_id": request.headers.get("Last-Event-ID") or None,
+        "access": False if _native.Bridge.surface_is_open(path) else decision(request),
+        "access_field": ACCESS_SETTING,
+        "keep_alive_ms": keep_alive_ms,
+    }
+    status, headers, body, stream = ojs.surface(asked, using)
+    if stream is None:
+        response = HttpResponse(body, status=status)
+    elif isinstance(request, ASGIRequest):
+        response = StreamingHttpResponse(_async_frames(stream), status=status)
     else:
-        content = _frames(frames, keepalive_ms)
-    response = StreamingHttpResponse(content, content_type="text/event-stream")
-    response["X-Accel-Buffering"] = "no"  # proxies (nginx) pass each frame on at once
+        response = StreamingHttpResponse(_frames(stream), status=status)
+    for name, value in headers:
+        response[name] = value
     return response
 
 
-def _frames(frames: _native.RelayFrames, keepalive_ms: int) -> Iterator[str]:
-    """The frames for a WSGI server: each wait on the request's thread, the GIL released."""
-    yield KEEPALIVE_FRAME
+def _frames(frames: _native.RelayFrames) -> Iterator[str]:
+    """The frames for a WSGI server: each wait on the request's thread, the GIL released (the
+    core writes a keep-alive comment when it is due)."""
     while True:
-        frame = frames.next(keepalive_ms)
+        frame = frames.next(ASGI_WAIT_MS)
         if frame is None:
             return
-        yield frame or KEEPALIVE_FRAME
+        if frame:
+            yield frame
 
 
-async def _async_frames(frames: _native.RelayFrames, keepalive_ms: int) -> AsyncIterator[str]:
+async def _async_frames(frames: _native.RelayFrames) -> AsyncIterator[str]:
     """The frames for an ASGI server: each wait on a thread of this stream's own, so the event
     loop never blocks; Django cancels this generator when the client goes."""
     loop = asyncio.get_running_loop()
     thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ojs-events-stream")
-    wait_ms = min(ASGI_WAIT_MS, keepalive_ms)
     try:
-        yield KEEPALIVE_FRAME
-        idle_ms = 0
         while True:
-            frame = await loop.run_in_executor(thread, frames.next, wait_ms)
+            frame = await loop.run_in_executor(thread, frames.next, ASGI_WAIT_MS)
             if frame is None:
                 return
             if frame:
-                idle_ms = 0
                 yield frame
-                continue
-            idle_ms += wait_ms
-            if idle_ms >= keepalive_ms:
-                idle_ms = 0
-                yield KEEPALIVE_FRAME
     finally:
         thread.shutdown(wait=False)
 
 
+# -- the views: each a path of the core's surface ------------------------------------------------
+
 @never_cache
-@require_safe
+def events_stream(request: HttpRequest, using: Optional[str] = None,
+                  keepalive: float = KEEPALIVE) -> HttpResponse:
+    """``GET events/stream``: Server-Sent Events until the relay stops or the client goes."""
+    return _serve(request, "/v1/events/stream", using, keepalive)
+
+
+@never_cache
 def metrics(request: HttpRequest, using: Optional[str] = None,
             keepalive: float = KEEPALIVE) -> HttpResponse:
-    """``GET metrics``: the Prometheus exposition of this process's relay, or without one the
-    table's figures alone; 503 when neither can be read."""
-    refusal = _operator_only(request)
-    if refusal is not None:
-        return refusal
-    text = ojs.metrics_text(using)
-    if text is None:
-        return HttpResponse("neither a relay in this process nor the outbox table could be read: see /readyz\n", status=503,
-                            content_type="text/plain; charset=utf-8")
-    return HttpResponse(text, content_type="text/plain; version=0.0.4; charset=utf-8")
+    """``GET metrics``: this process's relay's metrics, or without one the table's figures."""
+    return _serve(request, "/metrics", using, keepalive)
 
 
 @never_cache
-@require_safe
 def healthz(request: HttpRequest, using: Optional[str] = None,
             keepalive: float = KEEPALIVE) -> HttpResponse:
     """``GET healthz``: the process answers (no access check: it tells nothing else)."""
-    return HttpResponse("ok\n", content_type="text/plain; charset=utf-8")
+    return _serve(request, "/healthz", using, keepalive)
 
 
 @never_cache
-@require_safe
 def readyz(request: HttpRequest, using: Optional[str] = None,
            keepalive: float = KEEPALIVE) -> HttpResponse:
     """``GET readyz``: the core's verdict, ``{"ready", "database", "backend"}``; 200 when
     ready, else 503."""
-    refusal = _operator_only(request)
-    if refusal is not None:
-        return refusal
-    try:
-        state = ojs.readiness(using)
-    except OJSError as error:
-        return _error(error, 503)
-    return JsonResponse(state, status=200 if state.get("ready") else 503)
+    return _serve(request, "/readyz", using, keepalive)

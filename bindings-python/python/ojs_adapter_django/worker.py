@@ -208,6 +208,7 @@ class Worker:
                 {"op": "get", "job_id": "00000000-0000-0000-0000-000000000000"},
                 using=self.backend.database)
         native = self.backend.adapter.start_worker(self.options, using=self.backend.database)
+        self._native = native
         self.worker_id = native.worker_id
         self._limit = self.count if self.count is not None else (1 if once else None)
         slots = native.concurrency
@@ -519,7 +520,10 @@ class Worker:
 
     def _forward_log(self) -> None:
         """The worker loop's records since the last call, on ``logger``."""
-        for level, message, job_id in _native.drain_worker_log():
+        native = getattr(self, "_native", None)
+        if native is None:
+            return
+        for level, message, job_id in native.drain_log():
             if job_id:
                 message = f"job {job_id}: {message}"
             logger.log(_LEVELS.get(level, logging.WARNING), "%s", message,

@@ -26,4 +26,8 @@ def answers_nonsense(request):
     return 42
 
 
+def answers_a_user(request):
+    return request.user
+
+
 NOT_CALLABLE = "a string, not a function"

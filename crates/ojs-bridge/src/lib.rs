@@ -39,9 +39,9 @@ pub mod surface;
 pub mod worker;
 
 pub use encodings::{database_error_code, decode_ids, encode_ids, unencodable};
-pub use ojs_outbox::error::codes_json;
 pub use log::{LogRecord, drain_log_feed, enable_log_feed};
 pub use ojs_outbox::admin::Report;
+pub use ojs_outbox::error::codes_json;
 pub use ojs_outbox::{Error, ErrorCode, ErrorFamily, Host, Result};
 pub use relay_command::{RelayCommand, Started, relay_command, relay_exit_code};
 pub use runtime::arm_stop_signals;
