@@ -356,5 +356,5 @@ impl RelayCommand {
 /// errors; 1: the rest), as `ojs-relay` exits.
 #[pyfunction]
 pub fn relay_exit_code(code: &str) -> i32 {
-    ojs_outbox::ErrorCode::parse(code).map_or(1, bridge::relay_exit_code)
+    ojs_bridge::ErrorCode::parse(code).map_or(1, bridge::relay_exit_code)
 }

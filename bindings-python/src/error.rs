@@ -2,7 +2,7 @@
 //! exception type, `NativeError`, whose only argument is that JSON text. The Python package
 //! decodes it into the class of its code (`errors.py`, docs/errors.md).
 
-use ojs_outbox::Error;
+use ojs_bridge::Error;
 use pyo3::PyErr;
 use pyo3::create_exception;
 use pyo3::exceptions::PyException;
@@ -23,7 +23,7 @@ pub fn to_py(error: Error) -> PyErr {
 /// package's tests check its classes against.
 #[pyfunction]
 pub fn codes_json() -> String {
-    ojs_outbox::error::codes_json()
+    ojs_bridge::codes_json()
 }
 
 /// The error, as JSON text, for a failure of Django's own cursor: its code from the driver's
