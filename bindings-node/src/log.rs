@@ -15,6 +15,17 @@ pub struct LogRecord {
     pub table: String,
 }
 
+impl From<ojs_bridge::LogRecord> for LogRecord {
+    fn from(record: ojs_bridge::LogRecord) -> LogRecord {
+        LogRecord {
+            level: record.level,
+            message: record.message,
+            job_id: record.job_id,
+            table: record.table,
+        }
+    }
+}
+
 /// Turns the relay's log feed on for this process. Idempotent.
 #[napi]
 pub fn enable_log_feed() {
@@ -26,11 +37,6 @@ pub fn enable_log_feed() {
 pub fn drain_log_feed() -> Vec<LogRecord> {
     ojs_bridge::drain_log_feed()
         .into_iter()
-        .map(|record| LogRecord {
-            level: record.level,
-            message: record.message,
-            job_id: record.job_id,
-            table: record.table,
-        })
+        .map(LogRecord::from)
         .collect()
 }

@@ -83,12 +83,7 @@ impl NativeWorker {
     #[napi]
     pub fn drain_log(&self) -> Vec<LogRecord> {
         (self.worker.drain_log().into_iter())
-            .map(|record| LogRecord {
-                level: record.level,
-                message: record.message,
-                job_id: record.job_id,
-                table: record.table,
-            })
+            .map(LogRecord::from)
             .collect()
     }
 
