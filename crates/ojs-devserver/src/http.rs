@@ -149,6 +149,7 @@ fn events_refusal(request: Request<Incoming>) -> Resp {
 enum Route<'p> {
     Enqueue(RequestKind),
     GetJob(&'p str),
+    CancelJob(&'p str),
     Health,
     Manifest,
     Worker(WorkerOp),
@@ -176,8 +177,10 @@ fn route<'p>(method: &Method, path: &'p str) -> Route<'p> {
                     Route::GetJob(id)
                 } else if id == "batch" {
                     Route::MethodNotAllowed("POST")
+                } else if method == Method::DELETE {
+                    Route::CancelJob(id)
                 } else {
-                    Route::MethodNotAllowed("GET")
+                    Route::MethodNotAllowed("GET, DELETE")
                 }
             }
             _ => Route::NotFound,
@@ -200,6 +203,16 @@ async fn ojs(app: &App, kill: &Notify, path: &str, request: Request<Incoming>) -
     }
     let response = match route {
         Route::GetJob(id) => get_job(app, id),
+        Route::CancelJob(id) => match app.cancel(id) {
+            Ok(envelope) => {
+                let mut body = Vec::with_capacity(envelope.len() + 8);
+                body.extend_from_slice(b"{\"job\":");
+                body.extend_from_slice(&envelope);
+                body.push(b'}');
+                ojs_json(StatusCode::OK, body)
+            }
+            Err(error) => control_error_response(&error),
+        },
         Route::Worker(op) => worker_api::answer(app, op, request).await,
         Route::Health => ojs_json(
             StatusCode::OK,
@@ -238,7 +251,7 @@ async fn ojs(app: &App, kill: &Notify, path: &str, request: Request<Incoming>) -
 
 /// The conformance manifest: what the devserver implements, and nothing more. It serves the
 /// level 0 operations of the binding (push, fetch, ack, nack, health, manifest) plus batch
-/// push, info and heartbeat, and no other level 1 operation (cancel, activate, dead letter),
+/// push, info, heartbeat and cancel, and no other level 1 operation (activate, dead letter),
 /// so `conformance_level` is 0; `conformance_tier: "runtime"` because workers run jobs
 /// through it (fetch, ack, nack, retries, reservations). The capabilities name what a client
 /// can observe: batch enqueue (switchable), unique jobs (strong: check and insert under one

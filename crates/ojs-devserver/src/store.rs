@@ -157,8 +157,9 @@ impl Run {
 #[derive(Clone, Copy)]
 pub(crate) struct Cancellation {
     pub at_us: u64,
-    /// The job whose unique `replace` cancelled this one.
-    pub replaced_by: u128,
+    /// The job whose unique `replace` cancelled this one; `None` for a client's
+    /// `DELETE /ojs/v1/jobs/{id}`.
+    pub replaced_by: Option<u128>,
 }
 
 impl StoredJob {
@@ -185,6 +186,24 @@ impl StoredJob {
 
     pub fn cancellation(&self) -> Option<Cancellation> {
         self.rare.as_ref().and_then(|rare| rare.cancelled)
+    }
+
+    /// Whether a later job's unique `replace` cancelled this one (it then leaves `jobs`).
+    pub fn replaced(&self) -> bool {
+        self.cancellation().is_some_and(|c| c.replaced_by.is_some())
+    }
+
+    /// A client's cancel (`DELETE /ojs/v1/jobs/{id}`): the job is `cancelled` from now on and
+    /// its reservation, if a worker held it, is void.
+    pub fn cancel_by_client(&mut self, at_us: u64) {
+        let rare = self.rare.get_or_insert_with(Box::default);
+        rare.cancelled = Some(Cancellation {
+            at_us,
+            replaced_by: None,
+        });
+        if let Some(run) = rare.run.as_mut() {
+            run.worker_id = None;
+        }
     }
 
     fn scheduled_at_us(&self) -> Option<i64> {
@@ -610,8 +629,10 @@ impl State {
         if first {
             self.replaced += 1;
         }
-        job.rare.get_or_insert_with(Box::default).cancelled =
-            Some(Cancellation { at_us, replaced_by });
+        job.rare.get_or_insert_with(Box::default).cancelled = Some(Cancellation {
+            at_us,
+            replaced_by: Some(replaced_by),
+        });
         first
     }
 
@@ -714,7 +735,7 @@ impl State {
         out.extend_from_slice(b"{\"jobs\":[");
         let mut first = true;
         for (seq, job) in self.jobs.iter().enumerate() {
-            if job.cancellation().is_some() {
+            if job.replaced() {
                 continue;
             }
             if !first {
@@ -727,7 +748,10 @@ impl State {
         out.extend_from_slice(b"],\"replaced\":[");
         let mut first = true;
         for (seq, job) in self.jobs.iter().enumerate() {
-            let Some(cancelled) = job.cancellation() else {
+            let Some((cancelled, replaced_by)) = job
+                .cancellation()
+                .and_then(|c| c.replaced_by.map(|by| (c, by)))
+            else {
                 continue;
             };
             if !first {
@@ -738,7 +762,7 @@ impl State {
             let _ = write!(
                 out,
                 ",\"replaced_by\":\"{}\",\"cancelled_at_us\":{}}}",
-                format_job_id(cancelled.replaced_by),
+                format_job_id(replaced_by),
                 cancelled.at_us
             );
         }

@@ -340,6 +340,41 @@ impl App {
         }
     }
 
+    /// A client's cancel (`DELETE /ojs/v1/jobs/{id}`), as the reference servers do it: any
+    /// state that is not terminal (`scheduled`, `available`, `active`, `retryable`) →
+    /// `cancelled`, with `cancelled_at`; a worker holding the job can no longer ack, nack or
+    /// extend it (`409`). A terminal job (`completed`, `discarded`, `cancelled`) is refused
+    /// (`409`). Returns the job's envelope as it is afterwards, and emits `job.cancelled`.
+    pub fn cancel(&self, id_text: &str) -> Result<Vec<u8>, JobControlError> {
+        let now = now_us();
+        let mut state = self.state();
+        let slot = resolve(&state, id_text)?;
+        let (jobs, work) = state.work_parts();
+        let job = &mut jobs[slot as usize];
+        let current = job.state(now);
+        if matches!(
+            current,
+            JobState::Completed | JobState::Discarded | JobState::Cancelled
+        ) {
+            return Err(refusal(
+                job,
+                current,
+                "scheduled, available, active or retryable",
+            ));
+        }
+        job.cancel_by_client(now);
+        let attempt = job.run().map_or(0, |run| run.attempt);
+        publish(
+            &self.events,
+            job,
+            "job.cancelled",
+            JobState::Cancelled,
+            json!({ "attempt": attempt, "cancelled_by": "client" }),
+        );
+        work.refile(jobs, slot);
+        Ok(envelope(&jobs[slot as usize], now))
+    }
+
     /// `available` or `retryable` (even before its backoff ran out) → `active`.
     fn start(&self, id_text: &str, worker_id: &str) -> Result<Vec<u8>, JobControlError> {
         let now = now_us();

@@ -188,6 +188,24 @@ async fn a_job_is_enqueued_started_and_completed_in_order_as_cloudevents() {
 }
 
 #[tokio::test]
+async fn a_clients_cancel_emits_job_cancelled() {
+    let (server, client) = start().await;
+    let mut stream = Stream::open(&client, "?types=job.*", None).await;
+    let id = job_id(1);
+    assert_eq!(client.enqueue(&job(1, "email.send")).await.status, 201);
+    let cancelled = client.delete(&format!("/ojs/v1/jobs/{id}")).await;
+    assert_eq!(cancelled.status, 200, "{:?}", cancelled.body);
+
+    let frames = stream.take(2).await;
+    assert_eq!(kinds(&frames), ["job.enqueued", "job.cancelled"]);
+    let data = &frames[1].data["data"];
+    assert_eq!(data["job_id"], id.as_str());
+    assert_eq!(data["state"], "cancelled");
+    assert_eq!(data["cancelled_by"], "client");
+    server.shutdown().await;
+}
+
+#[tokio::test]
 async fn batch_push_and_a_unique_replace_emit_enqueued_and_cancelled() {
     let (server, client) = start().await;
     let mut stream = Stream::open(&client, "?types=job.*", None).await;

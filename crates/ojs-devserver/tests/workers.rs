@@ -388,3 +388,85 @@ async fn worker_requests_are_refused_as_the_servers_refuse_them() {
     fetch(&client, json!({ "queues": ["q"] })).await;
     server.shutdown().await;
 }
+
+#[tokio::test]
+async fn delete_cancels_a_job_that_is_not_terminal_as_the_servers_do() {
+    let (server, client) = start().await;
+    enqueue_with(&client, 1, json!({})).await;
+    enqueue_with(&client, 2, json!({})).await;
+    enqueue_with(
+        &client,
+        3,
+        json!({ "scheduled_at": utc_ms_after(3_600_000) }),
+    )
+    .await;
+    enqueue_with(&client, 4, json!({})).await;
+
+    // An available job: cancelled at once, answered with its envelope, never handed out.
+    let cancelled = client.delete(&format!("/ojs/v1/jobs/{}", job_id(1))).await;
+    assert_eq!(cancelled.status, 200, "{:?}", cancelled.body);
+    common::assert_ojs_headers(&cancelled);
+    assert_envelope(&cancelled.body["job"], &["cancelled"]);
+    assert!(
+        cancelled.body["job"]["cancelled_at"].is_string(),
+        "{:?}",
+        cancelled.body
+    );
+    assert_eq!(get_job(&client, 1).await["state"], "cancelled");
+    // A scheduled job too.
+    let scheduled = client.delete(&format!("/ojs/v1/jobs/{}", job_id(3))).await;
+    assert_eq!(scheduled.body["job"]["state"], "cancelled");
+
+    // An active job: its worker can no longer ack, nack or extend it.
+    let held = fetch_until_one(&client, json!({ "queues": ["default"], "count": 1 })).await;
+    assert_eq!(held["id"], job_id(2), "the cancelled job 1 was handed out");
+    let active = client.delete(&format!("/ojs/v1/jobs/{}", job_id(2))).await;
+    assert_eq!(active.status, 200, "{:?}", active.body);
+    assert_eq!(active.body["job"]["state"], "cancelled");
+    let ack = client
+        .post("/ojs/v1/workers/ack", &json!({ "job_id": job_id(2) }))
+        .await;
+    let error = assert_error(&ack, 409, "invalid_request");
+    assert_eq!(error["details"]["current_state"], "cancelled");
+    let beat = client
+        .post(
+            "/ojs/v1/workers/heartbeat",
+            &json!({ "worker_id": "w", "active_jobs": [job_id(2)] }),
+        )
+        .await;
+    assert_eq!(beat.status, 200, "{:?}", beat.body);
+    assert!(beat.body.get("jobs_extended").is_none(), "{:?}", beat.body);
+
+    // The rest is handed out; the cancelled ones never are.
+    let rest = fetch(&client, json!({ "queues": ["default"], "count": 10 })).await;
+    assert_eq!(fetched_ids(&rest), [job_id(4)]);
+
+    // Terminal jobs are refused with the state they are in; unknown ids are 404.
+    let acked = client
+        .post("/ojs/v1/workers/ack", &json!({ "job_id": job_id(4) }))
+        .await;
+    assert_eq!(acked.status, 200, "{:?}", acked.body);
+    for (n, state) in [(1, "cancelled"), (4, "completed")] {
+        let again = client.delete(&format!("/ojs/v1/jobs/{}", job_id(n))).await;
+        let error = assert_error(&again, 409, "invalid_request");
+        assert_eq!(error["details"]["current_state"], state, "{error}");
+    }
+    let unknown = client.delete(&format!("/ojs/v1/jobs/{}", job_id(99))).await;
+    assert_error(&unknown, 404, "not_found");
+    let put = client
+        .send(
+            client
+                .http
+                .put(format!("{}/ojs/v1/jobs/{}", client.base, job_id(4))),
+        )
+        .await;
+    assert_error(&put, 405, "invalid_request");
+    assert_eq!(put.header("allow"), Some("GET, DELETE"));
+
+    // A client's cancel keeps the job among those received (only a unique `replace` moves
+    // a job to `replaced`).
+    let received = client.received().await;
+    assert_eq!(common::received_ids(&received).len(), 4, "{received}");
+    assert_eq!(received["replaced"], json!([]));
+    server.shutdown().await;
+}
