@@ -2,7 +2,7 @@
 // ojs-adapter-express: transactional job enqueue for Express over the OJS outbox core, on knex,
 // pg, Kysely, Drizzle, Prisma, Sequelize, TypeORM or better-sqlite3 transactions (lib/providers/).
 
-const { Ojs, createOjs, createOutboxTable, dropOutboxTable } = require('./lib/ojs');
+const { Ojs, createOjs, createOutboxTable, dropOutboxTable } = require('./lib/facade');
 const { ojsMiddleware, RequestOjs } = require('./lib/express');
 const errors = require('./lib/errors');
 const providers = require('./lib/providers');

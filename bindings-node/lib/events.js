@@ -10,6 +10,7 @@
 
 const { rejectOption } = require('./native');
 const { callNative, awaitNative } = require('./errors');
+const { camelKey, snakeKey } = require('./json');
 
 /** How long one wait for a frame or an event lasts before it is asked again (ms). */
 const WAIT_MS = 1000;
@@ -21,9 +22,6 @@ const WAIT_MS = 1000;
  */
 const STREAM_KEYS = ['types', 'queues', 'job_types', 'tenant', 'since', 'last_event_id'];
 const SUBSCRIPTION_KEYS = ['url', 'token', 'types', 'queues', 'job_types', 'tenant', 'since', 'last_event_id'];
-
-const camelKey = (key) => key.replace(/_([a-z])/g, (_, c) => c.toUpperCase());
-const snakeKey = (key) => key.replace(/[A-Z]/g, (c) => `_${c.toLowerCase()}`);
 
 /** `options` as JSON with the contract's keys: unknown names refused, undefined values left out. */
 function contractJson(options, keys) {

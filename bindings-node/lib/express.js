@@ -4,7 +4,7 @@
 // resolvers) in AsyncLocalStorage for everything the request runs, and exposes `req.ojs`.
 
 const { runScoped, contextFromRequest, requestContext } = require('./context');
-const { createOjs } = require('./ojs');
+const { createOjs } = require('./facade');
 
 /**
  * `req.ojs`: the adapter's calls bound to one request's context. The first argument of

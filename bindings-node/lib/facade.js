@@ -6,6 +6,7 @@
 const { NativeBridge, stageJob, stageJobs, optionKeys, rejectOption } = require('./native');
 const { callNative, awaitNative, errorFor, fromNative, NoTransactionError } = require('./errors');
 const hostKnex = require('./knex');
+const { jsonOf, jobJson, jobsJson, camelKey, snakeKey } = require('./json');
 const providers = require('./providers');
 const transactions = require('./transaction');
 const { runScoped, currentScope, requestResolvers } = require('./context');
@@ -13,7 +14,7 @@ const { decodeStaged, firstColumn, runStaged } = require('./staged');
 const { RelayHost } = require('./relay-host');
 const relayLog = require('./log');
 const events = require('./events');
-const { router } = require('./router');
+const { router } = require('./mount');
 const lifecycle = require('./lifecycle');
 const { Worker } = require('./worker');
 
@@ -32,7 +33,7 @@ function snakeKeys(value, path = '') {
   const out = {};
   for (const [key, inner] of Object.entries(value)) {
     if (inner === undefined) continue;
-    const snake = key.replace(/[A-Z]/g, (c) => `_${c.toLowerCase()}`);
+    const snake = snakeKey(key);
     out[snake] = snakeKeys(inner, path === '' ? snake : `${path}.${snake}`);
   }
   return out;
@@ -42,9 +43,6 @@ function snakeKeys(value, path = '') {
 const EXPRESS_OPTIONS = ['knex', 'db', 'providers', 'config', 'relayProcess', 'onError', 'autoStart', 'handleSignals', 'logger', 'user', 'tenant'];
 /** How an application sets the backend URL, named by the core when it is missing. */
 const URL_SETTING = 'createOjs({ url })';
-
-const camelKey = (key) => key.replace(/_([a-z])/g, (_, c) => c.toUpperCase());
-const snakeKey = (key) => key.replace(/[A-Z]/g, (c) => `_${c.toLowerCase()}`);
 
 /**
  * The core configuration for these options: only what the caller gave, so every default stays
@@ -138,7 +136,7 @@ function hostOptions() {
  */
 function contextText(scope, ojs) {
   const context = typeof scope.context === 'function' ? scope.context(ojs) : scope.context;
-  return context ? hostKnex.jsonOf(context, 'context') : null;
+  return context ? jsonOf(context, 'context') : null;
 }
 
 /**
@@ -380,7 +378,7 @@ class Ojs {
   }
 
   async _enqueueNow(type, args, options, meta, scope) {
-    const job = hostKnex.jobJson(type, args, options, meta);
+    const job = jobJson(type, args, options, meta);
     return this._io('enqueueNow', job, contextText(scope, this));
   }
 
@@ -422,7 +420,7 @@ class Ojs {
       if (!isExecutor(executor)) {
         if (typeof type !== 'string') {
           // Not a text: the general path hands the value over as JSON, for the core to refuse.
-          const jobs = `[${hostKnex.jobJson(type, args, options, meta)}]`;
+          const jobs = `[${jobJson(type, args, options, meta)}]`;
           return Promise.resolve(this._stageProvider(executor, jobs, scope, false)).then((ids) => ids[0]);
         }
         const { jobId, done, ledger, keyed } = this._stageOne(executor, type, args, options, meta, scope, false);
@@ -440,11 +438,11 @@ class Ojs {
       }
       if (typeof type !== 'string') {
         // Not a text: the general path hands the value over as JSON, for the core to refuse.
-        return this._stage(executor, `[${hostKnex.jobJson(type, args, options, meta)}]`, scope).then((ids) => ids[0]);
+        return this._stage(executor, `[${jobJson(type, args, options, meta)}]`, scope).then((ids) => ids[0]);
       }
-      const argsText = hostKnex.jsonOf(args, 'args');
-      const optionsText = options == null ? null : hostKnex.jsonOf(options, 'options');
-      const metaText = meta == null ? null : hostKnex.jsonOf(meta, 'meta');
+      const argsText = jsonOf(args, 'args');
+      const optionsText = options == null ? null : jsonOf(options, 'options');
+      const metaText = meta == null ? null : jsonOf(meta, 'meta');
       let level = null;
       let ledger = null;
       if (hostKnex.isTransaction(executor)) {
@@ -488,8 +486,8 @@ class Ojs {
   /** Stages every job with one INSERT; same transaction rules; resolves with their ids. */
   async enqueueBulk(...call) {
     const [executor, jobs] = this._executorCall(call);
-    if (!isExecutor(executor)) return this._stageProvider(executor, hostKnex.jobsJson(jobs), currentScope(), false);
-    return this._stage(executor, hostKnex.jobsJson(jobs), currentScope());
+    if (!isExecutor(executor)) return this._stageProvider(executor, jobsJson(jobs), currentScope(), false);
+    return this._stage(executor, jobsJson(jobs), currentScope());
   }
 
   /**
@@ -504,7 +502,7 @@ class Ojs {
     if (executor === undefined) throw noTransaction('enqueueAfterCommitSync(type, args)');
     const [type, args, options, meta] = given ? rest : [first, ...rest];
     if (typeof type !== 'string') {
-      return this._stageProvider(executor, `[${hostKnex.jobJson(type, args, options, meta)}]`, scope, true)[0];
+      return this._stageProvider(executor, `[${jobJson(type, args, options, meta)}]`, scope, true)[0];
     }
     const { jobId, ledger, keyed } = this._stageOne(executor, type, args, options, meta, scope, true);
     if (keyed !== undefined) return keyed[0];
@@ -518,7 +516,7 @@ class Ojs {
     const scope = currentScope();
     const executor = given ? call[0] : scope.trx;
     if (executor === undefined) throw noTransaction('enqueueBulkSync(jobs)');
-    return this._stageProvider(executor, hostKnex.jobsJson(given ? call[1] : call[0]), scope, true);
+    return this._stageProvider(executor, jobsJson(given ? call[1] : call[0]), scope, true);
   }
 
   /** Whether `value` is a database or transaction object of one of this adapter's providers. */
@@ -574,9 +572,9 @@ class Ojs {
    */
   _stageOne(executor, type, args, options, meta, scope, sync) {
     const { level, binding } = this._place(executor, sync);
-    const argsText = hostKnex.jsonOf(args, 'args');
-    const optionsText = options == null ? null : hostKnex.jsonOf(options, 'options');
-    const metaText = meta == null ? null : hostKnex.jsonOf(meta, 'meta');
+    const argsText = jsonOf(args, 'args');
+    const optionsText = options == null ? null : jsonOf(options, 'options');
+    const metaText = meta == null ? null : jsonOf(meta, 'meta');
     const ledger = level === null ? null : transactions.ledgerOf(level, this).handle;
     const stager = this._providerStager(binding.dialect, binding.placeholder);
     const params = stageOne(stager, ledger, type, argsText, optionsText, metaText, contextText(scope, this));

@@ -37,7 +37,7 @@ const { EventEmitter } = require('node:events');
 const { callNative, awaitNative, errorFor } = require('./errors');
 const { rejectOption } = require('./native');
 const { runInScope } = require('./context');
-const { jsonOf } = require('./knex');
+const { jsonOf, snakeKey } = require('./json');
 const { write } = require('./log');
 
 /** How long one wait for a job lasts before it is asked again (ms). */
@@ -48,7 +48,6 @@ const TIMER_SLACK_MS = 20;
 const DEFAULT_STOP_DEADLINE_MS = 30000;
 /** The options that are this package's; every other one goes to the core, in snake_case. */
 const OWN_OPTIONS = ['handlers', 'autorun'];
-const snakeKey = (key) => key.replace(/[A-Z]/g, (c) => `_${c.toLowerCase()}`);
 
 /** The handlers option, checked: a plain object of functions by job type. */
 function checkHandlers(handlers) {

@@ -11,18 +11,18 @@
 //! each stream's own instead of the pool (`events.rs`); so do a worker's waits for jobs and its
 //! stop (`worker.rs`).
 
-mod bridge;
 mod error;
 mod events;
+mod facade;
 mod log;
 mod worker;
 
-pub use bridge::{
+pub use error::{codes_json, database_error_code, unencodable};
+pub use events::{NativeEventFeed, NativeRelayFrames};
+pub use facade::{
     AdminReport, LedgerHandle, NativeBridge, NativeHost, NativeLedger, NativeRelayCommand, Stager,
     SurfaceAnswer, context_header_names, database_url_from_parts, option_keys, reject_option,
     relay_exit_code, stage_job, stage_jobs, surface_is_open, surface_serves, transaction_sql,
 };
-pub use error::{codes_json, database_error_code, unencodable};
-pub use events::{NativeEventFeed, NativeRelayFrames};
 pub use log::{LogRecord, drain_log_feed, enable_log_feed};
 pub use worker::NativeWorker;

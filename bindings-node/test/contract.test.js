@@ -1,9 +1,9 @@
 'use strict';
 // The contract with the core (issue 14): the error classes against the core's codes and
-// families, the TypeScript declarations against the core's option keys and codes, the
-// package version against the workspace's, the core's ledger as knex settles each level, the
-// relay's database URL from knex's settings, the request context from the headers the core
-// names, and autoStart's one meaning.
+// families, the TypeScript declarations against the core's option keys and codes and against
+// the package's exports, the package version against the workspace's, the core's ledger as
+// knex settles each level, the relay's database URL from knex's settings, the request context
+// from the headers the core names, and autoStart's one meaning.
 
 const { test } = require('node:test');
 const assert = require('node:assert/strict');
@@ -12,7 +12,7 @@ const path = require('node:path');
 const { ojsPackage, PACKAGE_DIR, REPO, scratchDir, sqliteKnex, postgresKnex, knexLib, waitFor } = require('./support');
 
 const native = require(path.join(PACKAGE_DIR, 'lib', 'native'));
-const { EXPRESS_OPTIONS } = require(path.join(PACKAGE_DIR, 'lib', 'ojs'));
+const { EXPRESS_OPTIONS } = require(path.join(PACKAGE_DIR, 'lib', 'facade'));
 const { createOjs, OJSError, ERROR_CLASSES } = ojsPackage;
 
 const CODES = JSON.parse(native.codesJson());
@@ -106,6 +106,12 @@ test("index.d.ts: CreateOjsOptions is the core's option keys in camelCase plus E
   const camel = (key) => key.replace(/_([a-z])/g, (_, c) => c.toUpperCase());
   const expected = [...native.optionKeys().map(camel), ...EXPRESS_OPTIONS].sort();
   assert.deepEqual(interfaceKeys(source, 'CreateOjsOptions').sort(), expected);
+});
+
+test("index.d.ts: its values (const, class, function) are exactly the package's exports", () => {
+  const source = fs.readFileSync(path.join(PACKAGE_DIR, 'index.d.ts'), 'utf8');
+  const declared = new Set([...source.matchAll(/^export declare (?:const|class|function) ([A-Za-z_$][\w$]*)/gm)].map((match) => match[1]));
+  assert.deepEqual(Object.keys(ojsPackage).sort(), [...declared].sort());
 });
 
 test("index.d.ts: the ErrorCode union is the core's codes", () => {

@@ -55,7 +55,7 @@ django.setup()
 from django.db import connections, transaction  # noqa: E402
 
 from ojs_adapter_django import OJS  # noqa: E402
-from ojs_adapter_django.client import _bulk_placeholder  # noqa: E402
+from ojs_adapter_django.facade import _bulk_placeholder  # noqa: E402
 
 TABLE = "py_bench_outbox"
 JOBS = int(os.environ.get("BENCH_JOBS", "1000"))  # single calls per round

@@ -4,9 +4,9 @@
 //! one exception (`NativeError`) carrying `Error::to_json`. The Python package decodes them.
 //! Every call that may wait on the database, the backend or the relay releases the GIL.
 
-mod bridge;
 mod error;
 mod events;
+mod facade;
 mod worker;
 
 use pyo3::prelude::*;
@@ -55,9 +55,9 @@ fn drain_log_feed() -> Vec<(String, String, Option<String>, String)> {
 #[pymodule]
 fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add("__version__", env!("CARGO_PKG_VERSION"))?;
-    module.add_class::<bridge::Bridge>()?;
-    module.add_class::<bridge::RelayCommand>()?;
-    module.add_function(wrap_pyfunction!(bridge::relay_exit_code, module)?)?;
+    module.add_class::<facade::Bridge>()?;
+    module.add_class::<facade::RelayCommand>()?;
+    module.add_function(wrap_pyfunction!(facade::relay_exit_code, module)?)?;
     module.add_class::<events::RelayFrames>()?;
     module.add_class::<events::EventFeed>()?;
     module.add_class::<worker::Worker>()?;

@@ -28,7 +28,7 @@ from django.test import AsyncClient, Client, RequestFactory
 from prometheus_client.openmetrics.parser import text_string_to_metric_families
 
 from ojs_adapter_django import OJS, Event, InvalidConfigError, ojs, request_context, subscribe_events
-from ojs_adapter_django import views
+from ojs_adapter_django import mount
 from support import WAIT, drop_table, wait_until
 
 DB = pytest.mark.django_db(transaction=True, databases=["default", "pg"])
@@ -310,7 +310,7 @@ def test_a_misspelled_setting_is_a_check_error_naming_the_right_one(settings):
 def test_the_default_access_without_authentication_middleware_is_an_error():
     request = RequestFactory().get("/ojs/metrics")  # no request.user: no AuthenticationMiddleware
     with pytest.raises(InvalidConfigError, match="AuthenticationMiddleware") as raised:
-        views.metrics(request)
+        mount.metrics(request)
     assert raised.value.field == "OJS_HTTP_ACCESS"
 
 
@@ -318,7 +318,7 @@ def test_a_keepalive_that_is_not_a_positive_number_is_an_error():
     request = RequestFactory().get("/ojs/events/stream")
     for keepalive in (0, -1, "5", True):
         with pytest.raises(InvalidConfigError) as raised:
-            views.events_stream(request, keepalive=keepalive)
+            mount.events_stream(request, keepalive=keepalive)
         assert raised.value.field == "keepalive"
 
 

@@ -11,7 +11,7 @@ The job is written as an outbox row in the same transaction and sent to the OJS 
 relay after the commit; a rollback leaves nothing. See docs/django.md.
 """
 
-from .client import OJS, enqueue, enqueue_after_commit, enqueue_bulk, ojs, subscribe_events
+from .facade import OJS, enqueue, enqueue_after_commit, enqueue_bulk, ojs, subscribe_events
 from .context import (
     clear_request_context,
     get_request_context,

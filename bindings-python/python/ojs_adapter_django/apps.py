@@ -28,7 +28,7 @@ class OJSAdapterConfig(AppConfig):
         checks.register(check_settings, checks.Tags.compatibility)
         setting_changed.connect(_settings_changed)
         if serving():
-            from .client import ojs
+            from .facade import ojs
 
             ojs.start_at_boot()
 
@@ -59,7 +59,7 @@ def serving(argv: Optional[Sequence[str]] = None,
 
 def _settings_changed(setting: str, **kwargs: object) -> None:
     if setting in ("OJS_CONFIG", "DATABASES"):
-        from .client import ojs
+        from .facade import ojs
 
         ojs.reset()
 
@@ -91,7 +91,7 @@ def check_config(app_configs: object = None, **kwargs: object) -> list:
     from . import _native
     from .conf import config_json
 
-    from .client import URL_SETTING
+    from .facade import URL_SETTING
 
     from .errors import OJSError, from_native
 

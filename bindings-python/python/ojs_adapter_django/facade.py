@@ -24,11 +24,9 @@ import os
 import threading
 import uuid
 from datetime import datetime, timedelta, timezone
-from json.encoder import c_make_encoder, encode_basestring_ascii  # type: ignore[attr-defined]
-from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
+from typing import Any, Iterable, Mapping, Optional, Sequence
 
 from django.core.exceptions import ImproperlyConfigured
-from django.core.serializers.json import DjangoJSONEncoder
 from django.db import DEFAULT_DB_ALIAS, connections, transaction
 from django.db import DatabaseError as DjangoDatabaseError
 from django.db.transaction import TransactionManagementError
@@ -37,6 +35,7 @@ from . import _native, events, relay_log
 from .conf import config_json
 from .context import context_json
 from .errors import ConfigurationError, OJSError, decode, from_native
+from .json import encode, jobs_json, part_json
 
 logger = logging.getLogger("ojs_adapter_django")
 
@@ -49,107 +48,6 @@ _SETTINGS = object()
 URL_SETTING = 'OJS_CONFIG["ojs_url"]'
 #: The same for an adapter built with an explicit configuration.
 EXPLICIT_URL_SETTING = 'the "ojs_url" key of OJS(config)'
-
-
-#: One encoder for every call (building one per call costs more than encoding a small job).
-_ENCODER = DjangoJSONEncoder(separators=(",", ":"), allow_nan=False)
-
-
-def _compact_encoder() -> Callable[[Any], str]:
-    """``_ENCODER.encode``, minus the C encoder it builds on every call (that costs more than
-    encoding a job's args). Same output and errors; circular data raises RecursionError instead
-    of ValueError (no markers). Falls back to ``encode`` where the C accelerator is missing."""
-    if c_make_encoder is None:
-        return _ENCODER.encode
-    iterencode = c_make_encoder(None, _ENCODER.default, encode_basestring_ascii, None,
-                                _ENCODER.key_separator, _ENCODER.item_separator,
-                                False, False, False)
-    return lambda value: "".join(iterencode(value, 0))
-
-
-_dumps = _compact_encoder()
-
-#: What a value JSON cannot hold raises while encoding.
-_UNENCODABLE = (TypeError, ValueError, RecursionError)
-
-#: The key types JSON objects take (the encoder turns the non-string ones into strings).
-_KEY_TYPES = (str, int, float, bool, type(None))
-
-
-def _path(path: str, key: Any, in_list: bool) -> str:
-    """``key`` appended to a path: ``[i]`` for an index, ``.name`` for an identifier,
-    ``["other key"]`` otherwise."""
-    if in_list:
-        return f"{path}[{key}]"
-    if isinstance(key, str) and key.isidentifier():
-        return f"{path}.{key}" if path else key
-    return f"{path}[{json.dumps(str(key))}]"
-
-
-def _find_unencodable(value: Any, path: str, ancestors: tuple = ()) -> Optional[tuple[str, str]]:
-    """The first value under ``value`` that JSON cannot hold, as ``(path, why)``; None when the
-    encoder's failure is not below one value (then the caller names ``path`` itself)."""
-    if isinstance(value, (dict, list, tuple)):
-        if id(value) in ancestors:
-            return path, "refers to an object that contains it (a cycle has no JSON form)"
-        ancestors = (*ancestors, id(value))
-        is_dict = isinstance(value, dict)
-        for key, item in (value.items() if is_dict else enumerate(value)):
-            if is_dict and not isinstance(key, _KEY_TYPES):
-                return path, f"has a key of type {type(key).__name__}, which JSON cannot hold"
-            found = _find_unencodable(item, _path(path, key, not is_dict), ancestors)
-            if found is not None:
-                return found
-        return None
-    try:
-        _dumps(value)
-    except _UNENCODABLE as exc:
-        return path, f"cannot be converted to JSON: {exc}"
-    return None
-
-
-def _unencodable(part: str, value: Any, path: str, cause: BaseException) -> OJSError:
-    """The error for ``value`` (the job's ``part``, at ``path``) that the encoder refused with
-    ``cause``: Python finds where the value is, the core decides the code (``unencodable``)."""
-    try:
-        found = _find_unencodable(value, path)
-    except RecursionError:
-        found = None
-    where, why = found or (path, f"cannot be converted to JSON: {cause}")
-    return decode(_native.unencodable(part, where, why))
-
-
-def _jobs_json(jobs: Sequence[Mapping[str, Any]]) -> str:
-    """The jobs as the core takes them. A value JSON cannot hold is reported with the core's
-    code for its part and its path (``jobs[1].args[0]`` in a bulk of several)."""
-    try:
-        return _dumps(jobs)
-    except _UNENCODABLE as exc:
-        cause = exc
-    many = len(jobs) > 1
-    for index, job in enumerate(jobs):
-        path = f"jobs[{index}]" if many else ""
-        try:
-            _dumps(job)
-            continue
-        except _UNENCODABLE as exc:
-            cause = exc
-        if not isinstance(job, Mapping):
-            raise _unencodable("job", job, path or "job", cause)
-        for part, value in job.items():
-            try:
-                _dumps(value)
-            except _UNENCODABLE as exc:
-                raise _unencodable(str(part), value, _path(path, part, False), exc) from None
-    raise _unencodable("jobs", jobs, "jobs", cause)
-
-
-def _part_json(value: Any, part: str) -> str:
-    """One part of a job (args, options or meta) as JSON text, or the core's error for it."""
-    try:
-        return _dumps(value)
-    except _UNENCODABLE as exc:
-        raise _unencodable(part, value, part, exc) from None
 
 
 def _staged_job(text: str) -> list[Optional[str]]:
@@ -432,7 +330,7 @@ class OJS:
         """Sends one job to the backend now, outside any transaction; returns its id.
         Raises BackendUnavailableError / BackendRejectedError when the backend does not take it."""
         bridge = self.bridge(using)
-        job_json = _jobs_json([_job(type, args, options, meta)])[1:-1]
+        job_json = jobs_json([_job(type, args, options, meta)])[1:-1]
         try:
             return bridge.enqueue_now(job_json, context_json())
         except _native.NativeError as native:
@@ -448,9 +346,9 @@ class OJS:
         alias = using or DEFAULT_DB_ALIAS
         bridge = self._bridges.get(alias) or self.bridge(alias)
         connection = connections[alias]
-        args_json = _part_json(args, "args")
-        options_json = _part_json(options, "options") if options else None
-        meta_json = None if meta is None else _part_json(meta, "meta")
+        args_json = part_json(args, "args")
+        options_json = part_json(options, "options") if options else None
+        meta_json = None if meta is None else part_json(meta, "meta")
         sql = self._insert_sql.get(alias)
         try:
             staged = bridge.stage_job(connection.vendor, PLACEHOLDER, type, args_json,
@@ -484,7 +382,7 @@ class OJS:
         connection = connections[alias]
         try:
             staged = json.loads(bridge.stage(connection.vendor, _bulk_placeholder(connection),
-                                             _jobs_json(jobs), context_json()))
+                                             jobs_json(jobs), context_json()))
         except _native.NativeError as native:
             raise from_native(native) from None
         return self._run_staged(connection, alias, bridge, staged)
@@ -667,7 +565,7 @@ class OJS:
         (another refusal, e.g. an ack of a job that is not active), InvalidQueueError /
         InvalidConfigError (checked before anything is sent). ``manage.py ojs_worker`` is
         built on it (docs/django-tasks.md)."""
-        return json.loads(self._call(using, "worker", _dumps(command)))
+        return json.loads(self._call(using, "worker", encode(command)))
 
     def start_worker(self, options: Mapping[str, Any], *,
                      using: Optional[str] = None) -> _native.Worker:
@@ -676,7 +574,7 @@ class OJS:
         an absent key taking the core's default. The loop fetches, heartbeats, acks and nacks;
         its handler slots call ``next`` / ``finish`` (``ojs_adapter_django.worker.Worker`` runs
         Django tasks on it). Raises InvalidConfigError / InvalidQueueError for bad options."""
-        return self._call(using, "start_worker", _dumps(options))
+        return self._call(using, "start_worker", encode(options))
 
     # -- events, metrics and health (issue 15; docs/events.md) ------------------------------
 

@@ -25,7 +25,7 @@ from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from django.views.decorators.cache import never_cache
 
 from . import _native
-from .client import ojs
+from .facade import ojs
 from .conf import ACCESS_SETTING, access_policy, invalid_setting
 
 #: Seconds an idle stream waits before it writes a keep-alive comment (also how soon a stream

@@ -25,7 +25,6 @@ the mapping (job type, args, options) and what is not supported, and why.
 from __future__ import annotations
 
 import difflib
-import json
 import uuid
 from typing import Any, Optional
 
@@ -55,8 +54,9 @@ except ImportError:  # Django 5.2 with the django-tasks backport
             "(django.tasks), or on Django 5.2 the django-tasks package (pip install django-tasks)"
         ) from exc
 
-from .client import OJS, _UNENCODABLE, _dumps, _unencodable
+from .facade import OJS
 from .errors import InvalidJobTypeError
+from .json import json_value
 
 #: The keys of ``TASKS[alias]["OPTIONS"]``, with their defaults.
 OPTION_DEFAULTS = {
@@ -65,18 +65,6 @@ OPTION_DEFAULTS = {
     #: The adapter that stages it: an ``OJS`` instance, or the import path of one.
     "ADAPTER": "ojs_adapter_django.ojs",
 }
-
-
-def _json_value(value: Any, path: str) -> Any:
-    """``value`` as the job will carry it (the binding's encoder: ``DjangoJSONEncoder``, so a
-    datetime, Decimal or UUID becomes its string), decoded again, so that the TaskResult holds
-    what a worker will get. A value JSON cannot hold is the core's ``INVALID_ARGS`` (field
-    ``args``), its message starting with where it is (``args[1]``, ``kwargs.user``)."""
-    try:
-        text = _dumps(value)
-    except _UNENCODABLE as exc:
-        raise _unencodable("args", value, path, exc) from None
-    return json.loads(text)
 
 
 #: How the state of a job the OJS backend holds reads as a Django ``TaskResultStatus``
@@ -207,8 +195,8 @@ class OJSBackend(BaseTaskBackend):
         and returns its ``TaskResult`` (``id``: the job id, status READY). ``task_enqueued``
         is sent when the job is staged: inside ``atomic()`` the job is not committed yet."""
         self.validate_task(task)
-        positional = _json_value(list(args), "args")
-        keywords = _json_value(dict(kwargs), "kwargs")
+        positional = json_value(list(args), "args")
+        keywords = json_value(dict(kwargs), "kwargs")
         options: dict[str, Any] = {"queue": task.queue_name, "priority": task.priority}
         if task.run_after is not None:
             run_after = task.run_after

@@ -10,13 +10,13 @@ default database's relay; ``include(...), {"using": "other"}`` serves another al
 
 from django.urls import path
 
-from . import views
+from . import mount
 
 app_name = "ojs"
 
 urlpatterns = [
-    path("events/stream", views.events_stream, name="events-stream"),
-    path("metrics", views.metrics, name="metrics"),
-    path("healthz", views.healthz, name="healthz"),
-    path("readyz", views.readyz, name="readyz"),
+    path("events/stream", mount.events_stream, name="events-stream"),
+    path("metrics", mount.metrics, name="metrics"),
+    path("healthz", mount.healthz, name="healthz"),
+    path("readyz", mount.readyz, name="readyz"),
 ]

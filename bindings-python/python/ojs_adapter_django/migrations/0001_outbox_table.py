@@ -6,14 +6,14 @@ from django.db import migrations
 
 
 def create_outbox_table(apps, schema_editor):
-    from ojs_adapter_django.client import ojs
+    from ojs_adapter_django.facade import ojs
 
     connection = schema_editor.connection
     ojs.create_outbox_table(connection.alias, connection=connection)
 
 
 def drop_outbox_table(apps, schema_editor):
-    from ojs_adapter_django.client import ojs
+    from ojs_adapter_django.facade import ojs
 
     connection = schema_editor.connection
     ojs.drop_outbox_table(connection.alias, connection=connection)

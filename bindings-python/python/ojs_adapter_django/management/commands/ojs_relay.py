@@ -26,7 +26,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import DEFAULT_DB_ALIAS
 
 from ojs_adapter_django import _native, relay_log
-from ojs_adapter_django.client import ojs
+from ojs_adapter_django.facade import ojs
 from ojs_adapter_django.errors import OJSError, from_native
 
 
