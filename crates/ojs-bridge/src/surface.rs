@@ -32,7 +32,10 @@ impl From<Answer> for SurfaceAnswer {
         SurfaceAnswer {
             status: answer.status,
             content_type: answer.content_type.to_owned(),
-            headers: vec![("Content-Type".into(), answer.content_type.to_owned())],
+            headers: std::iter::once(("Content-Type", answer.content_type))
+                .chain(answer.headers)
+                .map(|(name, value)| (name.to_owned(), value.to_owned()))
+                .collect(),
             body: answer.body,
             stream: None,
         }
@@ -55,6 +58,9 @@ struct SurfaceRequest {
     keep_alive_ms: Option<u64>,
     #[serde(default)]
     body: Option<String>,
+    /// The `X-OJS-Dashboard` header's value (a dashboard write needs `1`).
+    #[serde(default)]
+    write_header: Option<String>,
 }
 
 impl Bridge {
@@ -83,6 +89,7 @@ impl Bridge {
             path: &request.path,
             query: &request.query,
             last_event_id: request.last_event_id.as_deref(),
+            write_header: request.write_header.as_deref(),
             caller,
         };
         let answer = match surface::route(&asked) {
@@ -101,6 +108,7 @@ impl Bridge {
                 let body = body.filter(|b| b.len() <= surface::CODEC_BODY_LIMIT);
                 Answer::codec(decode, self.config.encryption.as_deref(), body)
             }
+            Action::Dashboard { call, viewer } => self.dashboard(&call, &viewer)?,
             Action::Events { filter, from } => {
                 let keep_alive = request
                     .keep_alive_ms
@@ -126,5 +134,32 @@ impl Bridge {
             }
         };
         Ok(answer.into())
+    }
+
+    /// A dashboard call, through the relay's connection (`ojs_outbox::dashboard`); a replay
+    /// wakes the relay here for the rows it put back.
+    fn dashboard(
+        &self,
+        call: &ojs_outbox::dashboard::Call,
+        viewer: &ojs_outbox::dashboard::Viewer,
+    ) -> Result<Answer> {
+        let readiness = match call {
+            ojs_outbox::dashboard::Call::Overview if viewer.tenant.is_none() => {
+                serde_json::from_str(&self.readiness_json()?).ok()
+            }
+            _ => None,
+        };
+        self.with_running(|running| {
+            let events = running.outbox.events();
+            let (answer, effects) = running.runtime.block_on(ojs_outbox::dashboard::answer(
+                running.outbox.store(),
+                call,
+                viewer,
+                readiness,
+                events.as_deref(),
+            ));
+            running.outbox.notify_committed(effects.replayed);
+            Ok(answer)
+        })
     }
 }

@@ -493,6 +493,18 @@ pub fn is_encoded(args: &Value) -> bool {
         && items[0].get("ojs_encoded") == Some(&Value::Bool(true)))
 }
 
+/// The Codec Server request (`POST /codec/decode`) that decodes a stored job's encoded
+/// `args`: its data, and the key id its `meta` names. `Null` when `args` is not encoded.
+pub fn decode_request_for(args: &Value, meta: &Value) -> Value {
+    if !is_encoded(args) {
+        return Value::Null;
+    }
+    json!({"payloads": [{
+        "data": args[0]["data"],
+        "metadata": {"encoding": ENCRYPTED, "encryption_key_id": meta[META_KEY_ID]},
+    }]})
+}
+
 /// A JSON value's kind, or the value when it is short and not data (encodings, names).
 fn describe(value: &Value) -> String {
     match value {

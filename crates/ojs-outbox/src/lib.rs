@@ -12,6 +12,7 @@ mod backoff;
 pub mod classify;
 pub mod codec;
 pub mod config;
+pub mod dashboard;
 pub mod duration;
 pub mod error;
 pub mod event_client;

@@ -1064,6 +1064,8 @@ impl OutboxSql {
     }
 }
 
+mod dashboard;
+
 /// Transaction control, for hosts whose driver has none (node-postgres): the statements the
 /// Rust-native `OutboxTransaction` runs too, the same in both dialects. `step`: `begin`,
 /// `commit`, `rollback`, `savepoint`, `release`, `rollback_to`; `depth` names a savepoint

@@ -1194,3 +1194,5 @@ fn redact(url: &str) -> String {
         _ => url.to_owned(),
     }
 }
+
+pub mod dashboard;

@@ -8,6 +8,7 @@
 //! | `GET /metrics` | the operator | the Prometheus text exposition |
 //! | `GET /v1/events/stream` | the operator, or a tenant (its own events only) | SSE frames |
 //! | `POST /codec/decode`, `/codec/encode` | the operator | the Codec Server (`codec.rs`) |
+//! | `/dashboard/...` | the operator, a tenant, a viewer | the dashboard (`dashboard.rs`) |
 //!
 //! A host (the relay CLI, a mount) finds out who the caller is ([`Caller`]: from a token, or
 //! from the app's `authorize` decision, [`Caller::from_decision`]), hands the request to
@@ -49,6 +50,9 @@ pub enum Caller {
     Operator,
     /// Only this tenant's events.
     Tenant(String),
+    /// Reads what the operator (`None`) or a tenant reads, and writes nothing: no dashboard
+    /// replay or purge, no Codec Server.
+    Viewer(Option<String>),
     /// The app's `authorize` said no (403).
     Refused,
     /// No credentials, or none that match (401; the relay CLI's token check).
@@ -57,15 +61,29 @@ pub enum Caller {
 
 impl Caller {
     /// The app's decision as JSON: `true` (the operator), `false` or `null` (refused),
-    /// `{"tenant": "t1"}` or `"t1"` (that tenant; non-empty). Anything else is
+    /// `{"tenant": "t1"}` or `"t1"` (that tenant; non-empty), `{"read_only": true}` (a viewer
+    /// of everything) or `{"tenant": "t1", "read_only": true}` (of that tenant). Anything else is
     /// `INVALID_CONFIG` naming `field` (the binding's setting), describing the value's shape,
     /// never its contents (it may be a user record or a token by mistake).
     pub fn from_decision(decision: &Value, field: &str) -> Result<Caller> {
+        let read_only =
+            |map: &serde_json::Map<String, Value>| map.get("read_only") == Some(&Value::Bool(true));
         let tenant = match decision {
             Value::Bool(true) => return Ok(Caller::Operator),
             Value::Bool(false) | Value::Null => return Ok(Caller::Refused),
             Value::String(tenant) => Some(tenant.as_str()),
+            Value::Object(map) if map.len() == 1 && read_only(map) => {
+                return Ok(Caller::Viewer(None));
+            }
             Value::Object(map) if map.len() == 1 => map.get("tenant").and_then(Value::as_str),
+            Value::Object(map) if map.len() == 2 && read_only(map) => {
+                match map.get("tenant").and_then(Value::as_str) {
+                    Some(tenant) if !tenant.is_empty() => {
+                        return Ok(Caller::Viewer(Some(tenant.to_owned())));
+                    }
+                    _ => None,
+                }
+            }
             _ => None,
         };
         match tenant {
@@ -74,7 +92,7 @@ impl Caller {
                 ErrorCode::InvalidConfig,
                 field,
                 format!(
-                    "must answer true (everything), false (refused) or a tenant id (only that tenant's events; non-empty); it answered {}",
+                    "must answer true (everything), false (refused), a tenant id (only that tenant's; non-empty) or {{\"read_only\": true}} with or without a tenant; it answered {}",
                     shape(decision)
                 ),
             )),
@@ -107,6 +125,8 @@ pub struct Request<'a> {
     /// The raw query string, without `?`.
     pub query: &'a str,
     pub last_event_id: Option<&'a str>,
+    /// The `X-OJS-Dashboard` header's value: a dashboard write needs `1`.
+    pub write_header: Option<&'a str>,
     pub caller: Caller,
 }
 
@@ -127,6 +147,12 @@ pub enum Action {
     },
     /// Read the body (at most [`CODEC_BODY_LIMIT`] bytes) and write [`Answer::codec`].
     Codec { decode: bool },
+    /// Make the dashboard's call on the outbox table ([`crate::dashboard::answer`]); for
+    /// `Call::Overview`, with the readiness verdict.
+    Dashboard {
+        call: crate::dashboard::Call,
+        viewer: crate::dashboard::Viewer,
+    },
 }
 
 /// A complete answer.
@@ -135,6 +161,8 @@ pub struct Answer {
     pub status: u16,
     pub content_type: &'static str,
     pub body: String,
+    /// Headers besides `Content-Type` (the dashboard's security and cache headers).
+    pub headers: Vec<(&'static str, &'static str)>,
 }
 
 impl Answer {
@@ -143,6 +171,7 @@ impl Answer {
             status,
             content_type: "application/json",
             body: body.to_string(),
+            headers: Vec::new(),
         }
     }
 
@@ -160,6 +189,7 @@ impl Answer {
             status: if ready { 200 } else { 503 },
             content_type: "application/json",
             body: verdict,
+            headers: Vec::new(),
         }
     }
 
@@ -170,6 +200,7 @@ impl Answer {
                 status: 200,
                 content_type: METRICS_TYPE,
                 body,
+                headers: Vec::new(),
             },
             None => Answer::error(
                 503,
@@ -242,7 +273,7 @@ const PATHS: [&str; 6] = [
 /// Whether `path` is one of the surface's: a mount whose framework routes by prefix (an
 /// Express router) passes the others on to the application instead of answering 404.
 pub fn serves(path: &str) -> bool {
-    PATHS.contains(&path.trim_end_matches('/'))
+    PATHS.contains(&path.trim_end_matches('/')) || crate::dashboard::serves(path)
 }
 
 /// Whether `path` answers every caller (`/healthz`): a mount asks the app's `authorize`
@@ -253,6 +284,9 @@ pub fn is_open(path: &str) -> bool {
 
 /// The policy: what to do with `request`.
 pub fn route(request: &Request<'_>) -> Action {
+    if crate::dashboard::serves(request.path) {
+        return dashboard(request);
+    }
     let path = match request.path.trim_end_matches('/') {
         "" => "/",
         path => path,
@@ -277,6 +311,7 @@ pub fn route(request: &Request<'_>) -> Action {
             status: 200,
             content_type: "text/plain",
             body: "ok\n".into(),
+            headers: Vec::new(),
         });
     }
     let tenant = match &request.caller {
@@ -288,7 +323,11 @@ pub fn route(request: &Request<'_>) -> Action {
             let message = "this caller may not read this surface";
             return Action::Answer(Answer::error(403, "forbidden", message));
         }
-        Caller::Tenant(_) if operator_only => {
+        Caller::Viewer(None) if path.starts_with("/codec/") => {
+            let message = "a read-only caller may not use the Codec Server";
+            return Action::Answer(Answer::error(403, "forbidden", message));
+        }
+        Caller::Tenant(_) | Caller::Viewer(Some(_)) if operator_only => {
             let message = if path.starts_with("/codec/") {
                 "the Codec Server decodes any job's args and a payload carries no tenant, so only the operator may use it"
             } else {
@@ -296,8 +335,8 @@ pub fn route(request: &Request<'_>) -> Action {
             };
             return Action::Answer(Answer::error(403, "forbidden", message));
         }
-        Caller::Tenant(tenant) => Some(tenant),
-        Caller::Operator => None,
+        Caller::Tenant(tenant) | Caller::Viewer(Some(tenant)) => Some(tenant),
+        Caller::Operator | Caller::Viewer(None) => None,
     };
     match path {
         "/readyz" => Action::Readiness,
@@ -305,6 +344,31 @@ pub fn route(request: &Request<'_>) -> Action {
         "/codec/decode" => Action::Codec { decode: true },
         "/codec/encode" => Action::Codec { decode: false },
         _ => events(request, tenant),
+    }
+}
+
+/// The dashboard's paths: the same 401 and 403 as the rest, then `dashboard.rs`.
+fn dashboard(request: &Request<'_>) -> Action {
+    match &request.caller {
+        Caller::Anonymous => {
+            let message = "Authorization: Bearer <token> required";
+            return Action::Answer(Answer::error(401, "unauthorized", message));
+        }
+        Caller::Refused => {
+            let message = "this caller may not read this surface";
+            return Action::Answer(Answer::error(403, "forbidden", message));
+        }
+        _ => {}
+    }
+    match crate::dashboard::route(
+        request.method,
+        request.path,
+        request.query,
+        request.write_header,
+        &request.caller,
+    ) {
+        Ok((call, viewer)) => Action::Dashboard { call, viewer },
+        Err(answer) => Action::Answer(answer),
     }
 }
 
@@ -363,6 +427,7 @@ mod tests {
             path,
             query,
             last_event_id: None,
+            write_header: None,
             caller,
         }
     }

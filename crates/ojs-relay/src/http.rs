@@ -111,6 +111,10 @@ async fn serve(State(surface): State<Arc<Surface>>, request: Request) -> Respons
         path: parts.uri.path(),
         query: parts.uri.query().unwrap_or(""),
         last_event_id,
+        write_header: parts
+            .headers
+            .get(ojs_outbox::dashboard::WRITE_HEADER)
+            .and_then(|v| v.to_str().ok()),
         caller: surface.access.caller(&parts.headers),
     };
     let answer = match surface::route(&asked) {
@@ -137,16 +141,41 @@ async fn serve(State(surface): State<Arc<Surface>>, request: Request) -> Respons
             let subscription = Subscription::new(surface.relay.events(), filter, from.as_ref());
             return stream(subscription);
         }
+        Action::Dashboard { call, viewer } => {
+            let readiness = match call {
+                ojs_outbox::dashboard::Call::Overview => {
+                    let (_, verdict) =
+                        ojs_outbox::outbox::readiness(&surface.store, &surface.backend).await;
+                    serde_json::from_str(&verdict).ok()
+                }
+                _ => None,
+            };
+            let events = surface.relay.events();
+            let (answer, effects) = ojs_outbox::dashboard::answer(
+                &surface.store,
+                &call,
+                &viewer,
+                readiness,
+                Some(&events),
+            )
+            .await;
+            surface.relay.notify_committed(effects.replayed);
+            answer
+        }
     };
     let mut response = (
         StatusCode::from_u16(answer.status).unwrap_or(StatusCode::OK),
         answer.body,
     )
         .into_response();
-    response.headers_mut().insert(
+    let headers = response.headers_mut();
+    headers.insert(
         header::CONTENT_TYPE,
         HeaderValue::from_static(answer.content_type),
     );
+    for (name, value) in answer.headers {
+        headers.insert(name, HeaderValue::from_static(value));
+    }
     response
 }
 
