@@ -534,6 +534,77 @@ mod tests {
     }
 
     #[test]
+    fn a_viewer_reads_but_never_writes_nor_decodes() {
+        let viewer = Caller::from_decision(&json!({"read_only": true}), "f").unwrap();
+        assert_eq!(viewer, Caller::Viewer(None));
+        let scoped =
+            Caller::from_decision(&json!({"read_only": true, "tenant": "t1"}), "f").unwrap();
+        assert_eq!(scoped, Caller::Viewer(Some("t1".into())));
+        assert!(Caller::from_decision(&json!({"read_only": true, "tenant": ""}), "f").is_err());
+        assert!(matches!(
+            route(&request("GET", "/metrics", "", viewer.clone())),
+            Action::Metrics
+        ));
+        let codec = answer(route(&request("POST", "/codec/decode", "", viewer.clone())));
+        assert_eq!(codec.status, 403);
+        let metrics = answer(route(&request("GET", "/metrics", "", scoped.clone())));
+        assert_eq!(
+            metrics.status, 403,
+            "a tenant's viewer reads what the tenant reads"
+        );
+        let Action::Dashboard { viewer: seen, .. } = route(&request(
+            "GET",
+            "/dashboard/api/overview",
+            "",
+            scoped.clone(),
+        )) else {
+            panic!("a dashboard call")
+        };
+        assert_eq!((seen.tenant.as_deref(), seen.writes), (Some("t1"), false));
+        let mut write = request("POST", "/dashboard/api/dead/replay", "job_id=x", viewer);
+        write.write_header = Some("1");
+        assert_eq!(answer(route(&write)).status, 403);
+    }
+
+    #[test]
+    fn dashboard_writes_need_the_header_and_well_formed_ids() {
+        let id = "01890a5d-ac96-774b-bcce-b302099a8057";
+        let query = format!("job_id={id}");
+        let mut write = request(
+            "POST",
+            "/dashboard/api/dead/purge",
+            &query,
+            Caller::Operator,
+        );
+        assert_eq!(answer(route(&write)).status, 403, "no header");
+        write.write_header = Some("1");
+        let Action::Dashboard { call, .. } = route(&write) else {
+            panic!("a dashboard call")
+        };
+        assert_eq!(
+            call,
+            crate::dashboard::Call::Dead {
+                replay: false,
+                job_ids: vec![id.to_owned()]
+            }
+        );
+        write.query = "job_id=nope";
+        assert_eq!(answer(route(&write)).status, 400);
+        write.query = "";
+        assert_eq!(answer(route(&write)).status, 400);
+        let anonymous = answer(route(&request("GET", "/dashboard/", "", Caller::Anonymous)));
+        assert_eq!(anonymous.status, 401);
+        let get = answer(route(&request(
+            "GET",
+            "/dashboard/api/dead/purge",
+            "",
+            Caller::Operator,
+        )));
+        assert_eq!(get.status, 405);
+        assert!(serves("/dashboard") && serves("/dashboard/assets/x.js") && !serves("/dash"));
+    }
+
+    #[test]
     fn decisions_are_read_and_odd_ones_refused_without_their_values() {
         let tenant = Caller::from_decision(&json!({"tenant": "t1"}), "authorize").unwrap();
         assert_eq!(tenant, Caller::Tenant("t1".into()));
