@@ -12,9 +12,9 @@ cd "$root"
 
 "$root/scripts/install.sh" >&2
 
-# The bindgen and the devserver are tools: always debug. The native library: the profile asked.
+# The devserver and the relay are tools: always debug. The native library: the profile asked.
 echo "build: cargo build (native library: $profile)" >&2
-cargo build --quiet -p ojs-uniffi-bindgen -p ojs-devserver -p ojs-relay >&2
+cargo build --quiet -p ojs-devserver -p ojs-relay >&2
 if [[ $profile == release ]]; then
   cargo build --quiet --release -p ojs-ruby-native >&2
 else
@@ -34,9 +34,8 @@ stage="$root/target/ruby-gem-build"
 rm -rf "$stage"
 mkdir -p "$stage/lib/ojs/native"
 cp -r "$here/lib" "$here/ojs-adapter-rails.gemspec" "$here/README.md" "$stage/"
+# The native library beside lib/ojs/native.rb, which binds its C functions with the ffi gem.
 cp "$lib" "$stage/lib/ojs/native/"
-"$root/target/debug/uniffi-bindgen" generate --library "$lib" --language ruby --no-format \
-  --config "$here/bindgen/config.toml" --out-dir "$stage/lib/ojs/native" >&2
 (cd "$stage" && gem build --quiet ojs-adapter-rails.gemspec >&2)
 gem_file=$(ls "$stage"/ojs-adapter-rails-*.gem)
 

@@ -9,7 +9,6 @@
 # connection, the commit hook, the request context, exceptions and the Rails glue. Every rule
 # (validation, SQL, ids, retries, defaults) is the core's (`crates/ojs-outbox`).
 
-require "io/wait" # before the bindings (docs/toolchain.md)
 require "json"
 require "logger"
 require "monitor"
@@ -18,17 +17,17 @@ require "active_record"
 require_relative "ojs/version"
 require_relative "ojs/native"
 require_relative "ojs/errors"
-require_relative "ojs/json_value"
+require_relative "ojs/json"
 require_relative "ojs/context"
 require_relative "ojs/configuration"
 require_relative "ojs/transaction_hook"
 require_relative "ojs/relay_log"
 require_relative "ojs/events"
-require_relative "ojs/client"
+require_relative "ojs/facade"
 require_relative "ojs/migration"
 require_relative "ojs/schema_dumper"
 require_relative "ojs/middleware"
-require_relative "ojs/events_app"
+require_relative "ojs/mount"
 require_relative "ojs/worker"
 
 module OJS
@@ -152,7 +151,7 @@ module OJS
     # killing the process, also one that arrives before the relay runs (the core's
     # `ojs_bridge::arm_stop_signals`; `rake ojs:relay` calls it first thing). Idempotent.
     def arm_stop_signals
-      native_call { Native.arm_stop_signals }
+      Native.arm_stop_signals
     end
 
     def status

@@ -1,413 +1,271 @@
-//! uniffi glue between the core's binding surface (`ojs_bridge::Bridge`) and the
-//! `ojs-adapter-rails` gem. It converts types and nothing else: every rule lives in the core.
+//! The native library of the `ojs-adapter-rails` gem: the core's binding surface
+//! (`ojs_bridge::Bridge`) as plain C functions, bound in `lib/ojs/native.rb` with the `ffi`
+//! gem's `attach_function`. It converts values and nothing else: every rule lives in the core.
 //!
-//! One FFI mechanism, one handle system, one error channel, one panic channel:
-//! - the native class is uniffi's `Bridge` (its methods named and ordered as
-//!   `ojs_bridge::Bridge`'s); a `Stager` (uniffi object too) is a Bridge bound to one dialect
-//!   and placeholder style, for the per-job calls;
-//! - every error crosses as uniffi's `NativeError::Failure { json }`, the JSON text of
-//!   `Error::to_json` (`{"code", "field", "message", "retryable", "family"}`, and
-//!   `"existing_job_id"` for `DUPLICATE`), decoded by one Ruby function (`OJS::Error.from_json`);
-//!   a panic is uniffi's "unexpected error" status;
-//! - the calls made once per job or per commit (`hot.rs`) are exported from this library as C
-//!   functions, because uniffi's generated Ruby lowers a string byte by byte (measured:
-//!   docs/rails.md, "Performance"). They take the uniffi handles of `Bridge`/`Stager` (borrowed,
-//!   no registry of their own) and uniffi's `RustCallStatus` (`uniffi::rust_call`: the same
-//!   error and panic channel); their answers are the core's encodings
-//!   (`StagedJob::encode`, `Staged::to_json`, `encode_ids`). `lib/ojs/native.rb` binds them,
-//!   and `test/native_signature_test.rb` checks the bindings against the declarations;
-//! - the calls that wait for something that comes (an event, a frame, a mount's answer:
-//!   `events.rs`; a job for a worker slot, a worker's stop: `worker.rs`) are C functions of the
-//!   same kind, bound with the ffi gem's `blocking: true` (the GVL is released while they wait);
-//! - cheap calls that never touch the network or the relay's database are synchronous methods;
-//!   calls that block on I/O are `async` top-level functions taking the Bridge
-//!   (`bridge_<verb>`): Ruby's ffi keeps the GVL during a synchronous call, so blocking work runs
-//!   on a thread of its own and the Ruby caller waits on a future, which releases the GVL.
-//!   uniffi does not generate async methods on objects for Ruby, hence the flat functions.
+//! One FFI protocol, for every function of this library (`ojs_ruby_*`):
+//! - **text in** as `(pointer, length)` pairs (`buffer_in` on the Ruby side: the String's own
+//!   bytes, no copy); a null pointer is "none" (Ruby's nil). Text that is not UTF-8 is the
+//!   core's error for the part it is (`ojs_bridge::unencodable`). Lists and records cross as
+//!   JSON text, id lists as `encode_ids` text, one job's staging answer as
+//!   `StagedJob::encode`: each in the bridge's one encoding;
+//! - **objects** (`Bridge`, `Stager`, `RelayFrames`, `EventFeed`, `Worker`) as opaque pointers
+//!   (`Box::into_raw`), one `ojs_ruby_<object>_free` function each, which Ruby's
+//!   `FFI::AutoPointer` calls once the Ruby object is collected; a call borrows the object for
+//!   its duration (the Ruby caller holds it);
+//! - **answers and errors** through one out-parameter, the last argument, [`OjsRubyOut`]: a
+//!   Rust-owned text (`text`, `len`; null: none), freed by [`ojs_ruby_free`] once Ruby copied
+//!   it, and a number (`value`: a count, a flag, a new object's pointer). The return value is
+//!   the call's status ([`DONE`], [`FAILED`]: `text` is the core's `Error::to_json`, decoded by
+//!   `OJS::Error.from_json`; [`PANICKED`]: `text` is the panic's message, raised as
+//!   `OJS::Native::InternalError`). A panic never crosses the line (`catch_unwind`);
+//! - **waits** (a relay start, a database or backend round trip, the next frame, event or job,
+//!   a worker's or relay's stop) are bound with `blocking: true`: the GVL is released while
+//!   they run, and they never call Ruby (docs/toolchain.md, rule 2).
+//!
+//! Why one protocol and plain C (issue 28, item 7, measured: docs/rails.md, "Performance"):
+//! uniffi's Ruby lowers a string byte by byte, which cost more per job than the INSERT it
+//! prepares, so the per-job calls were C functions beside uniffi's; now everything is.
+//!
+//! `lib/ojs/native.rb` declares every signature again for the ffi gem;
+//! `test/native_signature_test.rb` parses both sides and fails when they differ.
 
-use std::sync::Arc;
+use std::panic::{AssertUnwindSafe, catch_unwind};
 
+use ojs_bridge::Error;
+
+mod error;
 mod events;
-mod hot;
+mod facade;
 mod worker;
 
-uniffi::setup_scaffolding!();
+/// The status of a call that completed; its answer is in the [`OjsRubyOut`].
+pub const DONE: i32 = 0;
+/// The status of a call that failed: the out-parameter's text is the core's `Error::to_json`.
+pub const FAILED: i32 = 1;
+/// The status of a call that panicked: the out-parameter's text is the panic's message.
+pub const PANICKED: i32 = 2;
 
-/// Every core error: the JSON text of `ojs_bridge::Error::to_json`.
-#[derive(Debug, uniffi::Error)]
-pub enum NativeError {
-    Failure { json: String },
+/// The out-parameter of every call (its last argument; Ruby keeps one per thread). Written by
+/// every call, whatever its status.
+#[repr(C)]
+pub struct OjsRubyOut {
+    /// Rust-owned UTF-8 text (the answer, the error JSON or the panic message), to be freed with
+    /// [`ojs_ruby_free`]`(text, len)`; null when there is none (nil).
+    pub text: *mut u8,
+    pub len: usize,
+    /// A number answer: a count, a flag (0 or 1), or a new object's pointer (0: none).
+    pub value: u64,
 }
 
-impl std::fmt::Display for NativeError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let NativeError::Failure { json } = self;
-        f.write_str(json)
+/// What a call answers: an optional text and a number.
+#[derive(Default)]
+pub(crate) struct Answer {
+    text: Option<String>,
+    value: u64,
+}
+
+impl Answer {
+    pub(crate) fn new(text: Option<String>, value: u64) -> Answer {
+        Answer { text, value }
     }
 }
 
-impl std::error::Error for NativeError {}
+impl From<()> for Answer {
+    fn from((): ()) -> Answer {
+        Answer::default()
+    }
+}
 
-impl From<ojs_bridge::Error> for NativeError {
-    fn from(error: ojs_bridge::Error) -> Self {
-        NativeError::Failure {
-            json: error.to_json(),
+impl From<String> for Answer {
+    fn from(text: String) -> Answer {
+        Answer::new(Some(text), 0)
+    }
+}
+
+impl From<Option<String>> for Answer {
+    fn from(text: Option<String>) -> Answer {
+        Answer::new(text, 0)
+    }
+}
+
+impl From<bool> for Answer {
+    fn from(flag: bool) -> Answer {
+        Answer::new(None, u64::from(flag))
+    }
+}
+
+impl From<u64> for Answer {
+    fn from(value: u64) -> Answer {
+        Answer::new(None, value)
+    }
+}
+
+/// Runs a call's body by the protocol: its answer, its error or its panic into `out`; returns
+/// the status.
+///
+/// # Safety
+/// `out` is null or points to a writable [`OjsRubyOut`].
+pub(crate) unsafe fn call<A: Into<Answer>>(
+    out: *mut OjsRubyOut,
+    body: impl FnOnce() -> Result<A, Error>,
+) -> i32 {
+    let (status, answer) = match catch_unwind(AssertUnwindSafe(body)) {
+        Ok(Ok(answer)) => (DONE, answer.into()),
+        Ok(Err(error)) => (FAILED, Answer::from(error.to_json())),
+        Err(panic) => {
+            let message = (panic.downcast_ref::<&str>().map(|text| (*text).to_owned()))
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "a panic in the native library".to_owned());
+            (PANICKED, Answer::from(message))
         }
+    };
+    let (text, len) = match answer.text {
+        Some(text) => {
+            let len = text.len();
+            (Box::into_raw(text.into_boxed_str()).cast::<u8>(), len)
+        }
+        None => (std::ptr::null_mut(), 0),
+    };
+    // SAFETY: the caller's contract; a null `out` (a bug on the Ruby side) loses the answer.
+    match unsafe { out.as_mut() } {
+        Some(out) => {
+            *out = OjsRubyOut {
+                text,
+                len,
+                value: answer.value,
+            }
+        }
+        None => unsafe { ojs_ruby_free(text, len) },
+    }
+    status
+}
+
+/// Frees a text an [`OjsRubyOut`] handed over (`text`, `len` as written there). Null: nothing.
+///
+/// # Safety
+/// `text` is null or a text of this library's out-parameter, not freed yet.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ojs_ruby_free(text: *mut u8, len: usize) {
+    if !text.is_null() {
+        // SAFETY: the caller's contract: `Box<str>::into_raw` of `len` bytes in `call`.
+        drop(unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(text, len)) });
     }
 }
 
-type NativeResult<T> = Result<T, NativeError>;
-
-/// The core's error codes with their family and retryable flag (`error::codes_json`), so the
-/// gem's tests check its exception classes against the core's list.
-#[uniffi::export]
-pub fn error_codes_json() -> String {
-    ojs_bridge::codes_json()
-}
-
-/// The workspace version this library was built from (`[workspace.package] version`).
-#[uniffi::export]
-pub fn version() -> String {
-    env!("CARGO_PKG_VERSION").to_owned()
-}
-
-/// The core's code for a database error raised by ActiveRecord's driver while staging (pg's
-/// SQLSTATE when there is one, and the driver's message): `OUTBOX_TABLE_MISSING` for a missing
-/// table, else `DATABASE`.
-#[uniffi::export]
-pub fn database_error_code(sqlstate: Option<String>, message: String) -> String {
-    ojs_bridge::database_error_code(sqlstate.as_deref(), &message)
-        .as_str()
-        .to_owned()
-}
-
-/// The relay's database URL from ActiveRecord's connection settings (`db_url::ConnectionParts`
-/// as JSON).
-#[uniffi::export]
-pub fn database_url_from_parts(parts_json: String) -> NativeResult<String> {
-    Ok(ojs_bridge::database_url_from_parts(&parts_json)?)
-}
-
-/// The request headers the middleware passes in the context's `"headers"` (lowercase).
-#[uniffi::export]
-pub fn context_header_names() -> Vec<String> {
-    ojs_bridge::context_header_names()
-}
-
-/// The error (as `Error::to_json` text) for a value Ruby cannot turn into JSON: `part` is
-/// `args`, `options`, `meta`, `context` or `type`, `path` where the value is.
-#[uniffi::export]
-pub fn unencodable(part: String, path: String, why: String) -> String {
-    ojs_bridge::unencodable(&part, &path, &why).to_json()
-}
-
-/// The error (as `Error::to_json` text) for a setting `key` that is none of `accepted` (the
-/// gem's setting names), naming the accepted spelling when `key` is a near miss of one.
-#[uniffi::export]
-pub fn unknown_option_error(key: String, accepted: Vec<String>) -> String {
-    ojs_bridge::unknown_option_error(&key, &accepted).to_json()
-}
-
-/// What an operator command printed and its exit code (`admin::Report`).
-#[derive(Debug, uniffi::Record)]
-pub struct Report {
-    pub exit_code: i32,
-    pub stdout: String,
-    pub stderr: String,
-}
-
-/// One configured `ojs_bridge::Bridge` per application.
-#[derive(uniffi::Object)]
-pub struct Bridge {
-    inner: Arc<ojs_bridge::Bridge>,
-}
-
-/// A Bridge staging for one host connection kind (dialect and placeholder style, checked by
-/// the core on each call): the handle of the per-job calls (`hot.rs`).
-#[derive(uniffi::Object)]
-pub struct Stager {
-    bridge: Arc<ojs_bridge::Bridge>,
-    dialect: String,
-    placeholder: String,
-}
-
-#[uniffi::export]
-impl Bridge {
-    /// Parses the spec §5.2 configuration (JSON text) as the host runs (`config::Host`):
-    /// `development` (Rails' development environment), `url_setting` (named when the backend
-    /// URL is missing), `needs_backend` (false for a DDL-only handle). No I/O.
-    #[uniffi::constructor]
-    pub fn new(
-        config_json: String,
-        development: bool,
-        url_setting: String,
-        needs_backend: bool,
-    ) -> NativeResult<Arc<Self>> {
-        let host = ojs_bridge::Host {
-            development,
-            url_setting: &url_setting,
-            needs_backend,
-        };
-        let inner = Arc::new(ojs_bridge::Bridge::for_host(&config_json, &host)?);
-        Ok(Arc::new(Bridge { inner }))
+/// `(pointer, length)` as text; a null pointer is `None`. Not UTF-8: the core's error for
+/// `part` (`args`, `options`, `config`, ...).
+///
+/// # Safety
+/// `ptr` is null or points to `len` readable bytes that stay valid for the call.
+pub(crate) unsafe fn text<'a>(
+    ptr: *const u8,
+    len: usize,
+    part: &str,
+) -> Result<Option<&'a str>, Error> {
+    if ptr.is_null() {
+        return Ok(None);
     }
+    // SAFETY: the caller's contract.
+    let bytes = unsafe { std::slice::from_raw_parts(ptr, len) };
+    std::str::from_utf8(bytes)
+        .map(Some)
+        .map_err(|_| ojs_bridge::unencodable(part, part, "is not valid UTF-8 text"))
+}
 
-    /// The line to log once (warn) when the development default URL was taken, else nil.
-    pub fn notice(&self) -> Option<String> {
-        self.inner.notice().map(str::to_owned)
+/// A JSON array of strings (a list crossing as text).
+pub(crate) fn strings(json: Option<&str>, part: &str) -> Result<Vec<String>, Error> {
+    serde_json::from_str(json.unwrap_or("[]"))
+        .map_err(|_| ojs_bridge::unencodable(part, part, "is not a JSON array of strings"))
+}
+
+/// A new object for Ruby: its pointer, which `ojs_ruby_<object>_free` takes back.
+pub(crate) fn into_handle<T>(object: T) -> u64 {
+    Box::into_raw(Box::new(object)) as u64
+}
+
+/// The object behind a pointer Ruby holds, for the duration of a call.
+///
+/// # Safety
+/// `ptr` is null or a live pointer of [`into_handle`] for a `T`, whose Ruby owner outlives the
+/// call.
+pub(crate) unsafe fn borrow<'a, T>(ptr: *const T) -> &'a T {
+    // SAFETY: the caller's contract; null (a bug on the Ruby side) panics, reported as such.
+    unsafe { ptr.as_ref() }.expect("a live native object")
+}
+
+/// Drops an object of [`into_handle`] (its `*_free` function); a panic in its drop is
+/// swallowed (it runs in Ruby's finalizer).
+///
+/// # Safety
+/// `ptr` is null or a pointer of [`into_handle`] for a `T`, not freed yet and borrowed by no
+/// call.
+pub(crate) unsafe fn free<T>(ptr: *mut T) {
+    if !ptr.is_null() {
+        // SAFETY: the caller's contract.
+        let object = unsafe { Box::from_raw(ptr) };
+        let _ = catch_unwind(AssertUnwindSafe(move || drop(object)));
     }
+}
 
-    pub fn table_name(&self) -> String {
-        self.inner.table_name().to_owned()
-    }
-
-    pub fn relay_in_process(&self) -> bool {
-        self.inner.relay_in_process()
-    }
-
-    pub fn create_table_sql(&self, dialect: String) -> NativeResult<Vec<String>> {
-        Ok(self.inner.create_table_sql(&dialect)?)
-    }
-
-    pub fn drop_table_sql(&self, dialect: String) -> NativeResult<String> {
-        Ok(self.inner.drop_table_sql(&dialect)?)
-    }
-
-    /// The handle of `ojs_ruby_bridge_stage` / `ojs_ruby_bridge_stage_job` (`hot.rs`) for
-    /// this dialect and placeholder style.
-    pub fn stager(&self, dialect: String, placeholder: String) -> Arc<Stager> {
-        Arc::new(Stager {
-            bridge: Arc::clone(&self.inner),
-            dialect,
-            placeholder,
+/// One record of a log feed (the relay's or a worker's) as JSON: `level` ("info", "warning",
+/// "error"), `message`, `job_id` (or null), `table`.
+pub(crate) fn log_records_json(records: Vec<ojs_bridge::LogRecord>) -> String {
+    let records: Vec<serde_json::Value> = (records.into_iter())
+        .map(|record| {
+            serde_json::json!({
+                "level": record.level,
+                "message": record.message,
+                "job_id": record.job_id,
+                "table": record.table,
+            })
         })
-    }
-
-    /// What a unique job's enqueue call reports once its staging statement (one with
-    /// `returns`) ran (`ojs_bridge::Bridge::held_outcome`): `token` is the statement's
-    /// `returns.token`, `returned` the first column of the row it returned (nil: no row). The
-    /// job id to report for job `returns.job`, or the core's `DUPLICATE` error (with
-    /// `existing_job_id`). Called once per unique job, never per plain one.
-    pub fn held_outcome(&self, token: String, returned: Option<String>) -> NativeResult<String> {
-        Ok(self.inner.held_outcome(&token, returned.as_deref())?)
-    }
-
-    /// Abrupt stop, as a crash: no flush, leases stay until they expire (tests of recovery).
-    pub fn kill_relay(&self) {
-        self.inner.kill_relay();
-    }
-
-    pub fn metrics_json(&self) -> String {
-        self.inner.metrics_json()
-    }
-}
-
-/// Runs blocking core work on a thread of its own; the returned future completes with it.
-async fn off_thread<T: Send + 'static>(
-    bridge: &Arc<Bridge>,
-    work: impl FnOnce(&ojs_bridge::Bridge) -> T + Send + 'static,
-) -> T {
-    let inner = Arc::clone(&bridge.inner);
-    let (sender, receiver) = tokio::sync::oneshot::channel();
-    std::thread::Builder::new()
-        .name("ojs-ruby-call".into())
-        .spawn(move || {
-            let _ = sender.send(work(&inner));
-        })
-        .expect("spawn a thread for a blocking core call");
-    receiver.await.expect("the core call's thread panicked")
-}
-
-#[uniffi::export]
-pub async fn bridge_start_relay(bridge: Arc<Bridge>) -> NativeResult<()> {
-    Ok(off_thread(&bridge, |inner| inner.start_relay()).await?)
-}
-
-#[uniffi::export]
-pub async fn bridge_stop_relay(bridge: Arc<Bridge>) {
-    off_thread(&bridge, |inner| inner.stop_relay()).await
-}
-
-#[uniffi::export]
-pub async fn bridge_close(bridge: Arc<Bridge>) {
-    off_thread(&bridge, |inner| inner.close()).await
-}
-
-#[uniffi::export]
-pub async fn bridge_enqueue_now(
-    bridge: Arc<Bridge>,
-    job_json: String,
-    context_json: Option<String>,
-) -> NativeResult<String> {
-    Ok(off_thread(&bridge, move |inner| {
-        inner.enqueue_now(&job_json, context_json.as_deref())
-    })
-    .await?)
-}
-
-#[uniffi::export]
-pub async fn bridge_prune(bridge: Arc<Bridge>, older_than: String) -> NativeResult<u64> {
-    Ok(off_thread(&bridge, move |inner| inner.prune(&older_than)).await?)
-}
-
-#[uniffi::export]
-pub async fn bridge_migrate(bridge: Arc<Bridge>) -> NativeResult<()> {
-    Ok(off_thread(&bridge, |inner| inner.migrate()).await?)
-}
-
-#[uniffi::export]
-pub async fn bridge_status_json(bridge: Arc<Bridge>) -> NativeResult<String> {
-    Ok(off_thread(&bridge, |inner| inner.status_json()).await?)
-}
-
-#[uniffi::export]
-pub async fn bridge_dead_list_json(
-    bridge: Arc<Bridge>,
-    tenant: Option<String>,
-    limit: Option<u32>,
-) -> NativeResult<String> {
-    Ok(off_thread(&bridge, move |inner| {
-        inner.dead_list_json(tenant.as_deref(), limit)
-    })
-    .await?)
-}
-
-#[uniffi::export]
-pub async fn bridge_dead_replay(bridge: Arc<Bridge>, tenant: Option<String>) -> NativeResult<u64> {
-    Ok(off_thread(&bridge, move |inner| inner.dead_replay(tenant.as_deref())).await?)
-}
-
-#[uniffi::export]
-pub async fn bridge_dead_purge(bridge: Arc<Bridge>, tenant: Option<String>) -> NativeResult<u64> {
-    Ok(off_thread(&bridge, move |inner| inner.dead_purge(tenant.as_deref())).await?)
-}
-
-/// An operator command (`admin::Command` as JSON) of `rake ojs:status` / `ojs:dead:*`.
-#[uniffi::export]
-pub async fn bridge_admin(bridge: Arc<Bridge>, command_json: String) -> NativeResult<Report> {
-    let report = off_thread(&bridge, move |inner| inner.admin(&command_json)).await?;
-    Ok(Report {
-        exit_code: report.exit_code,
-        stdout: report.stdout,
-        stderr: report.stderr,
-    })
-}
-
-/// The committed state of these jobs' rows (ids as `ojs_bridge::encode_ids` text), as JSON.
-#[uniffi::export]
-pub async fn bridge_outbox_rows_json(bridge: Arc<Bridge>, job_ids: String) -> NativeResult<String> {
-    Ok(off_thread(&bridge, move |inner| {
-        inner.rows_json(ojs_bridge::decode_ids(&job_ids))
-    })
-    .await?)
-}
-
-/// Runs the relay as the process's only job until SIGINT/SIGTERM (`rake ojs:relay`).
-#[uniffi::export]
-pub async fn bridge_run_relay_until_signal(bridge: Arc<Bridge>) -> NativeResult<()> {
-    Ok(off_thread(&bridge, |inner| inner.run_relay_until_signal()).await?)
-}
-
-/// The relay command line of `rake ojs:relay` (`ojs_bridge::relay_command`): `args` are the
-/// options of `ojs-relay run` (what follows `--`, or `OJS_RELAY_ARGS`), `framework_json` the
-/// command's description (`program`, `config`: the app's OJS settings, `development`,
-/// `url_setting`, `create_table_with`, `after_help`). `--help` and a usage error (exit 2,
-/// naming the accepted options) come back as the report; otherwise the standalone relay runs
-/// (with the `--listen` surface when asked) until SIGINT/SIGTERM (the core's stop signals,
-/// armed by `arm_stop_signals`), then stops gracefully: exit code 0.
-#[uniffi::export]
-pub async fn relay_command(args: Vec<String>, framework_json: String) -> NativeResult<Report> {
-    let (sender, receiver) = tokio::sync::oneshot::channel();
-    std::thread::Builder::new()
-        .name("ojs-ruby-relay".into())
-        .spawn(move || {
-            let report = ojs_bridge::relay_command(args, &framework_json)
-                .and_then(|command| command.run_until_signal());
-            let _ = sender.send(report);
-        })
-        .expect("spawn a thread for the relay command");
-    let report = receiver
-        .await
-        .expect("the relay command's thread panicked")?;
-    Ok(Report {
-        exit_code: report.exit_code,
-        stdout: report.stdout,
-        stderr: report.stderr,
-    })
-}
-
-/// What `relay_command_check` found: the report to print and exit with when nothing runs
-/// (`--help`, a usage error), else the outbox table the settings name.
-#[derive(Debug, uniffi::Record)]
-pub struct RelayCheck {
-    pub exit: Option<Report>,
-    pub table: Option<String>,
-}
-
-/// Parses the relay command line and builds its settings without running anything (no I/O):
-/// the `--help` text or usage error to print, or the table (a configuration error is raised).
-#[uniffi::export]
-pub fn relay_command_check(args: Vec<String>, framework_json: String) -> NativeResult<RelayCheck> {
-    let command = ojs_bridge::relay_command(args, &framework_json)?;
-    if let Some(report) = command.exit() {
-        return Ok(RelayCheck {
-            exit: Some(Report {
-                exit_code: report.exit_code,
-                stdout: report.stdout,
-                stderr: report.stderr,
-            }),
-            table: None,
-        });
-    }
-    Ok(RelayCheck {
-        exit: None,
-        table: Some(command.table()?),
-    })
-}
-
-/// The exit code of a failed relay command for an error code (2: usage and configuration
-/// errors; 1: the rest), as `ojs-relay` exits.
-#[uniffi::export]
-pub fn relay_exit_code(code: String) -> i32 {
-    ojs_bridge::ErrorCode::parse(&code).map_or(1, ojs_bridge::relay_exit_code)
-}
-
-/// From now on SIGINT and SIGTERM no longer kill the process but stop
-/// `bridge_run_relay_until_signal` gracefully, also one that arrives before the relay runs
-/// (`ojs_bridge::arm_stop_signals`). Called first thing by `rake ojs:relay`, after its Ruby
-/// traps (the core's handlers chain to them). Idempotent.
-#[uniffi::export]
-pub fn arm_stop_signals() -> NativeResult<()> {
-    Ok(ojs_bridge::arm_stop_signals()?)
-}
-
-/// One record of the relay's log feed: `level` is "info", "warning" or "error"; `job_id` the
-/// job of a dead letter, else nil; `table` the outbox table of the relay that wrote it.
-#[derive(Debug, uniffi::Record)]
-pub struct LogRecord {
-    pub level: String,
-    pub message: String,
-    pub job_id: Option<String>,
-    pub table: String,
+        .collect();
+    serde_json::Value::Array(records).to_string()
 }
 
 /// Turns the relay's log feed on for this process (`ojs_bridge::enable_log_feed`). Idempotent.
-#[uniffi::export]
-pub fn enable_log_feed() {
-    ojs_bridge::enable_log_feed();
+///
+/// # Safety
+/// `out` as [`call`].
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ojs_ruby_enable_log_feed(out: *mut OjsRubyOut) -> i32 {
+    unsafe {
+        call(out, || {
+            ojs_bridge::enable_log_feed();
+            Ok(())
+        })
+    }
 }
 
-/// The relay log records queued since the last call, oldest first. Synchronous and cheap (a
-/// short lock on the core's queue, no I/O): `OJS::RelayLog`'s thread calls it every 250 ms.
-#[uniffi::export]
-pub fn drain_log_feed() -> Vec<LogRecord> {
-    ojs_bridge::drain_log_feed()
-        .into_iter()
-        .map(|record| LogRecord {
-            level: record.level,
-            message: record.message,
-            job_id: record.job_id,
-            table: record.table,
+/// The relay log records queued since the last call, oldest first, as a JSON array of
+/// [`log_records_json`]'s objects. Cheap (a short lock on the core's queue, no I/O):
+/// `OJS::RelayLog`'s thread calls it every 250 ms.
+///
+/// # Safety
+/// `out` as [`call`].
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ojs_ruby_drain_log_feed(out: *mut OjsRubyOut) -> i32 {
+    unsafe { call(out, || Ok(log_records_json(ojs_bridge::drain_log_feed()))) }
+}
+
+/// The workspace version this library was built from (`[workspace.package] version`).
+///
+/// # Safety
+/// `out` as [`call`].
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ojs_ruby_version(out: *mut OjsRubyOut) -> i32 {
+    unsafe { call(out, || Ok(env!("CARGO_PKG_VERSION").to_owned())) }
+}
+
+/// A panic, reported as one: the test of the panic channel (`native_signature_test.rb`).
+///
+/// # Safety
+/// `out` as [`call`].
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ojs_ruby_panic_for_test(out: *mut OjsRubyOut) -> i32 {
+    unsafe {
+        call(out, || -> Result<(), Error> {
+            panic!("a panic asked for by a test")
         })
-        .collect()
+    }
 }

@@ -1,40 +1,53 @@
 # frozen_string_literal: true
 
-# The C functions are declared twice: in Rust (`src/hot.rs`, `src/events.rs` and `src/worker.rs`, `extern "C"`) and for the
-# ffi gem (`lib/ojs/native.rb`, `attach_function`). Nothing in ffi checks one against the other:
-# a mismatch would corrupt memory instead of failing. This test parses both files and compares
-# every function's name, argument types and return type.
+# The C functions of the native library are declared twice: in Rust (`src/*.rs`,
+# `extern "C"`) and for the ffi gem (`lib/ojs/native.rb`, `attach_function`). Nothing in ffi
+# checks one against the other: a mismatch would corrupt memory instead of failing. This test
+# parses both sides and compares every function's name, argument types, return type and
+# whether it releases the GVL (`blocking: true` exactly where the Rust doc says it is bound
+# so); then it drives the protocol's channels (an answer, an error, a panic, a freed object).
 
 require_relative "test_helper"
 
 class NativeSignatureTest < Minitest::Test
   # The Rust files that declare `extern "C"` functions.
-  C_SOURCES = %w[hot.rs events.rs worker.rs].map { |name| File.join(TestSupport::ROOT, "bindings-ruby", "src", name) }
+  C_SOURCES = Dir[File.join(TestSupport::ROOT, "bindings-ruby", "src", "*.rs")].sort.freeze
+
+  # The native objects, passed as opaque pointers.
+  OBJECTS = %w[Bridge Stager RelayFrames EventFeed Worker].freeze
 
   # The ffi type each Rust FFI type must be declared as.
   RUST_TO_FFI = {
     "u64" => "uint64", "i64" => "int64", "u32" => "uint32", "i32" => "int32", "u8" => "uint8", "i8" => "int8",
-    "usize" => "size_t", "*const u8" => "buffer_in", "*mut u8" => "pointer",
-    "&mut RustCallStatus" => "pointer", "()" => "void",
-    # uniffi's buffer by value (a lowered String / Option<String>), typedef'd in native.rb
-    "RustBuffer" => "rust_buffer"
-  }.freeze
+    "usize" => "size_t", "*const u8" => "buffer_in", "*mut u8" => "pointer", "*mut OjsRubyOut" => "pointer",
+    "()" => "void"
+  }.merge(OBJECTS.flat_map { |name| [["*const #{name}", "pointer"], ["*mut #{name}", "pointer"]] }.to_h).freeze
 
-  # name => [argument ffi types, return ffi type] of the `extern "C"` functions in `source`.
+  RUST_FN = /
+    ((?:^[ \t]*\/\/\/[^\n]*\n)*)             # the doc comment
+    [ \t]*\#\[unsafe\(no_mangle\)\]\s*\n
+    (?:[ \t]*\#\[[^\n]*\]\s*\n)*             # other attributes
+    [ \t]*pub\s+(?:unsafe\s+)?extern\s+"C"\s+fn\s+(\w+)\s*\((.*?)\)\s*(?:->\s*([^{]+?))?\s*\{
+  /mx
+
+  # name => [argument ffi types, return ffi type, blocking] of the `extern "C"` functions in
+  # `source`; blocking when the doc comment says "Bound with `blocking: true`".
   def self.rust_declarations(source)
-    source.scan(/pub\s+unsafe\s+extern\s+"C"\s+fn\s+(\w+)\s*\((.*?)\)\s*(?:->\s*([^{]+?))?\s*\{/m).to_h do |name, args, ret|
+    source.scan(RUST_FN).to_h do |doc, name, args, ret|
       types = args.split(",").map(&:strip).reject(&:empty?).map do |arg|
         rust = arg.split(":", 2).last.strip
         RUST_TO_FFI.fetch(rust) { raise "#{name}: no ffi type for the Rust type #{rust.inspect}" }
       end
-      [name, [types, RUST_TO_FFI.fetch((ret || "()").strip) { raise "#{name}: no ffi type for #{ret.inspect}" }]]
+      returns = RUST_TO_FFI.fetch((ret || "()").strip) { raise "#{name}: no ffi type for #{ret.inspect}" }
+      [name, [types, returns, doc.gsub(%r{^\s*///}, "").gsub(/\s+/, " ").include?("Bound with `blocking: true`")]]
     end
   end
 
-  # name => [argument ffi types, return ffi type] of the `attach_function` calls in `source`.
+  # name => [argument ffi types, return ffi type, blocking] of the `attach_function` calls in
+  # `source`.
   def self.ruby_declarations(source)
-    source.scan(/attach_function\s+:(\w+),\s*%i\[([^\]]*)\],\s*:(\w+)/m).to_h do |name, args, ret|
-      [name, [args.split, ret]]
+    source.scan(/attach_function\s+:(\w+),\s*%i\[([^\]]*)\],\s*:(\w+)(,\s*blocking:\s*true)?/m).to_h do |name, args, ret, blocking|
+      [name, [args.split, ret, !blocking.nil?]]
     end
   end
 
@@ -47,34 +60,76 @@ class NativeSignatureTest < Minitest::Test
   def test_every_attach_function_matches_its_rust_declaration
     rust = C_SOURCES.map { |path| self.class.rust_declarations(File.read(path)) }.reduce(:merge)
     ruby = self.class.ruby_declarations(File.read(native_rb))
-    refute_empty rust, "src/hot.rs, src/events.rs and src/worker.rs declare the C functions"
+    assert_operator rust.length, :>, 40, "src/*.rs declare the C functions"
     assert_equal rust.keys.sort, ruby.keys.sort, "the same functions on both sides"
-    rust.each do |name, (args, ret)|
-      assert_equal [args, ret], ruby.fetch(name), "#{name}: native.rb's attach_function differs from src/hot.rs"
+    rust.each do |name, declaration|
+      assert_equal declaration, ruby.fetch(name), "#{name}: native.rb's attach_function differs from src/*.rs " \
+                                                  "(argument types, return type, blocking)"
     end
+    # What the library exports is what the sources declare (a function added without
+    # `#[unsafe(no_mangle)]` would not be exported; one exported but not parsed, not checked).
+    library = File.join(File.dirname(native_rb), "native", "libojs_ruby_native.so")
+    exported = begin
+      IO.popen(["nm", "-D", "--defined-only", library], &:read).scan(/ T (ojs_ruby_\w+)$/).flatten
+    rescue Errno::ENOENT # no binutils (the Rails 7.2 root): the source comparison still ran
+      []
+    end
+    assert_equal rust.keys.sort, exported.sort unless exported.empty?
   end
 
-  # The comparison itself fails on a difference (a changed type, one argument less).
+  # The comparison itself fails on a difference (a changed type, one argument less, a wait
+  # bound without `blocking: true`).
   def test_a_difference_is_seen
     rust = self.class.rust_declarations(<<~RUST)
+      /// Waits. Bound with `blocking: true`.
       #[unsafe(no_mangle)]
-      pub unsafe extern "C" fn f(a: u64, b: *const u8, n: usize, status: &mut RustCallStatus) -> u64 {
+      pub unsafe extern "C" fn f(a: *const Bridge, b: *const u8, n: usize, out: *mut OjsRubyOut) -> i32 {
       }
     RUST
-    assert_equal({ "f" => [%w[uint64 buffer_in size_t pointer], "uint64"] }, rust)
-    ruby = self.class.ruby_declarations("attach_function :f, %i[uint64 buffer_in int pointer], :uint64")
+    assert_equal({ "f" => [%w[pointer buffer_in size_t pointer], "int32", true] }, rust)
+    same = "attach_function :f, %i[pointer buffer_in size_t pointer], :int32, blocking: true"
+    assert_equal rust["f"], self.class.ruby_declarations(same)["f"]
+    ruby = self.class.ruby_declarations("attach_function :f, %i[pointer buffer_in int pointer], :int32, blocking: true")
     refute_equal rust["f"], ruby["f"]
-    ruby = self.class.ruby_declarations("attach_function :f, %i[uint64 buffer_in size_t], :uint64")
+    ruby = self.class.ruby_declarations("attach_function :f, %i[pointer buffer_in size_t], :int32, blocking: true")
+    refute_equal rust["f"], ruby["f"]
+    ruby = self.class.ruby_declarations("attach_function :f, %i[pointer buffer_in size_t pointer], :int32")
     refute_equal rust["f"], ruby["f"]
   end
 
-  # The handles the C functions take are the uniffi objects' own.
-  def test_the_hot_calls_take_the_uniffi_handles
+  # An answer, the core's error and a panic, each through the one out-parameter.
+  def test_the_protocol_channels
+    assert_equal OJS::VERSION, OJS::Native.version
+    error = assert_raises(OJS::InvalidConfig) do
+      OJS::Native::Bridge.new('{"adapter": {"relay": {"batch_size": "many"}}}', false, "config.url", false)
+    end
+    assert_equal "INVALID_CONFIG", error.code
+    panic = assert_raises(OJS::Native::InternalError) do
+      out = OJS::Native.out
+      OJS::Native.done(OJS::Native.ojs_ruby_panic_for_test(out), out)
+    end
+    assert_includes panic.message, "a panic asked for by a test"
+    # Not UTF-8: the core's error for the part, no crash.
+    bad = "\xff\xfe".b
+    error = assert_raises(OJS::Error) { OJS::Native.database_url_from_parts(bad) }
+    assert_equal "config", error.field
+    assert_includes error.message, "UTF-8"
+    # The thread's out-parameter is usable after each of them.
+    assert_equal OJS::VERSION, OJS::Native.version
+  end
+
+  # Objects are opaque pointers freed once by their AutoPointer (here at once, by #free).
+  def test_objects_are_freed_by_their_auto_pointer
     bridge = OJS::Native::Bridge.new('{"adapter": {}}', false, "config.url", false)
-    assert_raises(TypeError) { OJS.native_handle(bridge, OJS::Native::Stager) }
-    assert_equal bridge.instance_variable_get(:@handle), OJS.native_handle(bridge, OJS::Native::Bridge)
+    assert_kind_of FFI::AutoPointer, bridge.pointer
     stager = bridge.stager("sqlite", "question")
-    assert_kind_of Integer, OJS.native_handle(stager, OJS::Native::Stager)
+    assert_kind_of FFI::AutoPointer, stager
+    bridge.pointer.free # the Stager holds its own reference to the core's bridge
+    out = OJS::Native.out
+    text = OJS::Native.text(OJS::Native.ojs_ruby_stager_stage_job(stager, "t", 1, "[1]", 3, nil, 0, nil, 0, nil, 0, 1,
+                                                                   out), out)
+    assert_match(/\AINSERT INTO /, text)
+    stager.free
   end
 
   # One version: the gem's is the workspace's (`[workspace.package] version`, which the native

@@ -181,7 +181,7 @@ module OJS
       return nil unless defined?(::ActiveRecord::Base)
 
       db_config = connection_class.connection_db_config
-      OJS.native_call { Native.database_url_from_parts(JSON.generate(Configuration.connection_parts(db_config.configuration_hash))) }
+      Native.database_url_from_parts(JSON.generate(Configuration.connection_parts(db_config.configuration_hash)))
     rescue ::ActiveRecord::ConnectionNotEstablished
       nil
     end

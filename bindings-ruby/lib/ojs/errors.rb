@@ -135,13 +135,4 @@ module OJS
     # Code => retryable, from the core (`error::codes_json`), not restated here.
     RETRYABLE = JSON.parse(OJS::Native.error_codes_json).to_h { |info| [info["code"], info["retryable"]] }.freeze
   end
-
-  class << self
-    # Runs a native call, turning the uniffi error (the core's error JSON) into an OJS::Error.
-    def native_call
-      yield
-    rescue OJS::Native::NativeError::Failure => e
-      raise OJS::Error.from_json(e.json), cause: nil
-    end
-  end
 end

@@ -70,9 +70,9 @@ module OJS
   # OJS::EventsApp serves and the conformance runner reads. Each `next_frame` waits without the
   # GVL.
   class RelayStream
+    # `native`: a Native::RelayFrames.
     def initialize(native)
       @native = native
-      @handle = OJS.native_handle(native, Native::RelayFrames)
       @closed = false
     end
 
@@ -81,9 +81,7 @@ module OJS
     def next_frame(timeout_ms)
       return nil if @closed
 
-      status = HotCalls.status
-      buffer = HotCalls.ojs_ruby_relay_frames_next(@handle, Integer(timeout_ms), status)
-      HotCalls.read_text(buffer, status, optional: true)
+      @native.next(Integer(timeout_ms))
     end
 
     # Drops the subscription at once (a `next_frame` waiting in another thread returns within
@@ -106,9 +104,9 @@ module OJS
   class EventSubscription
     include Enumerable
 
+    # `native`: a Native::EventFeed.
     def initialize(native)
       @native = native
-      @handle = OJS.native_handle(native, Native::EventFeed)
       @closed = false
     end
 
@@ -160,9 +158,7 @@ module OJS
     private
 
     def poll(timeout_ms)
-      status = HotCalls.status
-      buffer = HotCalls.ojs_ruby_event_feed_next(@handle, timeout_ms, status)
-      HotCalls.read_text(buffer, status, optional: true)
+      @native.next(timeout_ms)
     end
 
     def monotonic

@@ -116,7 +116,7 @@ module OJS
           return 0
         end
         framework = JSON.generate(self.framework(program))
-        check = OJS.native_call { Native.relay_command_check(args, framework) }
+        check = Native.relay_command_check(args, framework)
         if check.exit
           # --help, or a usage error (exit 2): the core's words as they are.
           $stdout.write(check.exit.stdout)
@@ -148,7 +148,7 @@ module OJS
 
       def relay_until_signal(args, framework)
         RelayLog.start
-        OJS.native_call { Native.relay_command(args, framework) }
+        Native.relay_command(args, framework)
       ensure
         RelayLog.forward
       end

@@ -130,15 +130,10 @@ module OJS
 
         client = @client || OJS.client
         json = JSONValue.dump(@options, "config", "worker")
-        status = HotCalls.status
-        handle = HotCalls.ojs_ruby_bridge_start_worker(OJS.native_handle(client.bridge, Native::Bridge), json,
-                                                        json.bytesize, status)
-        HotCalls.raise_failure(status) unless status.code.zero?
-        @native = Native::Worker.uniffi_lift(handle)
-        @handle = OJS.native_handle(@native, Native::Worker)
+        @native = client.bridge.start_worker(json)
         # Returns at once: a job the loop fetches before a slot waits stays in the loop's hands,
         # and the loop hands it out to the next slot that asks, also once a stop began.
-        @threads = Array.new(@native.concurrency) do |index|
+        @threads = Array.new(@native.facts["concurrency"]) do |index|
           thread = Thread.new { slot }
           thread.name = "ojs-worker-#{index}" if thread.respond_to?(:name=)
           thread
@@ -156,8 +151,7 @@ module OJS
     def stop(deadline_ms:)
       return nil unless @native
 
-      status = HotCalls.status
-      HotCalls.raise_failure(status) unless HotCalls.ojs_ruby_worker_stop(@handle, Integer(deadline_ms), status) == 1
+      @native.stop(Integer(deadline_ms))
       forward_log
       nil
     end
@@ -175,28 +169,28 @@ module OJS
 
     # Whether a stop began.
     def stopping?
-      @native ? @native.stopping : false
+      @native ? @native.facts["stopping"] : false
     end
 
     # The worker id sent with every fetch (given, or made up by the core).
     def worker_id
-      @native&.worker_id
+      @native&.facts&.fetch("worker_id")
     end
 
     # The number of slot threads (the core's `concurrency`).
     def concurrency
-      @native&.concurrency
+      @native&.facts&.fetch("concurrency")
     end
 
     # Jobs handed out and not finished.
     def in_flight
-      @native ? @native.in_flight : 0
+      @native ? @native.facts["in_flight"] : 0
     end
 
     # Whether the backend did not answer the loop's last request: an outage the loop waits out
     # (backing off), which it logs once when it begins and once when it ends.
     def backend_down?
-      @native ? @native.backend_down : false
+      @native ? @native.facts["backend_down"] : false
     end
 
     # The handlers, checked: String types (a Symbol is its name), callables.
@@ -249,8 +243,7 @@ module OJS
     # the logger.
     def next_job
       loop do
-        status = HotCalls.status
-        text = HotCalls.read_text(HotCalls.ojs_ruby_worker_next(@handle, POLL_MS, status), status, optional: true)
+        text = @native.next(POLL_MS)
         forward_log
         return nil if text.nil?
         return Job.from_json(text) unless text.empty?
@@ -274,11 +267,7 @@ module OJS
 
     # Whether the loop settles the job with this outcome (false: it no longer held the job).
     def finish(job_id, outcome)
-      json = JSON.generate(outcome.except(:reraise))
-      status = HotCalls.status
-      settled = HotCalls.ojs_ruby_worker_finish(@handle, job_id, job_id.bytesize, json, json.bytesize, status)
-      HotCalls.raise_failure(status) unless status.code.zero?
-      settled == 1
+      @native.finish(job_id, JSON.generate(outcome.except(:reraise)))
     end
 
     # Runs the job; its outcome for the loop (`ojs_bridge::worker`'s JSON, with `:reraise` for an

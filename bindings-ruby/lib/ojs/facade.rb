@@ -11,11 +11,9 @@ module OJS
     def initialize(configuration)
       @configuration = configuration
       needs_backend = OJS.needs_backend?
-      @bridge = OJS.native_call do
-        Native::Bridge.new(configuration.to_core_json, configuration.development?,
-                           Configuration::URL_SETTING, needs_backend)
-      end
-      @bridge_handle = OJS.native_handle(@bridge, Native::Bridge)
+      @bridge = Native::Bridge.new(configuration.to_core_json, configuration.development?,
+                                   Configuration::URL_SETTING, needs_backend)
+      @bridge_pointer = @bridge.pointer
       notice = @bridge.notice
       (configuration.logger || OJS.logger).warn(notice) if notice
       # Without a URL (a backend-free rake task) no relay starts by itself: staged rows wait
@@ -44,7 +42,7 @@ module OJS
 
     # One job (OJS.enqueue_after_commit), the per-call hot path: args, options and meta become
     # JSON texts here; the core validates them and makes the id and the row's parameters
-    # (`ojs_ruby_bridge_stage_job`, see OJS::HotCalls); the row is written on `connection` with
+    # (`ojs_ruby_stager_stage_job`, see OJS::Native); the row is written on `connection` with
     # the core's INSERT (its text fetched once per connection kind). Returns the job id.
     # Anything but a String/Symbol type and an Array of args takes the general path
     # (enqueue_after_commit), so the core's own message names what is wrong. A job with an
@@ -95,10 +93,9 @@ module OJS
       json = jobs_json(jobs)
       stager = stager_of(connection)
       context = Context.json
-      staged = JSON.parse(staging_call(lambda do |buffer, status|
-        HotCalls.ojs_ruby_bridge_stage(stager[1], json, json.bytesize, context, context ? context.bytesize : 0,
-                                       buffer, buffer.size, status)
-      end))
+      out = Native.out
+      staged = Native.json(Native.ojs_ruby_stager_stage(stager[0], json, json.bytesize, context, Native.len(context),
+                                                        out), out)
       write_staged(connection, staged)
     end
 
@@ -123,23 +120,18 @@ module OJS
     # (the answer's first field is empty: a NUL, then its JSON), never split as the row's
     # parameters nor taken as the per-job INSERT text.
     def stage_job(stager, type, args_json, options_json, meta_json, context_json)
-      sql = stager[2]
-      status = HotCalls.status
-      buffer = Thread.current[BUFFER_KEY] || staging_buffer(4096)
-      while (length = HotCalls.ojs_ruby_bridge_stage_job(
-        stager[1], type, type.bytesize, args_json, args_json.bytesize,
+      sql = stager[1]
+      out = Native.out
+      text = Native.text(Native.ojs_ruby_stager_stage_job(
+        stager[0], type, type.bytesize, args_json, args_json.bytesize,
         options_json, options_json ? options_json.bytesize : 0, meta_json, meta_json ? meta_json.bytesize : 0,
-        context_json, context_json ? context_json.bytesize : 0, sql ? 0 : 1, buffer, buffer.size, status
-      )) > buffer.size
-        buffer = staging_buffer(length)
-      end
-      HotCalls.raise_failure(status) if length.zero? # an answer is never empty
-      text = buffer.get_bytes(0, length).force_encoding(Encoding::UTF_8)
-      return JSON.parse(text.byteslice(1, length - 1)) if text.getbyte(0).zero?
+        context_json, context_json ? context_json.bytesize : 0, sql ? 0 : 1, out
+      ), out)
+      return JSON.parse(text.byteslice(1, text.bytesize - 1)) if text.getbyte(0).zero?
 
       params = Client.decode_staged_job(text, sql.nil?)
-      stager[2] = params[6].freeze if sql.nil?
-      params[6] = stager[2]
+      stager[1] = params[6].freeze if sql.nil?
+      params[6] = stager[1]
       params
     end
 
@@ -153,15 +145,12 @@ module OJS
       fields << sql
     end
 
-    # `[stager, its uniffi handle, INSERT text or nil until the first call]` for the
+    # `[stager (its native pointer), INSERT text or nil until the first call]` for the
     # connection's kind.
     def stager_of(connection)
       name = connection.adapter_name
       @stagers[name] || @stager_lock.synchronize do
-        @stagers[name] ||= begin
-          stager = bridge.stager(*dialect_of(connection))
-          [stager, OJS.native_handle(stager, Native::Stager), nil]
-        end
+        @stagers[name] ||= [bridge.stager(*dialect_of(connection)), nil]
       end
     end
 
@@ -169,11 +158,12 @@ module OJS
     # logged: the poller still finds the rows).
     def notify_committed(job_ids)
       ids = job_ids.join("\n") # ojs_bridge::encode_ids
-      status = HotCalls.status
-      return if HotCalls.ojs_ruby_bridge_notify_committed(@bridge_handle, ids, ids.bytesize, status) == 1
+      out = Native.out
+      status = Native.ojs_ruby_bridge_notify_committed(@bridge_pointer, ids, ids.bytesize, out)
+      return if status.zero?
 
       begin
-        HotCalls.raise_failure(status)
+        Native.failed(status, out)
       rescue StandardError => e
         OJS.logger.warn("ojs: waking the relay failed (#{e.message}); the poller sends the rows")
       end
@@ -183,14 +173,13 @@ module OJS
     # Spec §5.1 `enqueue`: one job straight to the backend, no outbox row, not tied to any
     # transaction. Returns when the backend has answered.
     def enqueue_now(job)
-      json = job_json(job)
-      OJS.native_call { Native.bridge_enqueue_now(bridge, json, Context.json) }
+      bridge.enqueue_now(job_json(job), Context.json)
     end
 
     # The core's DDL for the outbox table in the dialect of `connection`, one statement each.
     def create_table_sql(connection)
       dialect, = dialect_of(connection)
-      OJS.native_call { bridge.create_table_sql(dialect) }
+      bridge.create_table_sql(dialect)
     end
 
     # --- relay lifecycle (FA-R003) -------------------------------------------------------
@@ -200,8 +189,8 @@ module OJS
     # the GVL while it connects; one atomic load once it runs). The log thread starts first.
     def start_relay
       RelayLog.start if @relay_in_process
-      status = HotCalls.status
-      HotCalls.raise_failure(status) unless HotCalls.ojs_ruby_bridge_ensure_relay(@bridge_handle, status) == 1
+      out = Native.out
+      Native.done(Native.ojs_ruby_bridge_ensure_relay(@bridge_pointer, out), out)
       OJS.install_exit_hook
     end
 
@@ -217,20 +206,20 @@ module OJS
 
     # Graceful stop: flushes what the hot queue holds (within relay.shutdown_timeout).
     def stop_relay
-      Native.bridge_stop_relay(bridge)
+      bridge.run("stop_relay")
       RelayLog.forward # the records of the stop's flush
     end
 
     # Abrupt stop, as a crash would: no flush, leases stay until they expire. For tests of
     # crash recovery; applications use stop_relay.
     def kill_relay
-      bridge.kill_relay
+      bridge.run("kill_relay")
     end
 
     # Runs the relay as this process's only job until SIGINT/SIGTERM (`rake ojs:relay`).
     def run_relay_until_signal
       RelayLog.start
-      OJS.native_call { Native.bridge_run_relay_until_signal(bridge) }
+      bridge.run("run_relay_until_signal")
     ensure
       RelayLog.forward
     end
@@ -239,41 +228,42 @@ module OJS
 
     # The relay's counters in this process (nil when no relay runs here).
     def metrics
-      JSON.parse(bridge.metrics_json)
+      JSON.parse(bridge.run("metrics_json"))
     end
 
     def status
-      JSON.parse(OJS.native_call { Native.bridge_status_json(bridge) })
+      JSON.parse(bridge.run("status_json"))
     end
 
     def dead_list(tenant: nil, limit: nil)
       limit = Integer(limit) unless limit.nil?
-      JSON.parse(OJS.native_call { Native.bridge_dead_list_json(bridge, tenant, limit) })
+      JSON.parse(bridge.outbox("dead_list_json", tenant, limit: limit))
     end
 
     def dead_replay(tenant: nil)
-      OJS.native_call { Native.bridge_dead_replay(bridge, tenant) }
+      bridge.outbox("dead_replay", tenant, text: false)
     end
 
     def dead_purge(tenant: nil)
-      OJS.native_call { Native.bridge_dead_purge(bridge, tenant) }
+      bridge.outbox("dead_purge", tenant, text: false)
     end
 
     # Deletes sent rows older than an ISO-8601 duration ("PT24H"); returns how many.
     def prune(older_than:)
-      OJS.native_call { Native.bridge_prune(bridge, String(older_than)) }
+      bridge.outbox("prune", String(older_than), text: false)
     end
 
     # Committed state of these jobs' rows: { job_id => { "status", "attempts", "error" } }.
     def outbox_rows(job_ids)
       ids = job_ids.to_a.join("\n") # ojs_bridge::encode_ids
-      JSON.parse(OJS.native_call { Native.bridge_outbox_rows_json(bridge, ids) })
+      JSON.parse(bridge.outbox("rows_json", ids))
     end
 
     # Creates the outbox table through the relay's connection (`OJS::Migration` uses the
     # application's connection instead).
     def migrate
-      OJS.native_call { Native.bridge_migrate(bridge) }
+      bridge.run("migrate")
+      nil
     end
 
     # An operator command (`admin::Command`: "command" status | dead | migrate, "action" list |
@@ -282,8 +272,7 @@ module OJS
     def admin(command)
       command = command.to_h { |key, value| [key.to_s, value] }
       command["create_table_with"] = CREATE_TABLE_WITH
-      json = JSON.generate(command.compact)
-      OJS.native_call { Native.bridge_admin(bridge, json) }
+      Native.report(JSON.parse(bridge.outbox("admin", JSON.generate(command.compact))))
     end
 
     # --- events, metrics, health (issue 15) ------------------------------------------------
@@ -296,7 +285,7 @@ module OJS
     # field `since`).
     def relay_events(request)
       json = JSONValue.dump(request.compact, "config", "stream request")
-      RelayStream.new(OJS.native_call { bridge.relay_events(json) })
+      RelayStream.new(bridge.relay_events(json))
     end
 
     # An event client of an OJS event stream (`Bridge::subscribe_events`): `options` are the
@@ -305,37 +294,30 @@ module OJS
     # OJS::EventSubscription; blocks without the GVL while the bridge opens its runtime.
     def subscribe_events(options)
       json = JSONValue.dump(options.compact, "config", "subscribe_events")
-      status = HotCalls.status
-      handle = HotCalls.ojs_ruby_bridge_subscribe_events(@bridge_handle, json, json.bytesize, status)
-      HotCalls.raise_failure(status) unless status.code.zero?
-      EventSubscription.new(Native::EventFeed.uniffi_lift(handle))
+      EventSubscription.new(bridge.subscribe_events(json))
     end
 
     # One request of a mount (OJS::EventsApp), answered by the core's HTTP surface
     # (`Bridge::surface`): `request` holds "method", "path" (under the mount), "query" (raw),
     # "last_event_id", "access" (the app's authorize decision), "access_field", "keep_alive_ms",
-    # "body". Returns the core's answer (`status`, `headers` (name, value), `body`, `stream`: a
-    # Native::RelayFrames or nil); waits without the GVL (`/readyz` asks the database and the
-    # backend). A decision that is none is the core's OJS::InvalidConfig naming `authorize`.
+    # "body". Returns the core's answer (Native::SurfaceAnswer: `status`, `headers` ([name,
+    # value] pairs), `body`, `stream`: a Native::RelayFrames or nil); waits without the GVL
+    # (`/readyz` asks the database and the backend). A decision that is none is the core's
+    # OJS::InvalidConfig naming `authorize`.
     def surface(request)
-      json = JSON.generate(request)
-      status = HotCalls.status
-      HotCalls.read_record(HotCalls.ojs_ruby_bridge_surface(@bridge_handle, json, json.bytesize, status), status,
-                           :SurfaceAnswer)
+      bridge.surface(JSON.generate(request))
     end
 
     # The Prometheus exposition of this process's relay (`Bridge::metrics_text`), the table's
     # figures alone without one, nil when the table cannot be read either. Reads the table's counts (the GVL is released meanwhile).
     def metrics_text
-      status = HotCalls.status
-      HotCalls.read_text(HotCalls.ojs_ruby_bridge_metrics_text(@bridge_handle, status), status, optional: true)
+      bridge.run("metrics_text")
     end
 
     # The core's readiness verdict as JSON text (`Bridge::readiness_json`: "ready", "database",
     # "backend"); a database and a backend round trip, the GVL released meanwhile.
     def readiness_json
-      status = HotCalls.status
-      HotCalls.read_text(HotCalls.ojs_ruby_bridge_readiness_json(@bridge_handle, status), status, optional: false)
+      bridge.run("readiness_json")
     end
 
     # How a Rails user creates a missing outbox table (named by the core's admin reports).
@@ -388,7 +370,7 @@ module OJS
       result = execute(connection, statement["sql"], statement["params"])
       returned = result.rows.first&.first
       returned = returned.to_s unless returned.nil?
-      job_ids[returns["job"]] = OJS.native_call { bridge.held_outcome(returns["token"], returned) }
+      job_ids[returns["job"]] = bridge.held_outcome(returns["token"], returned)
     end
 
     # A statement on the application's connection, in its current transaction, through
@@ -410,33 +392,10 @@ module OJS
       OJS::Error.for_code(code, "writing the outbox row failed: #{error.message}")
     end
 
-    KEPT_BUFFER_BYTES = 1024 * 1024
-    BUFFER_KEY = :ojs_staging_buffer
     # This fiber's JSON generator (`JSON.generate` builds one per call). Only plain values reach
     # it, so it never runs application code that could switch fibers mid-generation.
     JSON_STATE_KEY = :ojs_json_state
-    private_constant :KEPT_BUFFER_BYTES, :BUFFER_KEY, :JSON_STATE_KEY
-
-    # This fiber's answer buffer for the staging calls, at least `size` bytes. Kept for the
-    # next call up to 1 MiB (the answer of a bulk of about 5,000 jobs); a larger one serves
-    # this call only.
-    def staging_buffer(size)
-      buffer = FFI::MemoryPointer.new(:char, [size, 4096].max)
-      Thread.current[BUFFER_KEY] = buffer if buffer.size <= KEPT_BUFFER_BYTES
-      buffer
-    end
-
-    # The text a staging call answers (`call.(buffer, status)` returns its length), called
-    # again with a larger buffer when it did not fit; raises the core's error.
-    def staging_call(call)
-      status = HotCalls.status
-      buffer = Thread.current[BUFFER_KEY] || staging_buffer(4096)
-      while (length = call.call(buffer, status)) > buffer.size
-        buffer = staging_buffer(length)
-      end
-      HotCalls.raise_failure(status) if length.zero? # an answer is never empty
-      buffer.get_bytes(0, length).force_encoding(Encoding::UTF_8)
-    end
+    private_constant :JSON_STATE_KEY
 
     # The jobs as the core's JSON array; the core refuses anything else than an Array of job
     # objects, naming it.

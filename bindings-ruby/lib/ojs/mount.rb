@@ -139,7 +139,7 @@ module OJS
     # The core's answer as Rack's: header names in lowercase (Rack 3); a stream as a streaming
     # body; no body for HEAD.
     def answer(answer, head:)
-      headers = answer.headers.to_h { |header| [header.name.downcase, header.value] }
+      headers = answer.headers.to_h { |name, value| [name.downcase, value] }
       stream = answer.stream && RelayStream.new(answer.stream)
       if head
         stream&.close
