@@ -304,9 +304,15 @@ export interface WakeupState {
 
 /**
  * What `authorize(req)` decides (the core reads it): `true` full access, `{ tenant }` (or the
- * tenant id alone) that tenant's events only, `false` or `null` 403.
+ * tenant id alone) that tenant's events and rows only, `{ read_only: true }` (with or without
+ * a `tenant`) the same reads and no dashboard replay or purge, `false` or `null` 403.
  */
-export type EventAccess = boolean | null | string | { tenant: string };
+export type EventAccess =
+  | boolean
+  | null
+  | string
+  | { tenant: string }
+  | { read_only: true; tenant?: string };
 
 /** `ojs.router()`'s options: `authorize` is required (`() => true` serves everyone, on purpose). */
 export interface RouterOptions {

@@ -26,6 +26,8 @@ packages=(
   # The Debian 13 root in which the Rails adapter is tested on ActiveRecord 7.2
   # (scripts/trixie-root.sh).
   debootstrap
+  # The dashboard's browser test drives Debian's headless Chromium with playwright-core (npm).
+  chromium
 )
 
 if [ "${1:-}" = --list ]; then printf '%s\n' "${packages[@]}"; exit 0; fi

@@ -45,7 +45,12 @@ function accessOf(decision) {
     if (Array.isArray(decision)) return decision.map(() => null);
     const shape = {};
     for (const key of Object.keys(decision)) {
-      shape[key] = key === 'tenant' && typeof decision.tenant === 'string' ? decision.tenant : null;
+      const value = decision[key];
+      // Only a tenant id and the read-only flag cross; any other value (a user record's token,
+      // say) stays here, and the core names the keys it refuses.
+      if (key === 'tenant' && typeof value === 'string') shape[key] = value;
+      else if (key === 'read_only' && typeof value === 'boolean') shape[key] = value;
+      else shape[key] = null;
     }
     return shape;
   }
@@ -117,6 +122,8 @@ function router(ojs, options) {
         // /healthz answers everyone: authorize is not asked.
         access: surfaceIsOpen(path) ? null : accessOf(await authorize(req)),
         access_field: 'authorize',
+        // A dashboard write needs it (the core's defence against cross-site requests).
+        write_header: req.get('X-OJS-Dashboard') ?? null,
       };
       const body = await bodyOf(req);
       if (body !== undefined) request.body = body;
