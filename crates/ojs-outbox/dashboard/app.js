@@ -104,6 +104,14 @@ async function overview() {
       el('span', { text: `backend: ${data.health.backend}` }),
     );
   }
+  $('#relays-box').hidden = !data.relays;
+  if (data.relays) {
+    // A relay heartbeats every 5 s: one silent for 30 s is probably gone.
+    $('#relays tbody').replaceChildren(...data.relays.map((r) => el('tr', { 'data-relay-id': r.relay_id },
+      el('td', { text: r.host }), el('td', { text: String(r.pid) }), el('td', { text: when(r.started_ms) }),
+      el('td', { class: r.heartbeat_age_ms > 30000 ? 'bad' : 'ok', text: `${age(r.heartbeat_age_ms)} ago` }),
+      el('td', { text: String(r.sent) }))));
+  }
   $('#groups tbody').replaceChildren(...data.groups.map((g) => el('tr', {},
     el('td', { text: g.job_type }), el('td', { text: g.queue }), el('td', { text: g.tenant_id || '–' }),
     el('td', { text: g.status }), el('td', { text: String(g.rows) }))));

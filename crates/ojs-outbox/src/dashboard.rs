@@ -390,8 +390,9 @@ async fn run(
                 "oldest_pending_age_ms": oldest,
                 "minutes": store.dashboard_minutes(tenant).await?,
                 "groups": store.dashboard_groups(tenant).await?,
-                // The database, the backend and the relay are the operator's to see.
+                // The database, the backend and the relays are the operator's to see.
                 "health": if tenant.is_none() { readiness } else { None },
+                "relays": if tenant.is_none() { relays(store).await } else { Value::Null },
             })
         }
         Call::Rows(filter) => {
@@ -458,4 +459,22 @@ fn viewer_json(viewer: &Viewer) -> Value {
         "writes": viewer.writes,
         "decodes": viewer.decodes,
     })
+}
+
+/// The relays' registry with each heartbeat's age; empty before any relay made it.
+async fn relays(store: &Store) -> Value {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64);
+    let seen = store.relays().await.unwrap_or_default();
+    Value::Array(
+        seen.into_iter()
+            .map(|relay| {
+                let age = (now - relay.heartbeat_ms).max(0);
+                let mut value = serde_json::to_value(relay).expect("a relay serializes");
+                value["heartbeat_age_ms"] = json!(age);
+                value
+            })
+            .collect(),
+    )
 }

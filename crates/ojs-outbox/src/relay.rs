@@ -112,6 +112,12 @@ impl Relay {
             wake_rechecks: Vec::new(),
             last_claimed: 0,
             event_log_failed: false,
+            registry: Some(crate::store::relays::RelayIdentity {
+                relay_id: relay_id.clone(),
+                host: host_name(),
+                pid: i64::from(std::process::id()),
+                started_ms: now_ms(),
+            }),
             events: events.clone(),
             store: store.for_relay(),
             backend,
@@ -281,6 +287,9 @@ struct Engine {
     resumed: bool,
     counters: Arc<Counters>,
     relay_id: String,
+    /// Who this relay is in `<table>_relays` (`None` once the registry could not be made:
+    /// the relay delivers without it).
+    registry: Option<crate::store::relays::RelayIdentity>,
     claims: u64,
     batch_supported: Option<bool>,
     pause_until: Option<Instant>,
@@ -379,6 +388,17 @@ impl Engine {
             );
             self.event_log_failed = true;
         }
+        if let Err(error) = self.store.ensure_relay_registry().await {
+            self.log(
+                Level::Warning,
+                None,
+                format!(
+                    "outbox relay: its registry {} cannot be created ({error}); the relay delivers, but the dashboard does not list it",
+                    self.store.sql().relay_registry()
+                ),
+            );
+            self.registry = None;
+        }
         let poll_interval = self.config.outbox.poll_interval;
         let batch_size = self.config.outbox.batch_size;
         let mut next_poll = Instant::now();
@@ -472,6 +492,9 @@ impl Engine {
         self.flush().await;
         self.finish_settling().await;
         self.flush_relay_events().await;
+        if self.registry.is_some() {
+            let _ = self.store.relay_gone(&self.relay_id).await;
+        }
     }
 
     fn stopping(&self) -> bool {
@@ -1251,12 +1274,19 @@ impl Engine {
         }
     }
 
+    /// The table's backlog for the metrics, and this relay's heartbeat in the registry.
     async fn refresh_metrics(&mut self) {
         if let Ok((pending, oldest_ms)) = self.store.undelivered_summary().await {
             self.counters.pending.store(pending, Ordering::Relaxed);
             self.counters
                 .oldest_pending_age_ms
                 .store(oldest_ms, Ordering::Relaxed);
+        }
+        if let Some(me) = &self.registry {
+            let sent = self.counters.sent.load(Ordering::Relaxed) as i64;
+            if let Err(error) = self.store.relay_heartbeat(me, now_ms(), sent).await {
+                tracing::debug!(%error, "outbox relay: heartbeat not recorded");
+            }
         }
     }
 
@@ -1449,6 +1479,21 @@ fn take_batch(rows: &[ClaimedRow], batch_size: usize) -> (&[ClaimedRow], Option<
     body.push_str("]}");
     debug_assert!(body.len() >= ENVELOPE.len());
     (&rows[..taken], Some(body))
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
+/// The machine's name, as the dashboard lists a relay (Linux's; the product runs there).
+fn host_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|name| name.trim().to_owned())
+        .ok()
+        .filter(|name| !name.is_empty())
+        .unwrap_or_else(|| "unknown".to_owned())
 }
 
 #[cfg(test)]

@@ -1038,7 +1038,12 @@ impl OutboxSql {
     pub fn drop_table(&self) -> String {
         match self.dialect {
             Dialect::Postgres => {
-                format!("DROP TABLE IF EXISTS {}, {}", self.table, self.event_log())
+                format!(
+                    "DROP TABLE IF EXISTS {}, {}, {}",
+                    self.table,
+                    self.event_log(),
+                    self.relay_registry()
+                )
             }
             Dialect::Sqlite => format!("DROP TABLE IF EXISTS {}", self.table),
         }
@@ -1065,6 +1070,7 @@ impl OutboxSql {
 }
 
 mod dashboard;
+mod relays;
 
 /// Transaction control, for hosts whose driver has none (node-postgres): the statements the
 /// Rust-native `OutboxTransaction` runs too, the same in both dialects. `step`: `begin`,

@@ -1196,3 +1196,4 @@ fn redact(url: &str) -> String {
 }
 
 pub mod dashboard;
+pub mod relays;

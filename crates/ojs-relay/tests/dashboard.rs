@@ -183,7 +183,20 @@ async fn the_dashboard_serves_scoped_views_and_dead_letter_actions(kind: Kind, n
         .map(|m| m["sent"].as_i64().unwrap())
         .sum();
     assert_eq!(sent, 1, "{all}");
+    // The relay lists itself in the registry, with a fresh heartbeat.
+    let relays = all["relays"].as_array().expect("relays");
+    assert_eq!(relays.len(), 1, "{all}");
+    assert_eq!(relays[0]["pid"], relay.pid(), "{all}");
+    assert!(
+        relays[0]["heartbeat_age_ms"].as_i64().unwrap() < 60_000,
+        "{all}"
+    );
     let mine = surface.json("/dashboard/api/overview", "ta").await;
+    assert_eq!(
+        mine["relays"],
+        Value::Null,
+        "a tenant does not see the relays"
+    );
     assert_eq!(mine["counts"]["dead"], 2, "{mine}");
     assert_eq!(mine["health"], Value::Null);
     assert_eq!(
@@ -263,6 +276,22 @@ async fn the_dashboard_serves_scoped_views_and_dead_letter_actions(kind: Kind, n
         relay.terminate(Duration::from_secs(15)).await.code(),
         Some(0)
     );
+    // A graceful stop takes the relay out of the registry.
+    let registry = format!("SELECT COUNT(*) FROM {}_relays", db.table);
+    let (left,): (i64,) = if kind == Kind::Postgres {
+        let pool = sqlx::PgPool::connect(&db.url).await.unwrap();
+        sqlx::query_as(sqlx::AssertSqlSafe(registry))
+            .fetch_one(&pool)
+            .await
+            .unwrap()
+    } else {
+        let pool = sqlx::SqlitePool::connect(&db.url).await.unwrap();
+        sqlx::query_as(sqlx::AssertSqlSafe(registry))
+            .fetch_one(&pool)
+            .await
+            .unwrap()
+    };
+    assert_eq!(left, 0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
