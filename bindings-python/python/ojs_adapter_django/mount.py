@@ -4,7 +4,8 @@ the views of ``ojs_adapter_django.urls``:
 - ``events/stream``: the table's events as Server-Sent Events (query parameters ``types``,
   ``queues``, ``job_types``, ``tenant``, ``since``; header ``Last-Event-ID``);
 - ``metrics``: the metrics (OpenMetrics text) of this process's relay;
-- ``healthz``: the process answers; ``readyz``: database, outbox table and backend reachable.
+- ``healthz``: the process answers; ``readyz``: database, outbox table and backend reachable;
+- ``dashboard/``: the operator's dashboard (the page, its assets, its JSON API).
 
 The policy (who reads what, tenant scoping, the refusals, the keep-alive) is the core's, the one
 ``ojs-relay run --listen`` serves (``Bridge.surface``). These views only say who the caller is
@@ -23,6 +24,7 @@ from typing import Any, AsyncIterator, Iterator, Optional
 from django.core.handlers.asgi import ASGIRequest
 from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from django.views.decorators.cache import never_cache
+from django.views.decorators.csrf import csrf_exempt
 
 from . import _native
 from .facade import ojs
@@ -80,6 +82,8 @@ def _serve(request: HttpRequest, path: str, using: Optional[str], keepalive: Any
         "access": False if _native.Bridge.surface_is_open(path) else decision(request),
         "access_field": ACCESS_SETTING,
         "keep_alive_ms": keep_alive_ms,
+        # A dashboard write needs it (the core's defence against cross-site requests).
+        "write_header": request.headers.get("X-OJS-Dashboard"),
     }
     status, headers, body, stream = ojs.surface(asked, using)
     if stream is None:
@@ -149,3 +153,13 @@ def readyz(request: HttpRequest, using: Optional[str] = None,
     """``GET readyz``: the core's verdict, ``{"ready", "database", "backend"}``; 200 when
     ready, else 503."""
     return _serve(request, "/readyz", using, keepalive)
+
+
+@csrf_exempt
+def dashboard(request: HttpRequest, rest: Optional[str] = None, using: Optional[str] = None,
+              keepalive: float = KEEPALIVE) -> HttpResponse:
+    """``dashboard`` and everything under ``dashboard/``: the core's page, assets and API, with
+    their own cache headers (an asset is cached for a year, the rest never). Django's CSRF
+    check is left to the core, which refuses a replay or purge without the ``X-OJS-Dashboard``
+    header that a page of another site cannot send."""
+    return _serve(request, "/dashboard" if rest is None else f"/dashboard/{rest}", using, keepalive)

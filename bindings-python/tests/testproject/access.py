@@ -31,3 +31,8 @@ def answers_a_user(request):
 
 
 NOT_CALLABLE = "a string, not a function"
+
+
+def read_only(request):
+    """Everyone who is logged in reads the dashboard; nobody writes."""
+    return {"read_only": True} if request.user.is_authenticated else False
