@@ -215,4 +215,19 @@ results = {}
   puts format("%-8s   (raw multi-row INSERT with its binds built before the timer: %.2f us/job, enqueue_bulk %.2fx that)",
               kind, prebuilt / JOBS * 1e6, bulk / prebuilt)
 end
+# 3. The staging call alone (OJS::Client#stage_job: the native call across the FFI line and its
+#    answer decoded, no INSERT), 20,000 calls per round in a tight loop: the FFI line's own share
+#    of a job (issue 28, item 7: within 10% of the C path before it).
+stager = OJS.client.stager_of(ActiveRecord::Base.connection)
+OJS.client.stage_job(stager, "email.welcome", "[42]", nil, nil, nil)
+calls = 20_000
+per_call = Array.new(ROUNDS) do
+  GC.start
+  started = Process.clock_gettime(Process::CLOCK_MONOTONIC)
+  calls.times { OJS.client.stage_job(stager, "email.welcome", "[42]", nil, nil, nil) }
+  (Process.clock_gettime(Process::CLOCK_MONOTONIC) - started) / calls
+end
+results[:staging_call] = median(per_call)
+puts format("staging call alone (stage_job, no INSERT): %.2f us/call (median of %d rounds of %d)",
+            median(per_call) * 1e6, ROUNDS, calls)
 File.write(File.expand_path("../../target/ruby-bench.json", __dir__), JSON.pretty_generate(results))

@@ -12,12 +12,17 @@
 //!   (`Box::into_raw`), one `ojs_ruby_<object>_free` function each, which Ruby's
 //!   `FFI::AutoPointer` calls once the Ruby object is collected; a call borrows the object for
 //!   its duration (the Ruby caller holds it);
-//! - **answers and errors** through one out-parameter, the last argument, [`OjsRubyOut`]: a
-//!   Rust-owned text (`text`, `len`; null: none), freed by [`ojs_ruby_free`] once Ruby copied
-//!   it, and a number (`value`: a count, a flag, a new object's pointer). The return value is
-//!   the call's status ([`DONE`], [`FAILED`]: `text` is the core's `Error::to_json`, decoded by
-//!   `OJS::Error.from_json`; [`PANICKED`]: `text` is the panic's message, raised as
-//!   `OJS::Native::InternalError`). A panic never crosses the line (`catch_unwind`);
+//! - **answers and errors** through one out-parameter, the last argument, [`OjsRubyOut`] (Ruby
+//!   keeps one per thread): a text (the answer, the error or the panic message) and a number
+//!   (`value`: a count, a flag, a new object's pointer). A text of at most [`INLINE`] bytes is
+//!   copied into the out-parameter itself (`inline`: one job's staging answer, an id, a frame);
+//!   a longer one is handed over Rust-owned (`text`), and Ruby frees it with [`ojs_ruby_free`]
+//!   once copied (measured: a Rust-owned text for every answer cost the per-job call a pointer
+//!   object and a second FFI call, about 8% of the call, docs/rails.md, "Performance"). The
+//!   return value is the call's status ([`DONE`]; [`FAILED`]: the text is the core's
+//!   `Error::to_json`, decoded by `OJS::Error.from_json`; [`PANICKED`]: the text is the panic's
+//!   message, raised as `OJS::Native::InternalError`). A panic never crosses the line
+//!   (`catch_unwind`);
 //! - **waits** (a relay start, a database or backend round trip, the next frame, event or job,
 //!   a worker's or relay's stop) are bound with `blocking: true`: the GVL is released while
 //!   they run, and they never call Ruby (docs/toolchain.md, rule 2).
@@ -45,16 +50,26 @@ pub const FAILED: i32 = 1;
 /// The status of a call that panicked: the out-parameter's text is the panic's message.
 pub const PANICKED: i32 = 2;
 
+/// The most bytes of a text [`OjsRubyOut`] holds itself.
+pub const INLINE: usize = 4096;
+
+/// `len` of an [`OjsRubyOut`] without a text (Ruby's nil).
+pub const NO_TEXT: usize = usize::MAX;
+
 /// The out-parameter of every call (its last argument; Ruby keeps one per thread). Written by
 /// every call, whatever its status.
 #[repr(C)]
 pub struct OjsRubyOut {
-    /// Rust-owned UTF-8 text (the answer, the error JSON or the panic message), to be freed with
-    /// [`ojs_ruby_free`]`(text, len)`; null when there is none (nil).
-    pub text: *mut u8,
+    /// The text's length in bytes (the answer, the error JSON or the panic message, UTF-8);
+    /// [`NO_TEXT`] when there is none.
     pub len: usize,
+    /// A text longer than [`INLINE`]: Rust-owned, to be freed with [`ojs_ruby_free`]`(text,
+    /// len)`; else null.
+    pub text: *mut u8,
     /// A number answer: a count, a flag (0 or 1), or a new object's pointer (0: none).
     pub value: u64,
+    /// A text of at most [`INLINE`] bytes: its first `len` bytes.
+    pub inline: [u8; INLINE],
 }
 
 /// What a call answers: an optional text and a number.
@@ -119,28 +134,31 @@ pub(crate) unsafe fn call<A: Into<Answer>>(
             (PANICKED, Answer::from(message))
         }
     };
-    let (text, len) = match answer.text {
-        Some(text) => {
-            let len = text.len();
-            (Box::into_raw(text.into_boxed_str()).cast::<u8>(), len)
-        }
-        None => (std::ptr::null_mut(), 0),
-    };
     // SAFETY: the caller's contract; a null `out` (a bug on the Ruby side) loses the answer.
-    match unsafe { out.as_mut() } {
-        Some(out) => {
-            *out = OjsRubyOut {
-                text,
-                len,
-                value: answer.value,
-            }
+    let Some(out) = (unsafe { out.as_mut() }) else {
+        return status;
+    };
+    out.value = answer.value;
+    match answer.text {
+        Some(text) if text.len() <= INLINE => {
+            out.inline[..text.len()].copy_from_slice(text.as_bytes());
+            out.len = text.len();
+            out.text = std::ptr::null_mut();
         }
-        None => unsafe { ojs_ruby_free(text, len) },
+        Some(text) => {
+            out.len = text.len();
+            out.text = Box::into_raw(text.into_boxed_str()).cast::<u8>();
+        }
+        None => {
+            out.len = NO_TEXT;
+            out.text = std::ptr::null_mut();
+        }
     }
     status
 }
 
-/// Frees a text an [`OjsRubyOut`] handed over (`text`, `len` as written there). Null: nothing.
+/// Frees a Rust-owned text an [`OjsRubyOut`] handed over (`text`, `len` as written there).
+/// Null: nothing.
 ///
 /// # Safety
 /// `text` is null or a text of this library's out-parameter, not freed yet.

@@ -118,6 +118,29 @@ class NativeSignatureTest < Minitest::Test
     assert_equal OJS::VERSION, OJS::Native.version
   end
 
+  # The out-parameter's layout and constants are the Rust struct's (`src/lib.rs`).
+  def test_the_out_parameter_is_the_rust_struct
+    lib = File.read(File.join(TestSupport::ROOT, "bindings-ruby", "src", "lib.rs"))
+    fields = lib[/pub struct OjsRubyOut \{(.*?)^\}/m, 1].scan(/^\s*pub (\w+):/).flatten.map(&:to_sym)
+    assert_equal fields, OJS::Native::Out.members
+    assert_equal Integer(lib[/pub const INLINE: usize = (\d+);/, 1]), OJS::Native::INLINE
+    assert_includes lib, "pub const NO_TEXT: usize = usize::MAX;"
+    assert_equal 2**64 - 1, OJS::Native::NO_TEXT
+    assert_equal 24 + OJS::Native::INLINE, OJS::Native::Out.size
+  end
+
+  # A text longer than the out-parameter holds crosses Rust-owned, and is freed; one that fits,
+  # inline; none is nil.
+  def test_texts_inline_rust_owned_and_none
+    long = "x" * (OJS::Native::INLINE + 10)
+    error = JSON.parse(OJS::Native.unencodable("args", long, "why"))
+    assert_equal "#{long}: why", error["message"]
+    short = JSON.parse(OJS::Native.unencodable("args", "p", "why"))
+    assert_equal "p: why", short["message"]
+    bridge = OJS::Native::Bridge.new('{"adapter": {}}', false, "config.url", false)
+    assert_nil bridge.notice
+  end
+
   # Objects are opaque pointers freed once by their AutoPointer (here at once, by #free).
   def test_objects_are_freed_by_their_auto_pointer
     bridge = OJS::Native::Bridge.new('{"adapter": {}}', false, "config.url", false)

@@ -9,10 +9,11 @@ module OJS
   # - text in as (String, bytesize) pairs (`buffer_in`: the String's own bytes; nil is none);
   #   lists and records cross as JSON text;
   # - the last argument is this thread's out-parameter (`Native.out`, the Rust struct
-  #   `OjsRubyOut`: a Rust-owned text and its length, a number); the return value is the
-  #   status: 0 done, 1 the core's error (the text is `Error::to_json`, raised as the
-  #   OJS::Error of its code), 2 a panic (raised as Native::InternalError). A text is copied
-  #   into a Ruby String and freed at once with `ojs_ruby_free`;
+  #   `OjsRubyOut`: a text and a number); the return value is the status: 0 done, 1 the core's
+  #   error (the text is `Error::to_json`, raised as the OJS::Error of its code), 2 a panic
+  #   (raised as Native::InternalError). A text of at most INLINE bytes is in the
+  #   out-parameter itself; a longer one is Rust-owned, copied into a Ruby String and freed at
+  #   once with `ojs_ruby_free`;
   # - objects (Bridge, Stager, RelayFrames, EventFeed, Worker) are opaque pointers held in an
   #   FFI::AutoPointer, freed by their `ojs_ruby_<object>_free` when the Ruby object is collected;
   # - calls that wait (the relay's start and stop, database and backend round trips, the next
@@ -32,17 +33,23 @@ module OJS
     FAILED = 1
     PANICKED = 2
 
-    # `OjsRubyOut` (`src/lib.rs`); read by offset on the per-job path.
+    # The most bytes of a text the out-parameter holds itself (`src/lib.rs`: INLINE).
+    INLINE = 4096
+    # The length of no text (nil; `src/lib.rs`: NO_TEXT, usize::MAX).
+    NO_TEXT = 2**64 - 1
+
+    # `OjsRubyOut` (`src/lib.rs`); read by offset (the per-job path makes no Struct).
     class Out < FFI::Struct
-      layout :text, :pointer, :len, :size_t, :value, :uint64
+      layout :len, :size_t, :text, :pointer, :value, :uint64, :inline, [:uint8, INLINE]
     end
-    TEXT_AT = Out.offset_of(:text)
     LEN_AT = Out.offset_of(:len)
+    TEXT_AT = Out.offset_of(:text)
     VALUE_AT = Out.offset_of(:value)
+    INLINE_AT = Out.offset_of(:inline)
     raise LoadError, "ojs-adapter-rails needs a 64-bit platform" unless FFI.type_size(:size_t) == 8
 
     # --- the protocol -------------------------------------------------------------------------
-    # (text, len): frees a text of the out-parameter
+    # (text, len): frees a Rust-owned text of the out-parameter
     attach_function :ojs_ruby_free, %i[pointer size_t], :void
     # (out) -> status; the panic channel's test
     attach_function :ojs_ruby_panic_for_test, %i[pointer], :int32
@@ -200,12 +207,13 @@ module OJS
         address.zero? ? nil : FFI::AutoPointer.new(FFI::Pointer.new(address), method(free))
       end
 
-      # The out-parameter's text as a Ruby String, the native one freed; nil for none.
+      # The out-parameter's text as a Ruby String (a Rust-owned one freed); nil for none.
       def take(out)
-        pointer = out.get_pointer(TEXT_AT)
-        return nil if pointer.null?
-
         length = out.get_uint64(LEN_AT)
+        return out.get_bytes(INLINE_AT, length).force_encoding(Encoding::UTF_8) if length <= INLINE
+        return nil if length == NO_TEXT
+
+        pointer = out.get_pointer(TEXT_AT)
         text = pointer.get_bytes(0, length)
         ojs_ruby_free(pointer, length)
         text.force_encoding(Encoding::UTF_8)
