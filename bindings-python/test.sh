@@ -24,8 +24,10 @@ RUNS=(
 # The other test dependencies, the same in every venv.
 # prometheus-client parses the /metrics exposition of the Django mount, and uvicorn (with h11
 # and click) serves the test project over ASGI (tests/test_events.py).
+# opentelemetry-api and -sdk make the app's own spans (tests/test_tracing.py).
 TEST_DEPS=("psycopg==3.3.9" "psycopg-binary==3.3.9" "pytest==9.2.0" "pytest-django==4.14.0"
-           "prometheus-client==0.26.0" "uvicorn==0.54.0" "h11==0.16.0" "click==8.5.1")
+           "prometheus-client==0.26.0" "uvicorn==0.54.0" "h11==0.16.0" "click==8.5.1"
+           "opentelemetry-api==1.45.2" "opentelemetry-sdk==1.45.2")
 
 say() { echo "py-test: $*"; }
 logs="$repo/target/py-test-logs"

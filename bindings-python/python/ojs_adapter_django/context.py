@@ -56,8 +56,35 @@ def request_context(**fields: Optional[str]) -> Iterator[None]:
 
 
 def context_json() -> Optional[str]:
-    """The context as the core's ``stage``/``enqueue_now`` take it."""
-    fields = get_request_context()
+    """The context as the core's ``stage``/``enqueue_now`` take it: the request's, with the
+    app's current OpenTelemetry span as its trace context unless one was given explicitly."""
+    fields = get_request_context() or {}
+    for key, value in current_span_context().items():
+        fields.setdefault(key, value)
     if not fields:
         return None
     return json.dumps(fields, default=str)
+
+
+_propagator: Any = None
+
+
+def current_span_context() -> dict:
+    """``traceparent`` (and ``tracestate``) of the app's current OpenTelemetry span, written by
+    ``opentelemetry-api``'s own W3C propagator, when the API is installed and a span is
+    current: a job then continues the span that staged it (its ``create`` span a child of it),
+    not the request's incoming header. Empty without the API or a current span."""
+    global _propagator
+    if _propagator is None:
+        try:
+            from opentelemetry.trace.propagation.tracecontext import (
+                TraceContextTextMapPropagator,
+            )
+            _propagator = TraceContextTextMapPropagator()
+        except ImportError:
+            _propagator = False
+    if _propagator is False:
+        return {}
+    carrier: dict = {}
+    _propagator.inject(carrier)  # nothing when no valid span is current
+    return {key: carrier[key] for key in ("traceparent", "tracestate") if carrier.get(key)}
