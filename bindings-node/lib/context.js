@@ -27,6 +27,30 @@ function currentScope() {
   return storage.getStore() || NO_SCOPE;
 }
 
+/** `@opentelemetry/api` when the application has it (undefined: not looked up yet). */
+let otel;
+
+/**
+ * The trace context of the application's active OpenTelemetry span (`@opentelemetry/api`,
+ * when installed and a span is active), so a job continues the span that staged it (its
+ * `create` span a child of it) rather than the request's incoming header; null otherwise.
+ */
+function activeSpanContext() {
+  if (otel === undefined) {
+    try {
+      otel = require('@opentelemetry/api');
+    } catch {
+      otel = null;
+    }
+  }
+  const span = otel?.trace.getActiveSpan()?.spanContext();
+  if (!span || !otel.isSpanContextValid(span)) return null;
+  const fields = { traceparent: `00-${span.traceId}-${span.spanId}-${span.traceFlags.toString(16).padStart(2, '0')}` };
+  const state = span.traceState?.serialize();
+  if (state) fields.tracestate = state;
+  return fields;
+}
+
 /** The request headers the core reads the context from (`context_header_names`), lowercase. */
 const HEADER_NAMES = native.contextHeaderNames();
 
@@ -127,4 +151,13 @@ function requestContext(bridge, context) {
   return present.length ? Object.fromEntries(present) : null;
 }
 
-module.exports = { storage, runScoped, runInScope, currentScope, contextFromRequest, requestContext, requestResolvers };
+module.exports = {
+  activeSpanContext,
+  storage,
+  runScoped,
+  runInScope,
+  currentScope,
+  contextFromRequest,
+  requestContext,
+  requestResolvers,
+};

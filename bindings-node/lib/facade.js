@@ -9,7 +9,7 @@ const hostKnex = require('./knex');
 const { jsonOf, jobJson, jobsJson, camelKey, snakeKey } = require('./json');
 const providers = require('./providers');
 const transactions = require('./transaction');
-const { runScoped, currentScope, requestResolvers } = require('./context');
+const { activeSpanContext, runScoped, currentScope, requestResolvers } = require('./context');
 const { decodeStaged, firstColumn, runStaged } = require('./staged');
 const { RelayHost } = require('./relay-host');
 const relayLog = require('./log');
@@ -136,7 +136,14 @@ function hostOptions() {
  */
 function contextText(scope, ojs) {
   const context = typeof scope.context === 'function' ? scope.context(ojs) : scope.context;
-  return context ? jsonOf(context, 'context') : null;
+  const span = activeSpanContext();
+  // An explicit traceparent (withContext) wins over the active span, which wins over the
+  // request's header (the core reads headers only for keys not given).
+  const merged = span ? { ...span } : context;
+  if (span && context) {
+    for (const [key, value] of Object.entries(context)) if (value != null) merged[key] = value;
+  }
+  return merged ? jsonOf(merged, 'context') : null;
 }
 
 /**
