@@ -26,7 +26,7 @@ use serde_json::{Value, json};
 use crate::error::Result;
 use crate::store::Store;
 use crate::store::dashboard::{RowFilter, RowSummary};
-use crate::surface::{Answer, Caller};
+use crate::surface::{Action, Answer, Caller};
 
 /// The header a write must carry (value `1`), and the one the page sends.
 pub const WRITE_HEADER: &str = "X-OJS-Dashboard";
@@ -116,6 +116,21 @@ pub fn serves(path: &str) -> bool {
 /// The dashboard's part of the surface policy, for a caller already known not to be
 /// anonymous or refused: an answer, or a call for the host to make with [`answer`].
 pub(crate) fn route(
+    method: &str,
+    path: &str,
+    query: &str,
+    write_header: Option<&str>,
+    caller: &Caller,
+) -> Action {
+    match routed(method, path, query, write_header, caller) {
+        Ok((call, viewer)) => Action::Dashboard { call, viewer },
+        Err(answer) => Action::Answer(answer),
+    }
+}
+
+/// `Err` carries every answer made here (the page and the assets too, not only refusals):
+/// `?` then ends the routing wherever the answer is known.
+fn routed(
     method: &str,
     path: &str,
     query: &str,

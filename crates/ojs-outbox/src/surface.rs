@@ -360,16 +360,13 @@ fn dashboard(request: &Request<'_>) -> Action {
         }
         _ => {}
     }
-    match crate::dashboard::route(
+    crate::dashboard::route(
         request.method,
         request.path,
         request.query,
         request.write_header,
         &request.caller,
-    ) {
-        Ok((call, viewer)) => Action::Dashboard { call, viewer },
-        Err(answer) => Action::Answer(answer),
-    }
+    )
 }
 
 fn events(request: &Request<'_>, scope: Option<&String>) -> Action {
