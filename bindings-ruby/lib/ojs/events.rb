@@ -77,14 +77,11 @@ module OJS
     end
 
     # The next SSE frame (text to write as it is), "" when none came within `timeout_ms`, nil at
-    # the end (the relay stopped, the subscriber was cut off, or #close). A frame that came while
-    # another thread closed the stream is dropped: the server closed the body, so nothing more
-    # may be written to it.
+    # the end (the relay stopped, the subscriber was cut off, or #close).
     def next_frame(timeout_ms)
       return nil if @closed
 
-      frame = @native.next(Integer(timeout_ms))
-      @closed ? nil : frame
+      @native.next(Integer(timeout_ms))
     end
 
     # Drops the subscription at once (a `next_frame` waiting in another thread returns within
