@@ -85,6 +85,11 @@ impl Bridge {
     /// the backend at all (see [`Host`]). No I/O.
     pub fn for_host(config_json: &str, host: &Host) -> Result<Bridge> {
         let loaded = Config::load_json(config_json, host)?;
+        if host.needs_backend {
+            // One span provider per process, for staging, the relay and the worker
+            // (docs/tracing.md); nothing at all when tracing is off (the default).
+            ojs_outbox::otel::install_if_wanted(loaded.config.tracing)?;
+        }
         Ok(Bridge {
             config: loaded.config,
             notice: loaded.notice,

@@ -171,6 +171,10 @@ impl Bridge {
                 running.outbox.store().close().await;
             });
         }
+        // The staged jobs' `create` spans leave before the application exits.
+        if ojs_outbox::otel::enabled() {
+            ojs_outbox::otel::flush();
+        }
     }
 
     /// Abrupt stop, as a crash: no flush, leases stay until they expire (conformance tests).

@@ -60,10 +60,14 @@ impl Backend {
         builder
     }
 
-    /// The outcome, and the answer's text (empty when there was none).
-    async fn post(&self, path: &str, body: String) -> (Outcome, String) {
+    /// The outcome, the answer's text (empty when there was none) and what the request got.
+    async fn post(&self, path: &str, body: String) -> (Outcome, String, Answer) {
         if let Some(reason) = self.no_url() {
-            return (Outcome::Misconfigured { reason }, String::new());
+            return (
+                Outcome::Misconfigured { reason },
+                String::new(),
+                Answer::default(),
+            );
         }
         let request = self
             .request(reqwest::Method::POST, path)
@@ -72,17 +76,21 @@ impl Backend {
         match request.send().await {
             Ok(response) => {
                 let status = response.status().as_u16();
+                let answer = Answer {
+                    status: Some(status),
+                    transport: None,
+                };
                 let retry_after = response
                     .headers()
                     .get(RETRY_AFTER)
                     .and_then(|v| v.to_str().ok())
                     .and_then(|v| classify::parse_retry_after(v, time::OffsetDateTime::now_utc()));
                 match response.text().await {
-                    Ok(text) => (classify::classify(status, retry_after, &text), text),
-                    Err(e) => (transport(e), String::new()),
+                    Ok(text) => (classify::classify(status, retry_after, &text), text, answer),
+                    Err(e) => (transport(&e), String::new(), Answer::failed(&e)),
                 }
             }
-            Err(e) => (transport(e), String::new()),
+            Err(e) => (transport(&e), String::new(), Answer::failed(&e)),
         }
     }
 
@@ -122,18 +130,24 @@ impl Backend {
 
     /// One job (its wire JSON).
     pub async fn send_one(&self, wire_json: String) -> Outcome {
-        self.post("/ojs/v1/jobs", wire_json).await.0
+        self.send_one_answered(wire_json).await.0
+    }
+
+    /// `send_one`, and what the request got (for the relay's span).
+    pub async fn send_one_answered(&self, wire_json: String) -> (Outcome, Answer) {
+        let (outcome, _, answer) = self.post("/ojs/v1/jobs", wire_json).await;
+        (outcome, answer)
     }
 
     /// Several jobs in one request; `body` is `{"jobs": [...]}`.
     /// With a refusal, the index of the job the backend names as the cause (`details.index`).
-    pub async fn send_batch(&self, body: String) -> (Outcome, Option<usize>) {
-        let (outcome, text) = self.post("/ojs/v1/jobs/batch", body).await;
+    pub async fn send_batch(&self, body: String) -> (Outcome, Option<usize>, Answer) {
+        let (outcome, text, answer) = self.post("/ojs/v1/jobs/batch", body).await;
         let index = match outcome {
             Outcome::Delivered { .. } => None,
             _ => classify::failed_index(&text),
         };
-        (outcome, index)
+        (outcome, index, answer)
     }
 
     /// Whether the backend holds a job with this id (after a 409, to tell our own earlier
@@ -219,9 +233,33 @@ impl JsonValue for reqwest::Response {
     }
 }
 
-fn transport(error: reqwest::Error) -> Outcome {
+/// What a POST got, beside its outcome: the HTTP status, or the kind of transport failure
+/// (`timeout`, `connect`, `transport`) when no answer came. For the relay's `send` span.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Answer {
+    pub status: Option<u16>,
+    pub transport: Option<&'static str>,
+}
+
+impl Answer {
+    fn failed(error: &reqwest::Error) -> Answer {
+        let kind = if error.is_timeout() {
+            "timeout"
+        } else if error.is_connect() {
+            "connect"
+        } else {
+            "transport"
+        };
+        Answer {
+            status: None,
+            transport: Some(kind),
+        }
+    }
+}
+
+fn transport(error: &reqwest::Error) -> Outcome {
     Outcome::Unavailable {
-        reason: error_chain(&error),
+        reason: error_chain(error),
         retry_after: None,
     }
 }

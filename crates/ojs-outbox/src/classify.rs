@@ -41,6 +41,23 @@ pub enum Outcome {
 }
 
 impl Outcome {
+    /// A word for the outcome (the relay's `send` span, `ojs.relay.outcome`).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Outcome::Delivered {
+                deduplicated: false,
+            } => "delivered",
+            Outcome::Delivered { deduplicated: true } => "deduplicated",
+            Outcome::Duplicate { .. } => "duplicate",
+            Outcome::Retry { .. } => "retry",
+            Outcome::Defer { .. } => "deferred",
+            Outcome::Terminal { .. } => "terminal",
+            Outcome::Unavailable { .. } => "unavailable",
+            Outcome::Backpressure { .. } => "backpressure",
+            Outcome::Misconfigured { .. } => "misconfigured",
+        }
+    }
+
     /// Outcomes that stop the whole relay for a while rather than settle one row.
     pub fn pauses_relay(&self) -> bool {
         matches!(

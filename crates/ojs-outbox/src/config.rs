@@ -37,6 +37,10 @@ pub struct Config {
     /// ones (the OJS encryption extension, `codec.rs`); `None`: args travel in plaintext.
     /// Compared by key ids and key bytes; printed by key ids only.
     pub encryption: Option<std::sync::Arc<crate::codec::Codec>>,
+    /// `adapter.tracing`: OpenTelemetry spans of staging, the relay and the worker, exported
+    /// over OTLP/HTTP (`otel.rs`, docs/tracing.md). `None` (the default): on only when
+    /// `OTEL_TRACES_EXPORTER` names `otlp`; `OTEL_SDK_DISABLED=true` turns it off either way.
+    pub tracing: Option<bool>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -159,6 +163,7 @@ impl Default for Config {
                 event_retention: Some(Duration::from_secs(3600)),
             },
             encryption: None,
+            tracing: None,
         }
     }
 }
@@ -272,6 +277,13 @@ impl Config {
                             &format!("{value} is not true or false"),
                         )
                     })?
+                }
+                // `null` is unset: the OTEL_* variables decide (`otel::wanted`).
+                "tracing" if value.is_null() => config.tracing = None,
+                "tracing" => {
+                    config.tracing = Some(value.as_bool().ok_or_else(|| {
+                        invalid("adapter.tracing", &format!("{value} is not true or false"))
+                    })?)
                 }
                 "outbox" => apply_outbox(&mut config.outbox, value)?,
                 "relay" => apply_relay(&mut config.relay, value)?,
@@ -552,6 +564,7 @@ pub const OPTION_KEYS: &[&str] = &[
     "outbox",
     "relay",
     "encryption",
+    "tracing",
 ];
 
 /// A key with two spellings (the §5.2 name and the §8 examples' alias) given both ways: the

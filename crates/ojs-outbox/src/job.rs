@@ -481,9 +481,18 @@ fn finish(
     meta: Option<Map<String, Value>>,
     context: Option<&RequestContext>,
 ) -> Result<PreparedJob> {
+    // With tracing on, the job's `create` span is made below: it needs the queue and the id.
+    let traced = crate::otel::enabled();
+    let mut queue = None;
     let (options_json, order_key, unique_policy) = match options {
         None => ("{}".to_owned(), None, None),
         Some(mut options) => {
+            if traced {
+                queue = options
+                    .get("queue")
+                    .and_then(Value::as_str)
+                    .map(str::to_owned);
+            }
             validate_options(&options)?;
             let order_key = match options.remove("ordering_key") {
                 Some(Value::String(key)) => Some(key),
@@ -500,12 +509,17 @@ fn finish(
     let entries = context
         .map(RequestContext::meta_entries)
         .unwrap_or_default();
+    let job_id = crate::id::new_job_id().to_string();
     let (meta_json, tenant_id) = match meta {
-        None if entries.is_empty() => ("{}".to_owned(), None),
+        None if entries.is_empty() && !traced => ("{}".to_owned(), None),
         meta => {
             let mut meta = meta.unwrap_or_default();
             for (key, value) in entries {
                 meta.entry(key).or_insert(Value::String(value));
+            }
+            if traced {
+                let queue = queue.as_deref().unwrap_or("default");
+                trace_creation(&job_id, &job_type, queue, &mut meta);
             }
             let tenant_id = match meta.get("tenant_id") {
                 None | Some(Value::Null) => None,
@@ -543,7 +557,7 @@ fn finish(
         )
     });
     let prepared = PreparedJob {
-        job_id: crate::id::new_job_id().to_string(),
+        job_id,
         job_type,
         args_json,
         options_json,
@@ -563,6 +577,27 @@ fn finish(
         ));
     }
     Ok(prepared)
+}
+
+/// The job's `create` span (`otel::create`), a child of the trace context its meta carries
+/// (the application's request); the span's own context replaces it in the meta, so that the
+/// relay's `send` span and the worker's `process` span link to the job's creation.
+fn trace_creation(job_id: &str, job_type: &str, queue: &str, meta: &mut Map<String, Value>) {
+    let text = |key: &str| meta.get(key).and_then(Value::as_str);
+    let Some((traceparent, tracestate)) = crate::otel::create(
+        job_id,
+        job_type,
+        queue,
+        text("traceparent"),
+        text("tracestate"),
+    ) else {
+        return;
+    };
+    meta.insert("traceparent".into(), Value::String(traceparent));
+    match tracestate {
+        Some(tracestate) => meta.insert("tracestate".into(), Value::String(tracestate)),
+        None => meta.remove("tracestate"),
+    };
 }
 
 /// Whether a (validated) unique policy concerns the jobs the outbox holds: its `states`

@@ -21,6 +21,7 @@ pub mod id;
 pub mod job;
 pub mod ledger;
 pub mod log_feed;
+pub mod otel;
 pub mod outbox;
 pub mod prometheus;
 mod relay;

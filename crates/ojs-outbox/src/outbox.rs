@@ -42,6 +42,8 @@ impl Outbox {
         })?;
         let store = Store::connect(&url, &config.outbox.table_name).await?;
         let backend = Backend::new(&config)?;
+        // Staging makes `create` spans even where no relay runs here (`external`).
+        crate::otel::install_if_wanted(config.tracing)?;
         let staging = crate::sql::OutboxSql::for_config(store.dialect(), &config);
         Ok(Outbox {
             config,

@@ -88,6 +88,14 @@ impl Relay {
     /// announced through `notify_committed` (in-process); without one, the poller does not
     /// leave young rows to it. It writes through `store.for_relay()` (commits without fsync).
     pub fn start(store: Store, backend: Backend, config: &Config, hot_path: bool) -> Relay {
+        if let Err(error) = crate::otel::install_if_wanted(config.tracing) {
+            log_feed::emit(
+                Level::Warning,
+                &config.outbox.table_name,
+                None,
+                format!("outbox relay: tracing stays off: {error}"),
+            );
+        }
         let (hot, hot_rx) = mpsc::channel(config.relay.hot_queue_capacity);
         let (stop, stop_rx) = watch::channel(false);
         let counters = Arc::new(Counters::default());
@@ -249,6 +257,10 @@ impl Relay {
         let task = self.task.lock().expect("task lock").take();
         if let Some(task) = task {
             let _ = task.await;
+        }
+        if crate::otel::enabled() {
+            // The spans of the last rounds leave before the process may exit.
+            let _ = tokio::task::spawn_blocking(crate::otel::flush).await;
         }
     }
 
@@ -997,9 +1009,19 @@ impl Engine {
                     }
                 },
             };
+            let mut span = send_span(part, true, self.backend.base_url());
             let started = Instant::now();
-            let (outcome, named) = self.backend.send_batch(body).await;
+            let (outcome, named, answer) = self.backend.send_batch(body).await;
             self.counters.send_duration.record(started.elapsed());
+            if crate::otel::enabled() {
+                span.answered(outcome.kind(), &answer);
+                if outcome.pauses_relay() {
+                    for row in part {
+                        span.decided("ojs.job.released", &row.job_id, row.attempts.into(), None);
+                    }
+                }
+            }
+            span.end();
             match outcome {
                 Outcome::Delivered { .. } => {
                     self.backend_ok();
@@ -1036,10 +1058,38 @@ impl Engine {
         }
     }
 
+    /// One job in one request, under a `send` span when tracing is on.
     async fn send_single(&mut self, row: &ClaimedRow) -> Settlement {
+        let mut span = send_span(std::slice::from_ref(row), false, self.backend.base_url());
         let started = Instant::now();
-        let outcome = self.backend.send_one(wire_form(row)).await;
+        let (outcome, answer) = self.backend.send_one_answered(wire_form(row)).await;
         self.counters.send_duration.record(started.elapsed());
+        if !crate::otel::enabled() {
+            return self.verdict(row, outcome).await;
+        }
+        span.answered(outcome.kind(), &answer);
+        let settlement = self.verdict(row, outcome).await;
+        let event = match settlement.status {
+            Some(RowStatus::Failed) => Some("ojs.job.retry"),
+            Some(RowStatus::Dead) => Some("ojs.job.dead_lettered"),
+            Some(RowStatus::Sent) if settlement.rejected.is_some() => {
+                Some("ojs.job.unique_rejected")
+            }
+            Some(_) => None,
+            None if settlement.retry_in.is_some() => Some("ojs.job.deferred"),
+            None => Some("ojs.job.released"),
+        };
+        if let Some(event) = event {
+            let attempts = i64::from(row.attempts) + i64::from(settlement.consumed_attempt);
+            span.decided(event, &row.job_id, attempts, settlement.retry_in);
+        }
+        span.end();
+        settlement
+    }
+
+    /// The row's settlement for the backend's answer to its single send (a 409 asks the
+    /// backend whether it holds our id).
+    async fn verdict(&mut self, row: &ClaimedRow, outcome: Outcome) -> Settlement {
         match outcome {
             Outcome::Delivered { deduplicated } => {
                 self.backend_ok();
@@ -1409,6 +1459,38 @@ fn unique_rejected_note(existing_job_id: Option<&str>) -> String {
     format!(
         "{UNIQUE_REJECTED_NOTE} the backend's unique policy (on_conflict: reject) refused it and holds {holds} with the same unique key"
     )
+}
+
+/// The `send` span of one request carrying `rows` (`otel::SendSpan`); nothing when tracing
+/// is off. Each row's creation context and queue are read from its meta and options texts.
+fn send_span(rows: &[ClaimedRow], batch: bool, base_url: &str) -> crate::otel::SendSpan {
+    if !crate::otel::enabled() {
+        return crate::otel::SendSpan::none();
+    }
+    let read: Vec<(Option<String>, Option<String>, Option<String>)> = rows
+        .iter()
+        .map(|row| {
+            (
+                top_level_string(&row.options_json, "queue"),
+                top_level_string(&row.meta_json, "traceparent"),
+                top_level_string(&row.meta_json, "tracestate"),
+            )
+        })
+        .collect();
+    let jobs: Vec<crate::otel::SentJob> = rows
+        .iter()
+        .zip(&read)
+        .map(
+            |(row, (queue, traceparent, tracestate))| crate::otel::SentJob {
+                job_id: &row.job_id,
+                job_type: &row.job_type,
+                queue: queue.as_deref().unwrap_or("default"),
+                traceparent: traceparent.as_deref(),
+                tracestate: tracestate.as_deref(),
+            },
+        )
+        .collect();
+    crate::otel::SendSpan::start(&jobs, batch, &crate::otel::Server::of_url(base_url))
 }
 
 fn release(row: &ClaimedRow) -> Settlement {

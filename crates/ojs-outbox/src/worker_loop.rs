@@ -245,6 +245,18 @@ fn requeue(job_id: &str, message: &str) -> WorkerCommand {
 struct Held {
     deadline: Option<Instant>,
     handed_out: bool,
+    /// Its `process` span (tracing on), from the hand-out to the ack or nack.
+    span: Option<crate::otel::ProcessSpan>,
+}
+
+impl Held {
+    /// Ends the job's `process` span: `error_type` for a failure (status Error), `event` for
+    /// a job given back.
+    fn end_span(&mut self, error_type: Option<&str>, event: Option<&'static str>) {
+        if let Some(span) = self.span.take() {
+            span.finish(error_type, event);
+        }
+    }
 }
 
 #[derive(Default)]
@@ -373,10 +385,14 @@ impl WorkerLoop {
                 let mut state = self.shared.lock();
                 if !state.buffer.is_empty() {
                     let count = slots.min(state.buffer.len());
-                    let taken: Vec<Assignment> = state.buffer.drain(..count).collect();
-                    for assignment in &taken {
+                    let mut taken: Vec<Assignment> = state.buffer.drain(..count).collect();
+                    let traced = crate::otel::enabled();
+                    for assignment in &mut taken {
                         if let Some(held) = state.held.get_mut(&assignment.job_id) {
                             held.handed_out = true;
+                            if traced {
+                                held.span = process_span(assignment, &self.shared.options);
+                            }
                         }
                     }
                     return taken;
@@ -405,8 +421,16 @@ impl WorkerLoop {
         if !state.held.get(job_id).is_some_and(|held| held.handed_out) {
             return false;
         }
-        state.held.remove(job_id);
+        let held = state.held.remove(job_id);
         drop(state);
+        if let Some(mut held) = held.filter(|held| held.span.is_some()) {
+            match &outcome {
+                Outcome::Completed(_) => held.end_span(None, None),
+                Outcome::Failed { code, .. } => held.end_span(Some(code), None),
+                Outcome::UnknownType => held.end_span(Some(UNKNOWN_TYPE), None),
+                Outcome::Requeue => held.end_span(None, Some("ojs.job.requeued")),
+            }
+        }
         let worker_id = &self.shared.options.worker_id;
         self.shared.send_later(outcome.command(job_id, worker_id));
         self.shared.freed.notify_waiters();
@@ -489,7 +513,12 @@ impl WorkerLoop {
         let left: Vec<String> = {
             let mut state = self.shared.lock();
             state.buffer.clear();
-            state.held.drain().map(|(job_id, _)| job_id).collect()
+            (state.held.drain())
+                .map(|(job_id, mut held)| {
+                    held.end_span(None, Some("ojs.job.requeued"));
+                    job_id
+                })
+                .collect()
         };
         for job_id in left {
             let said = "job given back unfinished (the worker stops)".to_owned();
@@ -499,6 +528,10 @@ impl WorkerLoop {
         }
         // A stop waiting in parallel (a second signal) looks again: nothing is held now.
         self.shared.freed.notify_waiters();
+        if crate::otel::enabled() {
+            // The jobs' spans leave before the process may exit.
+            let _ = tokio::task::spawn_blocking(crate::otel::flush).await;
+        }
         let Some((supervisor, settler)) = rest else {
             return;
         };
@@ -676,6 +709,7 @@ fn take(shared: &Shared, jobs: &[Value], fetched_at: Instant) {
         let held = Held {
             deadline,
             handed_out: false,
+            span: None,
         };
         state.held.insert(assignment.job_id.clone(), held);
         state.buffer.push_back(assignment);
@@ -711,6 +745,27 @@ fn assignment(job: Value, fetched_at: Instant) -> (Assignment, Option<Instant>) 
     (assignment, deadline)
 }
 
+/// The `process` span of a job handed out (`otel::ProcessSpan`), linked to the creation
+/// context in its meta; the handler gets the span's own context as its `traceparent`.
+fn process_span(
+    assignment: &mut Assignment,
+    options: &WorkerOptions,
+) -> Option<crate::otel::ProcessSpan> {
+    let span = crate::otel::ProcessSpan::start(
+        &assignment.job,
+        &assignment.job_id,
+        &assignment.job_type,
+        assignment.attempt,
+        &options.worker_id,
+        assignment.traceparent.as_deref(),
+        assignment.tracestate.as_deref(),
+    )?;
+    let (traceparent, tracestate) = span.header();
+    assignment.traceparent = Some(traceparent);
+    assignment.tracestate = tracestate;
+    Some(span)
+}
+
 /// Renews every held job's reservation each quarter of the visibility timeout (one request
 /// for all), and nacks `timeout` each job whose deadline passed.
 async fn supervisor(shared: Arc<Shared>, mut stopped: watch::Receiver<bool>) {
@@ -743,7 +798,9 @@ fn expire(shared: &Shared, now: Instant) {
         return;
     }
     for job_id in &expired {
-        state.held.remove(job_id);
+        if let Some(mut held) = state.held.remove(job_id) {
+            held.end_span(Some(TIMEOUT), None);
+        }
         state.buffer.retain(|a| a.job_id != *job_id);
         let said = format!("job timed out (options.timeout_ms); nacked as {TIMEOUT}");
         shared.log(Level::Warning, Some(job_id), said);
