@@ -102,6 +102,14 @@ pub struct DrainArgs {
     /// process's CPU; the cost per job. 0: skipped.
     #[arg(long, default_value_t = 3)]
     pub encryption_rounds: usize,
+    /// OpenTelemetry (issue 29): drains of `--tracing-rows` rows at the largest batch size
+    /// with tracing off, sampling 1 % and sampling 100 %, exporting over OTLP/HTTP to a sink
+    /// in this process, interleaved this many times (off, 1 %, 100 %, ... off); each mode's
+    /// median drain and staging against tracing off. 0: skipped.
+    #[arg(long, default_value_t = 0)]
+    pub tracing_rounds: usize,
+    #[arg(long, default_value_t = 20_000)]
+    pub tracing_rows: usize,
 }
 
 /// Issue 27: jobs with 1,000 distinct ordering keys drain at this share of unkeyed ones or more.
@@ -296,6 +304,9 @@ pub async fn run(args: DrainArgs) -> BoxResult<()> {
     }
     if args.encryption_rounds > 0 {
         encryption_cost(&args, &admin, &devserver).await?;
+    }
+    if args.tracing_rounds > 0 {
+        tracing_cost(&args, &admin, &devserver).await?;
     }
 
     let phases: Vec<Vec<String>> = results.iter().filter_map(phase_cells).collect();
@@ -553,6 +564,166 @@ async fn encryption_cost(
             format!("{:.3}", encrypted / plain),
             format!("{seal_us:.2}"),
         ]],
+    );
+    Ok(())
+}
+
+/// What the local OTLP sink received: requests, body bytes and spans (decoded, to tell how
+/// many the batch span processor dropped under a burst).
+#[derive(Default)]
+struct Sink {
+    requests: std::sync::atomic::AtomicU64,
+    bytes: std::sync::atomic::AtomicU64,
+    spans: std::sync::atomic::AtomicU64,
+}
+
+/// A local OTLP/HTTP traces sink on a free port that answers every `POST /v1/traces` with
+/// 200; its URL.
+async fn otlp_sink() -> BoxResult<(String, std::sync::Arc<Sink>)> {
+    use std::sync::atomic::Ordering::Relaxed;
+    let sink = std::sync::Arc::new(Sink::default());
+    let counted = sink.clone();
+    let app = axum::Router::new().route(
+        "/v1/traces",
+        axum::routing::post(move |body: axum::body::Bytes| {
+            let counted = counted.clone();
+            async move {
+                counted.requests.fetch_add(1, Relaxed);
+                counted.bytes.fetch_add(body.len() as u64, Relaxed);
+                use prost::Message as _;
+                let spans = opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest::decode(body.as_ref())
+                    .map_or(0, |request| {
+                        (request.resource_spans.iter())
+                            .flat_map(|r| &r.scope_spans)
+                            .map(|s| s.spans.len() as u64)
+                            .sum()
+                    });
+                counted.spans.fetch_add(spans, Relaxed);
+                ([("content-type", "application/x-protobuf")], Vec::<u8>::new())
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let url = format!("http://{}/v1/traces", listener.local_addr()?);
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    Ok((url, sink))
+}
+
+/// Issue 29: what tracing costs the drain and the staging: the same backlog drained at the
+/// largest batch size with tracing off, sampling 1 % (`ParentBased(TraceIdRatioBased(0.01))`)
+/// and sampling 100 %, exporting to a local OTLP/HTTP sink, interleaved `tracing_rounds` times
+/// and closed by one more run with tracing off; each mode's median against off.
+async fn tracing_cost(
+    args: &DrainArgs,
+    admin: &sqlx::PgPool,
+    devserver: &DevServer,
+) -> BoxResult<()> {
+    use std::sync::atomic::Ordering::Relaxed;
+    const MODES: [(&str, Option<f64>); 3] = [("off", None), ("1%", Some(0.01)), ("100%", Some(1.0))];
+    let batch_size = args.batch_sizes.iter().copied().max().unwrap_or(500);
+    let (endpoint, sink) = otlp_sink().await?;
+    let mut order: Vec<usize> = Vec::new();
+    for _ in 0..args.tracing_rounds {
+        order.extend([0, 1, 2]);
+    }
+    order.push(0);
+    let mut runs: Vec<(usize, RunResult, u64, u64, u64)> = Vec::new();
+    for mode in order {
+        let (name, ratio) = MODES[mode];
+        match ratio {
+            None => ojs_outbox::otel::shutdown(),
+            Some(ratio) => ojs_outbox::otel::install(ojs_outbox::otel::Options {
+                traces_endpoint: Some(endpoint.clone()),
+                sample_ratio: Some(ratio),
+            })?,
+        }
+        let before = [&sink.requests, &sink.bytes, &sink.spans].map(|c| c.load(Relaxed));
+        println!("  tracing {name}:");
+        let result =
+            relay_run(args, admin, devserver, batch_size, args.tracing_rows, MAIN).await?;
+        // Everything the run made is exported before the next run starts.
+        ojs_outbox::otel::shutdown();
+        let [requests, bytes, spans] =
+            [&sink.requests, &sink.bytes, &sink.spans].map(|c| c.load(Relaxed));
+        runs.push((
+            mode,
+            result,
+            requests - before[0],
+            bytes - before[1],
+            spans - before[2],
+        ));
+    }
+    let median = |mode: usize, value: &dyn Fn(&RunResult) -> f64| {
+        let mut values: Vec<f64> = runs
+            .iter()
+            .filter(|(m, ..)| *m == mode)
+            .map(|(_, r, ..)| value(r))
+            .collect();
+        values.sort_by(f64::total_cmp);
+        values[values.len() / 2]
+    };
+    let drain = |r: &RunResult| r.jobs_per_s;
+    let staging = |r: &RunResult| {
+        r.record["staging_seconds"].as_f64().unwrap_or(f64::NAN) * 1e6 / r.rows as f64
+    };
+    let mut table = Vec::new();
+    for (mode, result, requests, bytes, spans) in &runs {
+        let mut record = result.record.clone();
+        record["bench"] = json!("drain_tracing");
+        record["tracing"] = json!(MODES[*mode].0);
+        record["otlp_requests"] = json!(requests);
+        record["otlp_bytes"] = json!(bytes);
+        record["otlp_spans"] = json!(spans);
+        emit(&args.out, record)?;
+        table.push(vec![
+            MODES[*mode].0.to_owned(),
+            result.rows.to_string(),
+            format!("{:.0}", result.jobs_per_s),
+            format!("{:.2}", staging(result)),
+            requests.to_string(),
+            spans.to_string(),
+            bytes.to_string(),
+        ]);
+    }
+    print_table(
+        "drain and staging with tracing (PostgreSQL, fsync on; spans exported over OTLP/HTTP to a sink in this process)",
+        &[
+            "tracing",
+            "rows",
+            "drain jobs/s",
+            "staging µs/job",
+            "OTLP requests",
+            "spans",
+            "OTLP bytes",
+        ],
+        &table,
+    );
+    let mut summary = Vec::new();
+    let (off_drain, off_staging) = (median(0, &drain), median(0, &staging));
+    for (mode, (name, _)) in MODES.iter().enumerate() {
+        let (d, st) = (median(mode, &drain), median(mode, &staging));
+        emit(
+            &args.out,
+            json!({"bench": "drain_tracing_summary", "tracing": name, "batch_size": batch_size,
+                   "rows": args.tracing_rows, "median_drain_jobs_per_s": round1(d),
+                   "drain_ratio_vs_off": round3(d / off_drain),
+                   "median_staging_us_per_job": round3(st),
+                   "staging_ratio_vs_off": round3(st / off_staging)}),
+        )?;
+        summary.push(vec![
+            (*name).to_owned(),
+            format!("{d:.0}"),
+            format!("{:.3}", d / off_drain),
+            format!("{st:.2}"),
+            format!("{:.3}", st / off_staging),
+        ]);
+    }
+    print_table(
+        "tracing cost, medians of interleaved runs (ratio vs off: drain higher is better, staging lower is better)",
+        &["tracing", "drain jobs/s", "drain vs off", "staging µs/job", "staging vs off"],
+        &summary,
     );
     Ok(())
 }

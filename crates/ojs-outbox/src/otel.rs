@@ -388,7 +388,7 @@ impl SendSpan {
             let links: Vec<Link> = jobs
                 .iter()
                 .filter_map(|job| span_context(job.traceparent, job.tracestate))
-                .map(|context| Link::with_context(context))
+                .map(Link::with_context)
                 .collect();
             tracer
                 .span_builder(span_name("send", queue))
