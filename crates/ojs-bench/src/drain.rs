@@ -621,7 +621,8 @@ async fn tracing_cost(
     devserver: &DevServer,
 ) -> BoxResult<()> {
     use std::sync::atomic::Ordering::Relaxed;
-    const MODES: [(&str, Option<f64>); 3] = [("off", None), ("1%", Some(0.01)), ("100%", Some(1.0))];
+    const MODES: [(&str, Option<f64>); 3] =
+        [("off", None), ("1%", Some(0.01)), ("100%", Some(1.0))];
     let batch_size = args.batch_sizes.iter().copied().max().unwrap_or(500);
     let (endpoint, sink) = otlp_sink().await?;
     let mut order: Vec<usize> = Vec::new();
@@ -641,8 +642,7 @@ async fn tracing_cost(
         }
         let before = [&sink.requests, &sink.bytes, &sink.spans].map(|c| c.load(Relaxed));
         println!("  tracing {name}:");
-        let result =
-            relay_run(args, admin, devserver, batch_size, args.tracing_rows, MAIN).await?;
+        let result = relay_run(args, admin, devserver, batch_size, args.tracing_rows, MAIN).await?;
         // Everything the run made is exported before the next run starts.
         ojs_outbox::otel::shutdown();
         let [requests, bytes, spans] =
@@ -722,7 +722,13 @@ async fn tracing_cost(
     }
     print_table(
         "tracing cost, medians of interleaved runs (ratio vs off: drain higher is better, staging lower is better)",
-        &["tracing", "drain jobs/s", "drain vs off", "staging µs/job", "staging vs off"],
+        &[
+            "tracing",
+            "drain jobs/s",
+            "drain vs off",
+            "staging µs/job",
+            "staging vs off",
+        ],
         &summary,
     );
     Ok(())
