@@ -21,7 +21,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use opentelemetry::propagation::{Extractor, TextMapPropagator};
 use opentelemetry::trace::{
-    Link, Span as _, SpanContext, SpanKind, Status, TraceContextExt, Tracer as _, TracerProvider,
+    Span as _, SpanContext, SpanKind, Status, TraceContextExt, Tracer as _, TracerProvider,
 };
 use opentelemetry::{Context, InstrumentationScope, KeyValue};
 use opentelemetry_sdk::propagation::TraceContextPropagator;
@@ -312,20 +312,22 @@ pub(crate) fn create(
             Some(remote) => Context::new().with_remote_span_context(remote),
             None => Context::current(),
         };
-        let mut attributes = Vec::with_capacity(8);
-        attributes.extend(common("create"));
-        attributes.extend([
-            KeyValue::new("messaging.destination.name", queue.to_owned()),
-            KeyValue::new("messaging.message.id", job_id.to_owned()),
-            KeyValue::new("ojs.job.id", job_id.to_owned()),
-            KeyValue::new("ojs.job.type", job_type.to_owned()),
-            KeyValue::new("ojs.job.queue", queue.to_owned()),
-        ]);
+        // A span the sampler dropped gets no name, attributes or links built: only its ids.
         let mut span = tracer
-            .span_builder(span_name("create", Some(queue)))
+            .span_builder("create")
             .with_kind(SpanKind::Producer)
-            .with_attributes(attributes)
             .start_with_context(tracer, &parent);
+        if span.is_recording() {
+            span.update_name(span_name("create", Some(queue)));
+            span.set_attributes(common("create"));
+            span.set_attributes([
+                KeyValue::new("messaging.destination.name", queue.to_owned()),
+                KeyValue::new("messaging.message.id", job_id.to_owned()),
+                KeyValue::new("ojs.job.id", job_id.to_owned()),
+                KeyValue::new("ojs.job.type", job_type.to_owned()),
+                KeyValue::new("ojs.job.queue", queue.to_owned()),
+            ]);
+        }
         let created = header(span.span_context());
         span.end();
         created
@@ -352,51 +354,65 @@ impl SendSpan {
         SendSpan(None)
     }
 
-    pub(crate) fn start(jobs: &[SentJob], batch: bool, server: &Server) -> SendSpan {
+    /// The span, unnamed yet (`send`); [`SendSpan::describe`] it when [`SendSpan::recording`]
+    /// (a span the sampler dropped gets nothing built: the rows are not even read).
+    pub(crate) fn start() -> SendSpan {
         SendSpan(with_tracer(|tracer| {
-            let queue = jobs.first().map(|job| job.queue);
-            // One destination when every job goes to one queue; several: none named
-            // (`messaging.destination.name` is for a value that applies to all messages).
-            let queue = queue.filter(|q| jobs.iter().all(|job| job.queue == *q));
-            let mut attributes = Vec::with_capacity(10);
-            attributes.extend(common("send"));
-            if let Some(queue) = queue {
-                attributes.push(KeyValue::new(
-                    "messaging.destination.name",
-                    queue.to_owned(),
-                ));
-            }
-            if batch {
-                attributes.push(KeyValue::new(
-                    "messaging.batch.message_count",
-                    jobs.len() as i64,
-                ));
-            } else if let Some(job) = jobs.first() {
-                attributes.extend([
-                    KeyValue::new("messaging.message.id", job.job_id.to_owned()),
-                    KeyValue::new("ojs.job.id", job.job_id.to_owned()),
-                    KeyValue::new("ojs.job.type", job.job_type.to_owned()),
-                    KeyValue::new("ojs.job.queue", job.queue.to_owned()),
-                ]);
-            }
-            if let Some(host) = &server.host {
-                attributes.push(KeyValue::new("server.address", host.clone()));
-            }
-            if let Some(port) = server.port {
-                attributes.push(KeyValue::new("server.port", i64::from(port)));
-            }
-            let links: Vec<Link> = jobs
-                .iter()
-                .filter_map(|job| span_context(job.traceparent, job.tracestate))
-                .map(Link::with_context)
-                .collect();
             tracer
-                .span_builder(span_name("send", queue))
+                .span_builder("send")
                 .with_kind(SpanKind::Client)
-                .with_attributes(attributes)
-                .with_links(links)
                 .start_with_context(tracer, &Context::new())
         }))
+    }
+
+    /// Whether the span records (tracing on, and sampled).
+    pub(crate) fn is_recording(&self) -> bool {
+        self.0.as_ref().is_some_and(|span| span.is_recording())
+    }
+
+    /// Names the span and gives it the request's attributes and its jobs' links.
+    pub(crate) fn describe(&mut self, jobs: &[SentJob], batch: bool, server: Server) {
+        let Some(span) = self.recording() else {
+            return;
+        };
+        let queue = jobs.first().map(|job| job.queue);
+        // One destination when every job goes to one queue; several: none named
+        // (`messaging.destination.name` is for a value that applies to all messages).
+        let queue = queue.filter(|q| jobs.iter().all(|job| job.queue == *q));
+        let mut attributes = Vec::with_capacity(10);
+        attributes.extend(common("send"));
+        if let Some(queue) = queue {
+            span.update_name(span_name("send", Some(queue)));
+            attributes.push(KeyValue::new(
+                "messaging.destination.name",
+                queue.to_owned(),
+            ));
+        }
+        if batch {
+            attributes.push(KeyValue::new(
+                "messaging.batch.message_count",
+                jobs.len() as i64,
+            ));
+        } else if let Some(job) = jobs.first() {
+            attributes.extend([
+                KeyValue::new("messaging.message.id", job.job_id.to_owned()),
+                KeyValue::new("ojs.job.id", job.job_id.to_owned()),
+                KeyValue::new("ojs.job.type", job.job_type.to_owned()),
+                KeyValue::new("ojs.job.queue", job.queue.to_owned()),
+            ]);
+        }
+        if let Some(host) = server.host {
+            attributes.push(KeyValue::new("server.address", host));
+        }
+        if let Some(port) = server.port {
+            attributes.push(KeyValue::new("server.port", i64::from(port)));
+        }
+        span.set_attributes(attributes);
+        for job in jobs {
+            if let Some(context) = span_context(job.traceparent, job.tracestate) {
+                span.add_link(context, Vec::new());
+            }
+        }
     }
 
     fn recording(&mut self) -> Option<&mut Span> {
@@ -520,36 +536,34 @@ impl ProcessSpan {
         tracestate: Option<&str>,
     ) -> Option<ProcessSpan> {
         with_tracer(|tracer| {
-            let queue = job
-                .get("queue")
-                .or_else(|| job.pointer("/options/queue"))
-                .and_then(serde_json::Value::as_str)
-                .unwrap_or("default");
-            let mut attributes = Vec::with_capacity(11);
-            attributes.extend(common("process"));
-            attributes.extend([
-                KeyValue::new("messaging.destination.name", queue.to_owned()),
-                KeyValue::new("messaging.message.id", job_id.to_owned()),
-                KeyValue::new("messaging.client.id", worker_id.to_owned()),
-                KeyValue::new("ojs.job.id", job_id.to_owned()),
-                KeyValue::new("ojs.job.type", job_type.to_owned()),
-                KeyValue::new("ojs.job.queue", queue.to_owned()),
-                // The spec's attempt is 1-indexed: failed attempts so far, plus this one.
-                KeyValue::new("ojs.job.attempt", i64::from(attempt) + 1),
-                KeyValue::new("ojs.worker.id", worker_id.to_owned()),
-            ]);
-            let links: Vec<Link> = span_context(traceparent, tracestate)
-                .map(Link::with_context)
-                .into_iter()
-                .collect();
-            ProcessSpan(
-                tracer
-                    .span_builder(span_name("process", Some(queue)))
-                    .with_kind(SpanKind::Consumer)
-                    .with_attributes(attributes)
-                    .with_links(links)
-                    .start_with_context(tracer, &Context::new()),
-            )
+            let mut span = tracer
+                .span_builder("process")
+                .with_kind(SpanKind::Consumer)
+                .start_with_context(tracer, &Context::new());
+            if span.is_recording() {
+                let queue = job
+                    .get("queue")
+                    .or_else(|| job.pointer("/options/queue"))
+                    .and_then(serde_json::Value::as_str)
+                    .unwrap_or("default");
+                span.update_name(span_name("process", Some(queue)));
+                span.set_attributes(common("process"));
+                span.set_attributes([
+                    KeyValue::new("messaging.destination.name", queue.to_owned()),
+                    KeyValue::new("messaging.message.id", job_id.to_owned()),
+                    KeyValue::new("messaging.client.id", worker_id.to_owned()),
+                    KeyValue::new("ojs.job.id", job_id.to_owned()),
+                    KeyValue::new("ojs.job.type", job_type.to_owned()),
+                    KeyValue::new("ojs.job.queue", queue.to_owned()),
+                    // The spec's attempt is 1-indexed: failed attempts so far, plus this one.
+                    KeyValue::new("ojs.job.attempt", i64::from(attempt) + 1),
+                    KeyValue::new("ojs.worker.id", worker_id.to_owned()),
+                ]);
+                if let Some(context) = span_context(traceparent, tracestate) {
+                    span.add_link(context, Vec::new());
+                }
+            }
+            ProcessSpan(span)
         })
     }
 

@@ -1462,10 +1462,15 @@ fn unique_rejected_note(existing_job_id: Option<&str>) -> String {
 }
 
 /// The `send` span of one request carrying `rows` (`otel::SendSpan`); nothing when tracing
-/// is off. Each row's creation context and queue are read from its meta and options texts.
+/// is off. Each row's creation context and queue are read from its meta and options texts,
+/// only when the sampler keeps the span.
 fn send_span(rows: &[ClaimedRow], batch: bool, base_url: &str) -> crate::otel::SendSpan {
     if !crate::otel::enabled() {
         return crate::otel::SendSpan::none();
+    }
+    let mut span = crate::otel::SendSpan::start();
+    if !span.is_recording() {
+        return span;
     }
     let read: Vec<(Option<String>, Option<String>, Option<String>)> = rows
         .iter()
@@ -1490,7 +1495,8 @@ fn send_span(rows: &[ClaimedRow], batch: bool, base_url: &str) -> crate::otel::S
             },
         )
         .collect();
-    crate::otel::SendSpan::start(&jobs, batch, &crate::otel::Server::of_url(base_url))
+    span.describe(&jobs, batch, crate::otel::Server::of_url(base_url));
+    span
 }
 
 fn release(row: &ClaimedRow) -> Settlement {
