@@ -568,6 +568,21 @@ async fn encryption_cost(
     Ok(())
 }
 
+/// `job::prepare` of `rows` bench jobs under a request's trace context, on this thread: the
+/// staging CPU that tracing adds (the create span), without the database. µs per job.
+fn prepare_alone(rows: usize) -> f64 {
+    let context = ojs_outbox::RequestContext {
+        traceparent: Some("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01".into()),
+        ..Default::default()
+    };
+    let jobs: Vec<_> = (0..rows).map(|i| bench_job("bench.traced", i)).collect();
+    let started = Instant::now();
+    for job in jobs {
+        std::hint::black_box(ojs_outbox::job::prepare(job, Some(&context)).ok());
+    }
+    started.elapsed().as_secs_f64() * 1e6 / rows as f64
+}
+
 /// What the local OTLP sink received: requests, body bytes and spans (decoded, to tell how
 /// many the batch span processor dropped under a burst).
 #[derive(Default)]
@@ -630,7 +645,7 @@ async fn tracing_cost(
         order.extend([0, 1, 2]);
     }
     order.push(0);
-    let mut runs: Vec<(usize, RunResult, u64, u64, u64)> = Vec::new();
+    let mut runs: Vec<(usize, RunResult, u64, u64, u64, f64)> = Vec::new();
     for mode in order {
         let (name, ratio) = MODES[mode];
         match ratio {
@@ -641,6 +656,7 @@ async fn tracing_cost(
             })?,
         }
         let before = [&sink.requests, &sink.bytes, &sink.spans].map(|c| c.load(Relaxed));
+        let prepare_us = prepare_alone(args.tracing_rows);
         println!("  tracing {name}:");
         let result = relay_run(args, admin, devserver, batch_size, args.tracing_rows, MAIN).await?;
         // Everything the run made is exported before the next run starts.
@@ -653,6 +669,7 @@ async fn tracing_cost(
             requests - before[0],
             bytes - before[1],
             spans - before[2],
+            prepare_us,
         ));
     }
     let median = |mode: usize, value: &dyn Fn(&RunResult) -> f64| {
@@ -664,24 +681,35 @@ async fn tracing_cost(
         values.sort_by(f64::total_cmp);
         values[values.len() / 2]
     };
+    let median_prepare = |mode: usize| {
+        let mut values: Vec<f64> = runs
+            .iter()
+            .filter(|(m, ..)| *m == mode)
+            .map(|run| run.5)
+            .collect();
+        values.sort_by(f64::total_cmp);
+        values[values.len() / 2]
+    };
     let drain = |r: &RunResult| r.jobs_per_s;
     let staging = |r: &RunResult| {
         r.record["staging_seconds"].as_f64().unwrap_or(f64::NAN) * 1e6 / r.rows as f64
     };
     let mut table = Vec::new();
-    for (mode, result, requests, bytes, spans) in &runs {
+    for (mode, result, requests, bytes, spans, prepare_us) in &runs {
         let mut record = result.record.clone();
         record["bench"] = json!("drain_tracing");
         record["tracing"] = json!(MODES[*mode].0);
         record["otlp_requests"] = json!(requests);
         record["otlp_bytes"] = json!(bytes);
         record["otlp_spans"] = json!(spans);
+        record["prepare_us_per_job"] = json!(round3(*prepare_us));
         emit(&args.out, record)?;
         table.push(vec![
             MODES[*mode].0.to_owned(),
             result.rows.to_string(),
             format!("{:.0}", result.jobs_per_s),
             format!("{:.2}", staging(result)),
+            format!("{prepare_us:.3}"),
             requests.to_string(),
             spans.to_string(),
             bytes.to_string(),
@@ -694,6 +722,7 @@ async fn tracing_cost(
             "rows",
             "drain jobs/s",
             "staging µs/job",
+            "prepare µs/job",
             "OTLP requests",
             "spans",
             "OTLP bytes",
@@ -702,15 +731,22 @@ async fn tracing_cost(
     );
     let mut summary = Vec::new();
     let (off_drain, off_staging) = (median(0, &drain), median(0, &staging));
+    let off_prepare = median_prepare(0);
     for (mode, (name, _)) in MODES.iter().enumerate() {
-        let (d, st) = (median(mode, &drain), median(mode, &staging));
+        let (d, st, pr) = (
+            median(mode, &drain),
+            median(mode, &staging),
+            median_prepare(mode),
+        );
         emit(
             &args.out,
             json!({"bench": "drain_tracing_summary", "tracing": name, "batch_size": batch_size,
                    "rows": args.tracing_rows, "median_drain_jobs_per_s": round1(d),
                    "drain_ratio_vs_off": round3(d / off_drain),
                    "median_staging_us_per_job": round3(st),
-                   "staging_ratio_vs_off": round3(st / off_staging)}),
+                   "staging_ratio_vs_off": round3(st / off_staging),
+                   "median_prepare_us_per_job": round3(pr),
+                   "prepare_extra_us_per_job": round3(pr - off_prepare)}),
         )?;
         summary.push(vec![
             (*name).to_owned(),
@@ -718,6 +754,8 @@ async fn tracing_cost(
             format!("{:.3}", d / off_drain),
             format!("{st:.2}"),
             format!("{:.3}", st / off_staging),
+            format!("{pr:.3}"),
+            format!("{:+.3}", pr - off_prepare),
         ]);
     }
     print_table(
@@ -728,6 +766,8 @@ async fn tracing_cost(
             "drain vs off",
             "staging µs/job",
             "staging vs off",
+            "prepare µs/job",
+            "prepare extra µs",
         ],
         &summary,
     );
