@@ -168,6 +168,41 @@ impl Backend {
         }
     }
 
+    /// `job_exists` for each of `ids`, answers in their order, with at most `in_flight`
+    /// requests at a time: the OJS binding has no lookup of several ids in one request. After
+    /// the first failure, or once `deadline` has passed, no further request starts, and the
+    /// ids not asked about are `None`.
+    pub async fn jobs_exist(
+        &self,
+        ids: &[&str],
+        in_flight: usize,
+        deadline: Option<tokio::time::Instant>,
+    ) -> Vec<Option<std::result::Result<bool, String>>> {
+        let mut answers: Vec<Option<std::result::Result<bool, String>>> = vec![None; ids.len()];
+        let mut running = tokio::task::JoinSet::new();
+        let mut next = 0;
+        let mut failed = false;
+        loop {
+            while next < ids.len()
+                && running.len() < in_flight.max(1)
+                && !failed
+                && deadline.is_none_or(|deadline| tokio::time::Instant::now() < deadline)
+            {
+                let (backend, id, index) = (self.clone(), ids[next].to_owned(), next);
+                running.spawn(async move { (index, backend.job_exists(&id).await) });
+                next += 1;
+            }
+            let Some(done) = running.join_next().await else {
+                return answers;
+            };
+            // A panicked lookup leaves its id unasked (`None`).
+            if let Ok((index, answer)) = done {
+                failed |= answer.is_err();
+                answers[index] = Some(answer);
+            }
+        }
+    }
+
     /// Whether the manifest offers `POST /ojs/v1/jobs/batch`. Err = could not tell.
     pub async fn batch_supported(&self) -> std::result::Result<bool, String> {
         if let Some(reason) = self.no_url() {

@@ -26,6 +26,7 @@ pub mod outbox;
 pub mod prometheus;
 mod relay;
 pub mod relay_metrics;
+mod split;
 pub mod sql;
 mod sqlite_fork;
 pub mod stop_signal;

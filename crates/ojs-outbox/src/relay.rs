@@ -23,6 +23,7 @@ use crate::events::{Event, EventBus, EventLog};
 use crate::job::{MAX_WIRE_BYTES, wire_json};
 use crate::log_feed::{self, Level};
 use crate::relay_metrics::{Histogram, Histograms, Metrics};
+use crate::split::{Split, Step};
 use crate::store::{Claim, ClaimedRow, Rejection, RowStatus, Settlement, Store};
 use crate::wake::Wake;
 
@@ -43,6 +44,9 @@ const SQLITE_WAKE_RECHECKS: [Duration; 3] = [
 ];
 /// Wire forms larger than this are compacted before sending (PostgreSQL's jsonb text adds spaces).
 const COMPACT_ABOVE_BYTES: usize = 256 * 1024;
+/// `GET /ojs/v1/jobs/{id}` requests at a time when the relay asks which rows of a batch
+/// answered `409 duplicate` the backend holds (`Engine::settle_held`).
+const HELD_LOOKUPS_IN_FLIGHT: usize = 16;
 
 /// Counters kept in memory, readable at any time through `Relay::metrics`.
 #[derive(Debug, Default)]
@@ -980,48 +984,62 @@ impl Engine {
         Ok(supported)
     }
 
-    /// Sends `group` (whose request body is `body`) as one batch. A refused batch is split
-    /// around the row the backend names (`details.index`) or else in halves, each part sent as
-    /// a batch, until each refused part is one row, sent alone for its own verdict; accepted
-    /// parts are settled as sent. k poison rows among n cost about 3k requests, or 2k·log2(n)
-    /// when none is named, instead of n; rows still leave in order. (A backend that stored part
-    /// of a batch answers 409 for those rows when they come again, which settles them.)
+    /// Sends `group` (whose request body is `body`) as one batch, and settles every row of it.
+    ///
+    /// A refused batch is sent again in parts chosen by `split.rs`: the rows before the job the
+    /// backend names (`details.index`), that job alone for its own verdict, then batches sized
+    /// by what the refusals cleared (halves when none is named). O(n) bodies in all, and about
+    /// 3 requests per refused row; rows still leave in order.
+    ///
+    /// A `409 duplicate` is judged from the answer where it can be: the job named is ours when
+    /// its `existing_job_id` is our own id, else one `GET` tells ours (an earlier attempt got
+    /// through) from a unique conflict. The first time one of the batch's jobs turns out to be
+    /// ours, the backend likely holds more of them (a batch it stored and whose answer was
+    /// lost): the relay asks it once which rows it holds (`settle_held`, one `GET` per row, the
+    /// only lookup OJS has) and sends only the others, instead of being refused once per held
+    /// row.
     async fn send_batch(
         &mut self,
         group: &[ClaimedRow],
         body: String,
         settlements: &mut Vec<Settlement>,
     ) {
-        let mut parts = vec![group];
+        let mut split = Split::new(group.iter());
         let mut body = Some(body);
-        while let Some(part) = parts.pop() {
+        // Whether the backend was asked which of these rows it holds.
+        let mut asked = false;
+        while let Some(step) = split.next() {
             if self.must_stop_sending() {
-                settlements.extend(part.iter().map(release));
-                continue;
+                settlements.extend(split.drain().into_iter().map(release));
+                break;
             }
-            let body = match body.take() {
-                Some(body) => body,
-                None => match take_batch(part, part.len()).1 {
-                    Some(body) if part.len() > 1 => body,
-                    _ => {
-                        settlements.push(self.send_single(&part[0]).await);
-                        continue;
-                    }
-                },
+            let n = match step {
+                Step::Alone => {
+                    let row = split.pop_front().expect("a row is next");
+                    settlements.push(self.send_single(row).await);
+                    continue;
+                }
+                Step::Batch(n) => n,
             };
-            let mut span = send_span(part, true, self.backend.base_url());
+            let part = split.rows(n);
+            let body = match body.take() {
+                Some(body) if n == group.len() => body,
+                _ => batch_body(&part),
+            };
+            let mut span = send_span(&part, true, self.backend.base_url());
             let started = Instant::now();
             let (outcome, named, answer) = self.backend.send_batch(body).await;
             self.counters.send_duration.record(started.elapsed());
             if crate::otel::enabled() {
                 span.answered(outcome.kind(), &answer);
                 if outcome.pauses_relay() {
-                    for row in part {
+                    for row in &part {
                         span.decided("ojs.job.released", &row.job_id, row.attempts.into(), None);
                     }
                 }
             }
             span.end();
+            let named = named.filter(|&index| index < n);
             match outcome {
                 Outcome::Delivered { .. } => {
                     self.backend_ok();
@@ -1029,27 +1047,121 @@ impl Engine {
                         part.iter()
                             .map(|row| settled(row, RowStatus::Sent, None, None, false)),
                     );
+                    split.accepted(n);
                 }
                 Outcome::Misconfigured { .. } => {
                     // The batch endpoint may be gone (manifest changed): ask again next round
                     // and settle these rows one by one, which tells a missing endpoint from bad
                     // credentials.
                     self.batch_supported = None;
-                    self.settle_one_by_one(part, settlements).await;
+                    let rest = split.drain();
+                    self.settle_one_by_one(&rest, settlements).await;
+                    break;
                 }
                 ref pausing if pausing.pauses_relay() => {
                     self.pause_for(pausing);
-                    settlements.extend(part.iter().map(release));
+                    settlements.extend(split.drain().into_iter().map(release));
+                    break;
                 }
-                // A refused batch may hide poison jobs among good ones: split it until each
-                // refused part is one row, sent alone for its own verdict.
-                _ => push_split(&mut parts, part, named),
+                Outcome::Duplicate { existing_job_id } => {
+                    let same_batch = |j: usize| {
+                        existing_job_id.as_deref().is_some_and(|existing| {
+                            part.iter()
+                                .enumerate()
+                                .any(|(i, row)| i != j && row.job_id == existing)
+                        })
+                    };
+                    match named {
+                        // Its key matched an earlier job of this very batch, which was not
+                        // stored either: it goes alone once the rows before it are in.
+                        Some(j) if same_batch(j) => split.refused(n, Some(j)),
+                        Some(j) => {
+                            let Some((settlement, ours)) =
+                                self.judge_duplicate(part[j], existing_job_id).await
+                            else {
+                                settlements.extend(split.drain().into_iter().map(release));
+                                break;
+                            };
+                            settlements.push(settlement);
+                            split.resolved(n, j);
+                            if ours
+                                && !std::mem::replace(&mut asked, true)
+                                && !self.settle_held(&mut split, settlements).await
+                            {
+                                settlements.extend(split.drain().into_iter().map(release));
+                                break;
+                            }
+                        }
+                        // No job named: ask once which rows the backend holds; after that, or
+                        // when it holds none of them, halve.
+                        None if !std::mem::replace(&mut asked, true) => {
+                            let before = settlements.len();
+                            if !self.settle_held(&mut split, settlements).await {
+                                settlements.extend(split.drain().into_iter().map(release));
+                                break;
+                            }
+                            if settlements.len() == before {
+                                split.refused(n, None);
+                            }
+                        }
+                        None => split.refused(n, None),
+                    }
+                }
+                // A refused batch may hide poison jobs among good ones: the named one goes
+                // alone for its own verdict, or the batch is halved.
+                _ => split.refused(n, named),
             }
         }
     }
 
-    async fn settle_one_by_one(&mut self, group: &[ClaimedRow], settlements: &mut Vec<Settlement>) {
-        for row in group {
+    /// Asks the backend which of the rows not settled yet it holds (`GET /ojs/v1/jobs/{id}`,
+    /// `HELD_LOOKUPS_IN_FLIGHT` at a time) and settles those as sent: an earlier attempt got
+    /// through. False when it could not tell (the relay pauses; the caller releases the rest).
+    async fn settle_held(
+        &mut self,
+        split: &mut Split<&ClaimedRow>,
+        settlements: &mut Vec<Settlement>,
+    ) -> bool {
+        let rows = split.all();
+        let ids: Vec<&str> = rows.iter().map(|row| row.job_id.as_str()).collect();
+        let answers = self
+            .backend
+            .jobs_exist(&ids, HELD_LOOKUPS_IN_FLIGHT, self.send_deadline)
+            .await;
+        let mut held = std::collections::HashSet::new();
+        let mut failure = None;
+        for (row, answer) in rows.iter().zip(answers) {
+            match answer {
+                Some(Ok(true)) => {
+                    held.insert(row.id);
+                    settlements.push(settled(row, RowStatus::Sent, None, None, false));
+                }
+                Some(Err(reason)) => failure = failure.or(Some(reason)),
+                // Not held, or not asked (past the deadline: the loop releases it).
+                Some(Ok(false)) | None => {}
+            }
+        }
+        self.counters
+            .deduplicated
+            .fetch_add(held.len() as u64, Ordering::Relaxed);
+        split.retain(|row| !held.contains(&row.id));
+        match failure {
+            Some(reason) => {
+                self.pause_for(&Outcome::Unavailable {
+                    reason,
+                    retry_after: None,
+                });
+                false
+            }
+            None => {
+                self.backend_ok();
+                true
+            }
+        }
+    }
+
+    async fn settle_one_by_one(&mut self, rows: &[&ClaimedRow], settlements: &mut Vec<Settlement>) {
+        for row in rows {
             if self.must_stop_sending() {
                 settlements.push(release(row));
             } else {
@@ -1058,9 +1170,60 @@ impl Engine {
         }
     }
 
+    /// The settlement of a row answered `409 duplicate`, and whether the backend holds our own
+    /// id. The answer's `existing_job_id` is our id: an earlier attempt got through. Otherwise
+    /// `GET /ojs/v1/jobs/{id}` tells: found, the same; absent, the job's unique key matched
+    /// another job and the policy refused this one. `None`: the backend could not tell; the
+    /// relay pauses and the caller releases the row.
+    async fn judge_duplicate(
+        &mut self,
+        row: &ClaimedRow,
+        existing_job_id: Option<String>,
+    ) -> Option<(Settlement, bool)> {
+        let ours = if existing_job_id.as_deref() == Some(row.job_id.as_str()) {
+            Ok(true)
+        } else {
+            self.backend.job_exists(&row.job_id).await
+        };
+        match ours {
+            Ok(true) => {
+                self.backend_ok();
+                self.counters.deduplicated.fetch_add(1, Ordering::Relaxed);
+                Some((settled(row, RowStatus::Sent, None, None, false), true))
+            }
+            // The relay's work is done (sending again would be refused again), but this job id
+            // does not exist at the backend. Said in the row, the log, an event of its own and
+            // a counter, never as a delivery.
+            Ok(false) => {
+                self.backend_ok();
+                let note = unique_rejected_note(existing_job_id.as_deref());
+                self.log(
+                    Level::Warning,
+                    Some(&row.job_id),
+                    format!(
+                        "outbox relay: job {} ({}) was not created: {note}",
+                        row.job_id, row.job_type
+                    ),
+                );
+                let settlement = Settlement {
+                    rejected: Some(Rejection { existing_job_id }),
+                    ..settled(row, RowStatus::Sent, None, Some(note), false)
+                };
+                Some((settlement, false))
+            }
+            Err(reason) => {
+                self.pause_for(&Outcome::Unavailable {
+                    reason,
+                    retry_after: None,
+                });
+                None
+            }
+        }
+    }
+
     /// One job in one request, under a `send` span when tracing is on.
     async fn send_single(&mut self, row: &ClaimedRow) -> Settlement {
-        let mut span = send_span(std::slice::from_ref(row), false, self.backend.base_url());
+        let mut span = send_span(&[row], false, self.backend.base_url());
         let started = Instant::now();
         let (outcome, answer) = self.backend.send_one_answered(wire_form(row)).await;
         self.counters.send_duration.record(started.elapsed());
@@ -1106,40 +1269,9 @@ impl Engine {
                 settled(row, RowStatus::Sent, None, None, false)
             }
             Outcome::Duplicate { existing_job_id } => {
-                match self.backend.job_exists(&row.job_id).await {
-                    // Our id already there: an earlier attempt got through.
-                    Ok(true) => {
-                        self.backend_ok();
-                        self.counters.deduplicated.fetch_add(1, Ordering::Relaxed);
-                        settled(row, RowStatus::Sent, None, None, false)
-                    }
-                    // The job's unique key matched another job and the policy refused this one:
-                    // the relay's work is done (sending again would be refused again), but this
-                    // job id does not exist at the backend. Said in the row, the log, an event of
-                    // its own and a counter, never as a delivery.
-                    Ok(false) => {
-                        self.backend_ok();
-                        let note = unique_rejected_note(existing_job_id.as_deref());
-                        self.log(
-                            Level::Warning,
-                            Some(&row.job_id),
-                            format!(
-                                "outbox relay: job {} ({}) was not created: {note}",
-                                row.job_id, row.job_type
-                            ),
-                        );
-                        Settlement {
-                            rejected: Some(Rejection { existing_job_id }),
-                            ..settled(row, RowStatus::Sent, None, Some(note), false)
-                        }
-                    }
-                    Err(reason) => {
-                        self.pause_for(&Outcome::Unavailable {
-                            reason,
-                            retry_after: None,
-                        });
-                        release(row)
-                    }
+                match self.judge_duplicate(row, existing_job_id).await {
+                    Some((settlement, _)) => settlement,
+                    None => release(row),
                 }
             }
             Outcome::Retry {
@@ -1464,7 +1596,7 @@ fn unique_rejected_note(existing_job_id: Option<&str>) -> String {
 /// The `send` span of one request carrying `rows` (`otel::SendSpan`); nothing when tracing
 /// is off. Each row's creation context and queue are read from its meta and options texts,
 /// only when the sampler keeps the span.
-fn send_span(rows: &[ClaimedRow], batch: bool, base_url: &str) -> crate::otel::SendSpan {
+fn send_span(rows: &[&ClaimedRow], batch: bool, base_url: &str) -> crate::otel::SendSpan {
     if !crate::otel::enabled() {
         return crate::otel::SendSpan::none();
     }
@@ -1530,21 +1662,6 @@ fn wire_form(row: &ClaimedRow) -> String {
 /// The longest prefix of `rows` (at most `batch_size`, at least one) whose batch body stays
 /// within the backends' 1 MiB limit, and that body; `None` when the first row alone would
 /// not fit in a batch envelope (it then goes out as a single request).
-/// Pushes the parts of a refused `rows` so that they are popped in order: the rows before the
-/// one the backend named, that row alone, the rows after it; or the two halves.
-fn push_split<'a>(stack: &mut Vec<&'a [ClaimedRow]>, rows: &'a [ClaimedRow], named: Option<usize>) {
-    let parts: Vec<&[ClaimedRow]> = match named {
-        Some(i) if i < rows.len() && rows.len() > 1 => {
-            vec![&rows[..i], &rows[i..=i], &rows[i + 1..]]
-        }
-        _ => {
-            let (first, second) = rows.split_at(rows.len().div_ceil(2));
-            vec![first, second]
-        }
-    };
-    stack.extend(parts.into_iter().rev().filter(|part| !part.is_empty()));
-}
-
 fn take_batch(rows: &[ClaimedRow], batch_size: usize) -> (&[ClaimedRow], Option<String>) {
     const ENVELOPE: &str = "{\"jobs\":[]}";
     let mut body = String::from("{\"jobs\":[");
@@ -1584,29 +1701,22 @@ fn host_name() -> String {
         .unwrap_or_else(|| "unknown".to_owned())
 }
 
+/// The batch body of `rows`, part of a batch `take_batch` made (so within 1 MiB too).
+fn batch_body(rows: &[&ClaimedRow]) -> String {
+    let mut body = String::from("{\"jobs\":[");
+    for (i, row) in rows.iter().enumerate() {
+        if i > 0 {
+            body.push(',');
+        }
+        body.push_str(&wire_form(row));
+    }
+    body.push_str("]}");
+    body
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// Requests `send_batch` makes for a refused batch of `n` rows with poison at
-    /// `poison`, when the backend names the first poison row of a part or names none.
-    fn isolation_requests(n: usize, poison: &[usize], named: bool) -> usize {
-        let rows: Vec<ClaimedRow> = (0..n as i64).map(|id| row(id, 10)).collect();
-        let refused =
-            |part: &[ClaimedRow]| part.iter().position(|r| poison.contains(&(r.id as usize)));
-        let mut stack = Vec::new();
-        let mut requests = 1; // the batch that was refused
-        push_split(&mut stack, &rows, refused(&rows).filter(|_| named));
-        while let Some(part) = stack.pop() {
-            requests += 1;
-            if part.len() > 1
-                && let Some(index) = refused(part)
-            {
-                push_split(&mut stack, part, Some(index).filter(|_| named));
-            }
-        }
-        requests
-    }
 
     #[test]
     fn a_top_level_string_is_read_without_the_rest() {
@@ -1615,18 +1725,6 @@ mod tests {
         assert_eq!(top_level_string(r#"{"queue": 5}"#, "queue"), None);
         assert_eq!(top_level_string("{}", "queue"), None);
         assert_eq!(top_level_string("not json", "queue"), None);
-    }
-
-    #[test]
-    fn a_refused_batch_is_split_in_o_k_log_n_requests() {
-        let one = [500];
-        let ten: Vec<usize> = (0..10).map(|i| i * 100 + 50).collect();
-        // Halving: at most 2k·log2(n) + 1.
-        assert!(isolation_requests(1000, &one, false) <= 21);
-        assert!(isolation_requests(1000, &ten, false) <= 201);
-        // Around the named row: at most 3k + 1.
-        assert!(isolation_requests(1000, &one, true) <= 4);
-        assert!(isolation_requests(1000, &ten, true) <= 31);
     }
 
     fn row(id: i64, args_bytes: usize) -> ClaimedRow {

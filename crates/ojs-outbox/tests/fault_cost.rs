@@ -151,7 +151,7 @@ async fn held_rows_unique_conflicts_and_poison_in_one_batch_cost_linear_bodies()
         let backend = DevServer::start(0).await.unwrap();
         let outbox = outbox_for(&backend, &url, &table).await;
         let unique = json!({"unique": {"keys": ["type", "args"], "on_conflict": "reject"}});
-        let held = |i: usize| i % 4 == 0;
+        let held = |i: usize| i.is_multiple_of(4);
         let conflicting = |i: usize| i % 50 == 7;
         let poison = |i: usize| i % 100 == 33;
         let jobs = (0..ROWS)
