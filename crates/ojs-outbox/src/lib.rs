@@ -17,6 +17,7 @@ pub mod duration;
 pub mod error;
 pub mod event_client;
 pub mod events;
+mod hot_drops;
 pub mod id;
 pub mod job;
 pub mod ledger;

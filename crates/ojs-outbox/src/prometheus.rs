@@ -70,6 +70,11 @@ pub fn exposition(sample: &Sample<'_>) -> String {
             m.dead,
         ),
         (
+            "ojs_relay_wakeups_queued",
+            "Committed job ids the hot queue took (the relay claims those rows at once)",
+            m.hot_enqueued,
+        ),
+        (
             "ojs_relay_wakeups_dropped",
             "Committed job ids dropped by a full hot queue (the poller sends those rows)",
             m.hot_dropped,
@@ -81,6 +86,11 @@ pub fn exposition(sample: &Sample<'_>) -> String {
         "ojs_relay_jobs_in_flight",
         "Rows this relay has claimed and not settled",
         ConstGauge::new(m.in_flight),
+    );
+    relay.register(
+        "ojs_relay_wakeups_waiting",
+        "Committed job ids in the hot queue, not yet taken by the relay (at most relay.hot_queue_capacity)",
+        ConstGauge::new(m.hot_queue_depth),
     );
     let backend_up = match m.backend_healthy {
         Some(true) => 1,

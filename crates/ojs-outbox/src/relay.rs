@@ -20,6 +20,7 @@ use crate::backoff;
 use crate::classify::Outcome;
 use crate::config::Config;
 use crate::events::{Event, EventBus, EventLog};
+use crate::hot_drops::{HOT_DROP_TELL_EVERY, HotDrops, Notice};
 use crate::job::{MAX_WIRE_BYTES, wire_json};
 use crate::log_feed::{self, Level};
 use crate::relay_metrics::{Histogram, Histograms, Metrics};
@@ -56,7 +57,12 @@ struct Counters {
     dead: AtomicU64,
     deduplicated: AtomicU64,
     unique_rejected: AtomicU64,
+    hot_enqueued: AtomicU64,
     hot_dropped: AtomicU64,
+    /// The hot queue's drops, told once per burst (`hot_drops.rs`); `hot_dropping` says, without
+    /// the lock, whether a burst may be waiting to be told over.
+    hot_drops: Mutex<HotDrops>,
+    hot_dropping: AtomicBool,
     in_flight: AtomicI64,
     pending: AtomicI64,
     oldest_pending_age_ms: AtomicI64,
@@ -73,6 +79,68 @@ struct BackendState {
     last_error: Option<String>,
 }
 
+impl Counters {
+    /// Updates the hot queue's burst of drops with `change` and logs what it says to tell:
+    /// a warning when a burst starts and at most every `HOT_DROP_TELL_EVERY` while it lasts,
+    /// a line when it is over.
+    fn tell_hot_drops(
+        &self,
+        table: &str,
+        capacity: usize,
+        change: impl FnOnce(&mut HotDrops) -> Vec<Notice>,
+    ) {
+        let notices = {
+            let mut drops = self.hot_drops.lock().expect("hot drops lock");
+            let notices = change(&mut drops);
+            self.hot_dropping.store(drops.in_burst(), Ordering::Relaxed);
+            notices
+        };
+        for notice in notices {
+            let (level, message) = hot_drop_message(&notice, capacity);
+            log_feed::emit(level, table, None, message);
+        }
+    }
+
+    /// Tells the end of a burst of drops once none came for `HOT_DROP_TELL_EVERY`.
+    fn tell_hot_drops_over(&self, table: &str, capacity: usize) {
+        let now = std::time::Instant::now();
+        self.tell_hot_drops(table, capacity, |drops| {
+            drops.quiet(now).into_iter().collect()
+        });
+    }
+}
+
+/// The log line of a hot-queue notice (docs/relay.md#logging).
+fn hot_drop_message(notice: &Notice, capacity: usize) -> (Level, String) {
+    let every = seconds(HOT_DROP_TELL_EVERY);
+    match notice {
+        Notice::Started { dropped } => (
+            Level::Warning,
+            format!(
+                "outbox relay: the hot queue is full (relay.hot_queue_capacity = {capacity}): {dropped} committed job id(s) dropped; their rows stay pending and the poller sends them (after relay.skip_recent, within outbox.poll_interval); the relay is behind the commits (told again at most every {every} while it lasts)"
+            ),
+        ),
+        Notice::Continuing {
+            since,
+            dropped,
+            lasted,
+        } => (
+            Level::Warning,
+            format!(
+                "outbox relay: the hot queue is still full: {since} more committed job id(s) dropped ({dropped} since it filled {} ago); the poller sends their rows",
+                seconds(*lasted)
+            ),
+        ),
+        Notice::Ended { dropped, lasted } => (
+            Level::Info,
+            format!(
+                "outbox relay: the hot queue takes committed job ids again (none dropped for {every}): {dropped} dropped over {}; the poller sends their rows",
+                seconds(*lasted)
+            ),
+        ),
+    }
+}
+
 /// A running relay. Dropping it without `shutdown` stops it at the next await point.
 pub struct Relay {
     hot: mpsc::Sender<String>,
@@ -85,6 +153,9 @@ pub struct Relay {
     wake_ready: Option<Arc<AtomicBool>>,
     /// Its id: lease tokens and the `relay` label of its metrics.
     relay_id: String,
+    /// Its table and hot queue's capacity, for the hot queue's warnings.
+    table: String,
+    hot_capacity: usize,
 }
 
 impl Relay {
@@ -166,6 +237,8 @@ impl Relay {
             task: Mutex::new(Some(task)),
             wake_ready,
             relay_id,
+            table: config.outbox.table_name.clone(),
+            hot_capacity: config.relay.hot_queue_capacity,
         }
     }
 
@@ -178,17 +251,28 @@ impl Relay {
     }
 
     /// Wakes the relay for rows just committed. Never blocks and never fails: when the hot
-    /// queue is full the ids are dropped and the poller finds the rows. Returns how many ids
-    /// were queued.
+    /// queue is full the ids are dropped and the poller finds the rows (a warning once per
+    /// burst of drops, `hot_drops.rs`). Returns how many ids were queued.
     pub fn notify_committed<I: IntoIterator<Item = String>>(&self, job_ids: I) -> usize {
-        let mut queued = 0;
+        let (mut queued, mut dropped) = (0, 0);
         for id in job_ids {
             match self.hot.try_send(id) {
                 Ok(()) => queued += 1,
-                Err(_) => {
-                    self.counters.hot_dropped.fetch_add(1, Ordering::Relaxed);
-                }
+                Err(_) => dropped += 1,
             }
+        }
+        let counters = &self.counters;
+        counters
+            .hot_enqueued
+            .fetch_add(queued as u64, Ordering::Relaxed);
+        if dropped > 0 {
+            counters.hot_dropped.fetch_add(dropped, Ordering::Relaxed);
+            let now = std::time::Instant::now();
+            counters.tell_hot_drops(&self.table, self.hot_capacity, |drops| {
+                drops.dropped(dropped, now)
+            });
+        } else if counters.hot_dropping.load(Ordering::Relaxed) {
+            counters.tell_hot_drops_over(&self.table, self.hot_capacity);
         }
         queued
     }
@@ -238,7 +322,9 @@ impl Relay {
             dead: c.dead.load(Ordering::Relaxed),
             deduplicated: c.deduplicated.load(Ordering::Relaxed),
             unique_rejected: c.unique_rejected.load(Ordering::Relaxed),
+            hot_enqueued: c.hot_enqueued.load(Ordering::Relaxed),
             hot_dropped: c.hot_dropped.load(Ordering::Relaxed),
+            hot_queue_depth: (self.hot.max_capacity() - self.hot.capacity()) as i64,
             oldest_pending_age_ms: c.oldest_pending_age_ms.load(Ordering::Relaxed),
             backend_healthy: state.healthy,
             last_error: state.last_error,
@@ -444,6 +530,12 @@ impl Engine {
             if now >= next_refresh {
                 self.refresh_metrics().await;
                 next_refresh = now + METRICS_REFRESH;
+            }
+            if self.counters.hot_dropping.load(Ordering::Relaxed) {
+                self.counters.tell_hot_drops_over(
+                    &self.config.outbox.table_name,
+                    self.config.relay.hot_queue_capacity,
+                );
             }
             if now >= next_prune {
                 self.prune().await;

@@ -77,7 +77,12 @@ pub struct Metrics {
     /// Jobs the backend refused because its unique policy (`on_conflict: reject`) found
     /// another job with the same key: settled `sent`, but this job id was not created.
     pub unique_rejected: u64,
+    /// Committed job ids the hot queue took (`notify_committed`).
+    pub hot_enqueued: u64,
+    /// Committed job ids a full hot queue dropped (the poller sends their rows).
     pub hot_dropped: u64,
+    /// Ids waiting in the hot queue now (at most `relay.hot_queue_capacity`).
+    pub hot_queue_depth: i64,
     pub oldest_pending_age_ms: i64,
     /// `None` until the relay has heard from the backend.
     pub backend_healthy: Option<bool>,
