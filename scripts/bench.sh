@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs the relay benchmarks (crates/ojs-bench) against a throwaway PostgreSQL with fsync on.
 #
-#   scripts/bench.sh            drain + latency (PostgreSQL and SQLite) + memory (1M rows)
+#   scripts/bench.sh            drain + latency (PostgreSQL and SQLite) + faults + memory (1M rows)
 #   scripts/bench.sh --quick    the same without the memory benchmark
 #
 # Raw output goes to target/bench/<UTC timestamp>/ (one .txt per benchmark, results.jsonl with
@@ -83,6 +83,8 @@ wait_quiet "$quiet_wait" "$raw/machine.txt" bench.sh
 "$bin" latency --database-url "$url" --rate 2000 --seconds 20 --baseline-seconds 10 --out "$out" | tee "$raw/latency-postgres-2000.txt"
 wait_quiet "$quiet_wait" "$raw/machine.txt" bench.sh
 "$bin" latency --database-url "sqlite://$tmp/latency.db" --rate 500 --seconds 20 --out "$out" | tee "$raw/latency-sqlite.txt"
+# Issue 31, item 6: what one batch of 1,000 costs the backend under faults (counts, not times).
+"$bin" faults --database-url "$url" --rows 1000 --out "$out" | tee "$raw/faults.txt"
 if [ "$quick" = 0 ]; then
   wait_quiet "$quiet_wait" "$raw/machine.txt" bench.sh
   "$bin" memory --database-url "$url" --rows 1000000 --batch-size 500 --out "$out" | tee "$raw/memory.txt"

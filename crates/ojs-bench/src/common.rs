@@ -116,6 +116,56 @@ impl DevServer {
         Ok(serde_json::from_str(&text)?)
     }
 
+    /// `POST /_dev/faults` with a fault object (`{"status": 503, "count": 1}`, ...).
+    pub async fn push_fault(&self, fault: Value) -> BoxResult<()> {
+        let response = self
+            .http
+            .post(format!("{}/_dev/faults", self.url))
+            .header("content-type", "application/json")
+            .body(fault.to_string())
+            .send()
+            .await?;
+        if !response.status().is_success() {
+            return Err(err(format!(
+                "POST /_dev/faults answered {}: {}",
+                response.status(),
+                response.text().await.unwrap_or_default()
+            )));
+        }
+        Ok(())
+    }
+
+    /// `POST /ojs/v1/jobs/batch` of these jobs, which must be accepted (201).
+    pub async fn post_batch(&self, jobs: &[Value]) -> BoxResult<()> {
+        let response = self
+            .http
+            .post(format!("{}/ojs/v1/jobs/batch", self.url))
+            .header("content-type", "application/openjobspec+json")
+            .body(json!({ "jobs": jobs }).to_string())
+            .send()
+            .await?;
+        if response.status().as_u16() != 201 {
+            return Err(err(format!(
+                "POST /ojs/v1/jobs/batch answered {}: {}",
+                response.status(),
+                response.text().await.unwrap_or_default()
+            )));
+        }
+        Ok(())
+    }
+
+    /// `GET /_dev/received`, whole (every stored job and the deliveries per id).
+    pub async fn received(&self) -> BoxResult<Value> {
+        let text = self
+            .http
+            .get(format!("{}/_dev/received", self.url))
+            .send()
+            .await?
+            .text()
+            .await?;
+        Ok(serde_json::from_str(&text)?)
+    }
+
     pub async fn jobs_received(&self) -> BoxResult<u64> {
         let stats = self.stats().await?;
         stats["jobs"]

@@ -3,6 +3,8 @@
 //! - `drain`: backlog drain throughput on PostgreSQL per batch size, against a naive relay;
 //! - `latency`: commit-to-delivery latency of the in-process hot path at a steady commit rate;
 //! - `memory`: peak RSS of a separate relay process draining a large backlog;
+//! - `faults`: what one batch costs the backend when its answer is lost, or when it mixes rows
+//!   the backend holds, unique conflicts and poison (requests, job bodies);
 //! - `summary`: issue 16's targets as one table, from one run's JSON lines.
 //!
 //! Each prints a table and appends JSON lines to `--out`. The OJS backend is the
@@ -10,6 +12,7 @@
 
 mod common;
 mod drain;
+mod faults;
 mod latency;
 mod memory;
 mod summary;
@@ -37,6 +40,8 @@ enum Bench {
     Latency(latency::LatencyArgs),
     /// Peak RSS of a separate relay process draining a large backlog.
     Memory(memory::MemoryArgs),
+    /// Requests and job bodies one batch costs under faults: a lost answer; held, conflicting and poison rows.
+    Faults(faults::FaultsArgs),
     /// Issue 16's targets as one table, met or not, from one run's JSON lines.
     Summary(summary::SummaryArgs),
     /// Runs only the relay until SIGTERM (used by `memory` when `ojs-relay` is not built).
@@ -51,6 +56,7 @@ async fn main() -> ExitCode {
         Bench::Drain(args) => drain::run(args).await,
         Bench::Latency(args) => latency::run(args).await,
         Bench::Memory(args) => memory::run(args).await,
+        Bench::Faults(args) => faults::run(args).await,
         Bench::Summary(args) => summary::run(args),
         Bench::RelayOnly(args) => memory::relay_only(args).await,
     };
