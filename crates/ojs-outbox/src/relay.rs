@@ -1083,13 +1083,13 @@ impl Engine {
     /// by what the refusals cleared (halves when none is named). O(n) bodies in all, and about
     /// 3 requests per refused row; rows still leave in order.
     ///
-    /// A `409 duplicate` is judged from the answer where it can be: the job named is ours when
-    /// its `existing_job_id` is our own id, else one `GET` tells ours (an earlier attempt got
-    /// through) from a unique conflict. The first time one of the batch's jobs turns out to be
-    /// ours, the backend likely holds more of them (a batch it stored and whose answer was
-    /// lost): the relay asks it once which rows it holds (`settle_held`, one `GET` per row, the
-    /// only lookup OJS has) and sends only the others, instead of being refused once per held
-    /// row.
+    /// A `409 duplicate` naming our own id (`details.existing_job_id`) settles that row without
+    /// a request: an earlier attempt got through. The first time one of the batch's jobs turns
+    /// out to be held so (or a row sent alone is answered so), the backend likely holds more
+    /// of them (a batch it stored and whose answer was lost): the relay asks it once which rows
+    /// it holds (`settle_held`, one `GET` per row, the only lookup OJS has) and sends only the
+    /// others, instead of being refused once per held row. A 409 naming another job (a unique
+    /// key's holder) is judged on the row's own send, as before.
     async fn send_batch(
         &mut self,
         group: &[ClaimedRow],
@@ -1106,18 +1106,25 @@ impl Engine {
                 break;
             }
             let n = match step {
+                // The first request is the batch the caller made, whatever its size.
+                _ if body.is_some() => group.len(),
                 Step::Alone => {
                     let row = split.pop_front().expect("a row is next");
-                    settlements.push(self.send_single(row).await);
+                    let (settlement, held) = self.send_alone(row).await;
+                    settlements.push(settlement);
+                    if held
+                        && !std::mem::replace(&mut asked, true)
+                        && !self.settle_held(&mut split, settlements).await
+                    {
+                        settlements.extend(split.drain().into_iter().map(release));
+                        break;
+                    }
                     continue;
                 }
                 Step::Batch(n) => n,
             };
             let part = split.rows(n);
-            let body = match body.take() {
-                Some(body) if n == group.len() => body,
-                _ => batch_body(&part),
-            };
+            let body = body.take().unwrap_or_else(|| batch_body(&part));
             let mut span = send_span(&part, true, self.backend.base_url());
             let started = Instant::now();
             let (outcome, named, answer) = self.backend.send_batch(body).await;
@@ -1155,50 +1162,39 @@ impl Engine {
                     settlements.extend(split.drain().into_iter().map(release));
                     break;
                 }
-                Outcome::Duplicate { existing_job_id } => {
-                    let same_batch = |j: usize| {
-                        existing_job_id.as_deref().is_some_and(|existing| {
-                            part.iter()
-                                .enumerate()
-                                .any(|(i, row)| i != j && row.job_id == existing)
-                        })
-                    };
-                    match named {
-                        // Its key matched an earlier job of this very batch, which was not
-                        // stored either: it goes alone once the rows before it are in.
-                        Some(j) if same_batch(j) => split.refused(n, Some(j)),
-                        Some(j) => {
-                            let Some((settlement, ours)) =
-                                self.judge_duplicate(part[j], existing_job_id).await
-                            else {
-                                settlements.extend(split.drain().into_iter().map(release));
-                                break;
-                            };
-                            settlements.push(settlement);
-                            split.resolved(n, j);
-                            if ours
-                                && !std::mem::replace(&mut asked, true)
-                                && !self.settle_held(&mut split, settlements).await
-                            {
-                                settlements.extend(split.drain().into_iter().map(release));
-                                break;
-                            }
+                Outcome::Duplicate { existing_job_id } => match named {
+                    // The answer names our own id: an earlier attempt got through. The
+                    // backend likely holds more of these rows: ask once which.
+                    Some(j) if existing_job_id.as_deref() == Some(part[j].job_id.as_str()) => {
+                        let row = part[j];
+                        self.backend_ok();
+                        self.counters.deduplicated.fetch_add(1, Ordering::Relaxed);
+                        settlements.push(settled(row, RowStatus::Sent, None, None, false));
+                        split.resolved(n, j);
+                        if !std::mem::replace(&mut asked, true)
+                            && !self.settle_held(&mut split, settlements).await
+                        {
+                            settlements.extend(split.drain().into_iter().map(release));
+                            break;
                         }
-                        // No job named: ask once which rows the backend holds; after that, or
-                        // when it holds none of them, halve.
-                        None if !std::mem::replace(&mut asked, true) => {
-                            let before = settlements.len();
-                            if !self.settle_held(&mut split, settlements).await {
-                                settlements.extend(split.drain().into_iter().map(release));
-                                break;
-                            }
-                            if settlements.len() == before {
-                                split.refused(n, None);
-                            }
-                        }
-                        None => split.refused(n, None),
                     }
-                }
+                    // Another job (a unique key's holder, or a job of this very batch): the
+                    // named row goes alone, after the rows before it, for its own verdict.
+                    Some(j) => split.refused(n, Some(j)),
+                    // No job named: ask once which rows the backend holds; after that, or
+                    // when it holds none of them, halve.
+                    None if !std::mem::replace(&mut asked, true) => {
+                        let before = settlements.len();
+                        if !self.settle_held(&mut split, settlements).await {
+                            settlements.extend(split.drain().into_iter().map(release));
+                            break;
+                        }
+                        if settlements.len() == before {
+                            split.refused(n, None);
+                        }
+                    }
+                    None => split.refused(n, None),
+                },
                 // A refused batch may hide poison jobs among good ones: the named one goes
                 // alone for its own verdict, or the batch is halved.
                 _ => split.refused(n, named),
@@ -1315,6 +1311,12 @@ impl Engine {
 
     /// One job in one request, under a `send` span when tracing is on.
     async fn send_single(&mut self, row: &ClaimedRow) -> Settlement {
+        self.send_alone(row).await.0
+    }
+
+    /// `send_single`, and whether the backend turned out to hold this job already (`409
+    /// duplicate` of our own id).
+    async fn send_alone(&mut self, row: &ClaimedRow) -> (Settlement, bool) {
         let mut span = send_span(&[row], false, self.backend.base_url());
         let started = Instant::now();
         let (outcome, answer) = self.backend.send_one_answered(wire_form(row)).await;
@@ -1323,7 +1325,7 @@ impl Engine {
             return self.verdict(row, outcome).await;
         }
         span.answered(outcome.kind(), &answer);
-        let settlement = self.verdict(row, outcome).await;
+        let (settlement, held) = self.verdict(row, outcome).await;
         let event = match settlement.status {
             Some(RowStatus::Failed) => Some("ojs.job.retry"),
             Some(RowStatus::Dead) => Some("ojs.job.dead_lettered"),
@@ -1339,22 +1341,27 @@ impl Engine {
             span.decided(event, &row.job_id, attempts, settlement.retry_in);
         }
         span.end();
-        settlement
+        (settlement, held)
     }
 
     /// The row's settlement for the backend's answer to its single send (a 409 asks the
-    /// backend whether it holds our id).
-    async fn verdict(&mut self, row: &ClaimedRow, outcome: Outcome) -> Settlement {
-        match outcome {
+    /// backend whether it holds our id, unless the answer named it), and whether the backend
+    /// held our id already.
+    async fn verdict(&mut self, row: &ClaimedRow, outcome: Outcome) -> (Settlement, bool) {
+        let mut held = false;
+        let settlement = match outcome {
             Outcome::Delivered { deduplicated } => {
                 self.backend_ok();
                 if deduplicated {
                     self.counters.deduplicated.fetch_add(1, Ordering::Relaxed);
-                    return settled(
-                        row,
-                        RowStatus::Sent,
-                        None,
-                        Some("deduplicated by the backend's unique policy".into()),
+                    return (
+                        settled(
+                            row,
+                            RowStatus::Sent,
+                            None,
+                            Some("deduplicated by the backend's unique policy".into()),
+                            false,
+                        ),
                         false,
                     );
                 }
@@ -1362,7 +1369,10 @@ impl Engine {
             }
             Outcome::Duplicate { existing_job_id } => {
                 match self.judge_duplicate(row, existing_job_id).await {
-                    Some((settlement, _)) => settlement,
+                    Some((settlement, ours)) => {
+                        held = ours;
+                        settlement
+                    }
                     None => release(row),
                 }
             }
@@ -1374,7 +1384,10 @@ impl Engine {
                 let attempts = row.attempts as u32 + 1;
                 if attempts >= self.config.relay.max_attempts {
                     let error = format!("{reason} (gave up after {attempts} attempts)");
-                    return settled(row, RowStatus::Dead, None, Some(error), true);
+                    return (
+                        settled(row, RowStatus::Dead, None, Some(error), true),
+                        false,
+                    );
                 }
                 let delay = backoff::jittered(
                     attempts,
@@ -1407,7 +1420,8 @@ impl Engine {
                 self.pause_for(pausing);
                 release(row)
             }
-        }
+        };
+        (settlement, held)
     }
 
     fn backend_ok(&mut self) {
