@@ -1,7 +1,7 @@
 //! Poison rows among good ones: the relay splits a refused batch around the job the backend
 //! names (`details.index`, which the devserver gives for a `match_type` fault), in about 3k
 //! requests rather than one request per row, and every good row is still sent. (Halving, when
-//! no job is named, is counted by the relay's unit tests.)
+//! no job is named, and every mix of refused rows, are counted by `split.rs`'s unit tests.)
 
 use std::time::{Duration, Instant};
 
