@@ -280,8 +280,12 @@ export interface RelayMetrics {
   deduplicated: number;
   /** Jobs not created: the backend's unique policy (`onConflict: 'reject'`) holds another job. */
   unique_rejected: number;
+  /** Committed ids the core's hot queue took. */
+  hot_enqueued: number;
   /** Ids the core's hot queue dropped (the poller delivers their rows). */
   hot_dropped: number;
+  /** Committed ids waiting in the core's hot queue now. */
+  hot_queue_depth: number;
   oldest_pending_age_ms: number;
   backend_healthy: boolean | null;
   last_error: string | null;
