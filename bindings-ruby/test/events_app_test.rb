@@ -306,6 +306,40 @@ class EventsAppTest < Minitest::Test
     end
   end
 
+  # The dashboard (issue 29) through the Rack app: the core's page and API, the write header
+  # passed on, the caller's scope (the page itself is driven in a browser by the Express suite).
+  def test_the_dashboard_is_served_with_the_caller_s_scope_and_writes_need_the_header
+    start
+    mine = enqueue(tenant: "t1")
+    other = enqueue(tenant: "t2")
+    operator = Rack::MockRequest.new(app)
+    assert_equal 308, operator.get("/dashboard").status
+    page = operator.get("/dashboard/")
+    assert_equal 200, page.status
+    assert_includes page.headers["content-security-policy"], "script-src 'self'"
+    asset = page.body[/src="(assets\/app-[0-9a-f]+\.js)"/, 1]
+    script = operator.get("/dashboard/#{asset}")
+    assert_equal 200, script.status
+    assert_equal "private, max-age=31536000, immutable", script.headers["cache-control"]
+
+    t1 = Rack::MockRequest.new(app(authorize: ->(_request) { { tenant: "t1" } }))
+    listed = TestSupport.wait_until("t1's row listed") do
+      rows = JSON.parse(t1.get("/dashboard/api/rows").body)["rows"]
+      rows if rows.any? { |row| row["job_id"] == mine }
+    end
+    assert_equal ["t1"], listed.map { |row| row["tenant_id"] }.uniq
+    assert_equal 404, t1.get("/dashboard/api/rows/#{other}").status
+
+    replay = "/dashboard/api/dead/replay?job_id=#{other}"
+    assert_equal 403, operator.post(replay).status, "no write header, no write"
+    answered = operator.post(replay, "HTTP_X_OJS_DASHBOARD" => "1")
+    assert_equal 200, answered.status
+    assert_equal({ "replayed" => 0 }, JSON.parse(answered.body))
+    viewer = Rack::MockRequest.new(app(authorize: ->(_request) { { read_only: true } }))
+    assert_equal 403, viewer.post(replay, "HTTP_X_OJS_DASHBOARD" => "1").status
+    assert_equal false, JSON.parse(viewer.get("/dashboard/api/overview").body).dig("viewer", "writes")
+  end
+
   def test_readyz_answers_the_core_s_verdict
     start
     response = get(app, "/readyz")

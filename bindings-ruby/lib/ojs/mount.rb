@@ -5,14 +5,16 @@ require "time"
 module OJS
   # The relay's HTTP surface as a Rack app (issue 15): the surface `ojs-relay run --listen`
   # serves, whose policy is the core's, once (`ojs_bridge::Bridge::surface`): the paths
-  # (`GET <mount>/v1/events/stream`, `/metrics`, `/healthz`, `/readyz`, and `POST
-  # /codec/decode`, `/codec/encode` when `config.encryption` is set), who may read what, tenant
+  # (`GET <mount>/v1/events/stream`, `/metrics`, `/healthz`, `/readyz`, the dashboard under
+  # `/dashboard/`, and `POST /codec/decode`, `/codec/encode` when `config.encryption` is set),
+  # who may read what, tenant
   # scoping, every refusal and its body, the keep-alive comments, the content types.
   #
   # Closed by default: `authorize:` is required (as Express's `ojs.router({ authorize })`). It
   # is asked about each request but those of a path open to everyone (`/healthz`), given the
-  # request, and answers true (everything), false or nil (refused), or `{ tenant: "t1" }` (only
-  # that tenant's events). Mounted inside the application's own authentication (docs/rails.md,
+  # request, and answers true (everything), false or nil (refused), `{ tenant: "t1" }` (only
+  # that tenant's events and rows), or `{ read_only: true }` (with or without a tenant: reads,
+  # no dashboard writes). Mounted inside the application's own authentication (docs/rails.md,
   # "Events, metrics and health"), say so:
   #
   #   authenticate :user, ->(user) { user.admin? } do
@@ -73,6 +75,8 @@ module OJS
       request = { "method" => method, "path" => path, "query" => text(env["QUERY_STRING"]), "access" => access,
                   "access_field" => "authorize" }
       request["last_event_id"] = text(env["HTTP_LAST_EVENT_ID"]) if env["HTTP_LAST_EVENT_ID"]
+      # A dashboard write needs it (the core's defence against cross-site requests).
+      request["write_header"] = text(env["HTTP_X_OJS_DASHBOARD"]) if env["HTTP_X_OJS_DASHBOARD"]
       request["keep_alive_ms"] = @keep_alive_ms if @keep_alive_ms
       request["body"] = body(env) if method == "POST"
       answer(client.surface(request), head: method == "HEAD")
