@@ -224,6 +224,11 @@ export interface CreateOjsOptions {
     key_id?: string;
     keys: Record<string, string>;
   };
+  /**
+   * adapter.tracing: OpenTelemetry spans exported over OTLP/HTTP (docs/tracing.md). `true` on,
+   * `false` off (over OTEL_TRACES_EXPORTER), unset or null: on only with OTEL_TRACES_EXPORTER=otlp.
+   */
+  tracing?: boolean | null;
   /** Other adapter keys, merged into the configuration as given. */
   config?: Record<string, Json>;
   /** Start the in-process relay at once (default true); otherwise call start(). */

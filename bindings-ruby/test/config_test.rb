@@ -67,6 +67,24 @@ class ConfigTest < Minitest::Test
     assert_includes error.message, "config.auto_start" # the core's near miss
   end
 
+  # config.tracing reaches the core as adapter.tracing, which checks it: false (off, whatever
+  # the environment says) is taken, a value that is no boolean is refused naming the setting.
+  def test_tracing_is_the_core_s_setting_and_checked_there
+    configure = lambda do |tracing|
+      OJS.configure do |c|
+        c.url = TestSupport.devserver.url
+        c.relay = :external
+        c.tracing = tracing
+      end
+    end
+    configure.call(false)
+    assert_equal false, OJS.configuration.tracing
+    ["yes", 1].each do |odd|
+      error = assert_raises(OJS::InvalidConfig) { configure.call(odd) }
+      assert_equal "adapter.tracing", error.field, error.message
+    end
+  end
+
   def test_a_url_that_is_set_is_used_without_a_word_in_development
     ENV["RAILS_ENV"] = "development"
     OJS.configure { |c| c.url = TestSupport.devserver.url }

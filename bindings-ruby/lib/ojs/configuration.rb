@@ -72,6 +72,10 @@ module OJS
     # `key_id`'s key; the other keys still open jobs sealed before a rotation. Key ids are
     # passed as written (Symbol keys become their names, nothing is re-spelled).
     attr_accessor :encryption
+    # adapter.tracing: OpenTelemetry spans exported over OTLP/HTTP (docs/tracing.md): true on,
+    # false off (over OTEL_TRACES_EXPORTER), nil: on only with OTEL_TRACES_EXPORTER=otlp. The
+    # core checks the value.
+    attr_accessor :tracing
     # The Logger the adapter writes to: the relay's pauses (warn), resumes (info) and dead
     # letters (error, with the job id), and the development-URL notice. nil: Rails.logger when
     # Rails is loaded, else a Logger on $stderr (OJS.logger).
@@ -90,7 +94,7 @@ module OJS
     # The settings of this class, as `config.<name> =` spells them.
     SETTINGS = %w[url ojs_url adapter outbox_table database_url auth_token trust_tenant_header relay
                   outbox_options relay_options connection_class auto_start current_user_id current_tenant_id
-                  logger encryption].freeze
+                  logger encryption tracing].freeze
     # Names this gem used before, and what they are now.
     RENAMED = { "start_relay_on_first_use" => "auto_start" }.freeze
 
@@ -145,6 +149,7 @@ module OJS
       core["outbox"] = outbox unless outbox.empty?
       core["relay"] = relay_section unless relay_section.empty?
       core["encryption"] = encryption unless encryption.nil?
+      core["tracing"] = tracing unless tracing.nil?
       JSONValue.dump({ "adapter" => core }, "config")
     end
 
