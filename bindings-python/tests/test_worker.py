@@ -594,7 +594,8 @@ TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 @DB
 def test_the_trace_context_of_the_enqueuing_request_reaches_the_task(alias, backend, adapter):
     """``current_job()`` gives the running task its job's ``traceparent`` and ``tracestate``:
-    those of the request context that enqueued it (the job's meta), None without one."""
+    those of the request context that enqueued it (the job's meta), None without one; and the
+    worker makes that context the task's current OpenTelemetry context."""
     from ojs_adapter_django.worker import current_job
 
     with request_context(traceparent=TRACEPARENT, tracestate="vendor=1"):
@@ -602,9 +603,12 @@ def test_the_trace_context_of_the_enqueuing_request_reaches_the_task(alias, back
     untraced = records_trace.enqueue(alias, "untraced")
     backend.wait_for([traced.id, untraced.id])
     assert "2 completed" in worker_once("--count", "2")
-    assert state(backend, traced.id)["result"] == {"traceparent": TRACEPARENT,
-                                                   "tracestate": "vendor=1"}
-    assert state(backend, untraced.id)["result"] == {"traceparent": None, "tracestate": None}
+    # The task's current OpenTelemetry context is the job's too: its own spans continue it.
+    assert state(backend, traced.id)["result"] == {
+        "traceparent": TRACEPARENT, "tracestate": "vendor=1",
+        "otel": "4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7"}
+    assert state(backend, untraced.id)["result"] == {"traceparent": None, "tracestate": None,
+                                                     "otel": None}
     assert sorted((label, step) for label, _, _, step in runs(alias)) == [
         ("traced", TRACEPARENT), ("untraced", "none")]
     assert current_job() is None  # outside a task

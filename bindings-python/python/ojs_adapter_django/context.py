@@ -69,11 +69,8 @@ def context_json() -> Optional[str]:
 _propagator: Any = None
 
 
-def current_span_context() -> dict:
-    """``traceparent`` (and ``tracestate``) of the app's current OpenTelemetry span, written by
-    ``opentelemetry-api``'s own W3C propagator, when the API is installed and a span is
-    current: a job then continues the span that staged it (its ``create`` span a child of it),
-    not the request's incoming header. Empty without the API or a current span."""
+def _trace_propagator() -> Any:
+    """``opentelemetry-api``'s W3C trace-context propagator, or False without the API."""
     global _propagator
     if _propagator is None:
         try:
@@ -83,8 +80,40 @@ def current_span_context() -> dict:
             _propagator = TraceContextTextMapPropagator()
         except ImportError:
             _propagator = False
-    if _propagator is False:
+    return _propagator
+
+
+def attach_trace(traceparent: Optional[str], tracestate: Optional[str]) -> Any:
+    """Makes a job's trace context (the worker loop's ``process`` span when tracing is on, else
+    the context that staged the job) the current OpenTelemetry context while its task runs, so
+    the task's own spans continue it; returns the token for ``detach_trace``, or None without
+    the API or a ``traceparent``."""
+    propagator = _trace_propagator()
+    if not propagator or not traceparent:
+        return None
+    from opentelemetry import context as otel_context
+
+    carrier = {"traceparent": traceparent}
+    if tracestate:
+        carrier["tracestate"] = tracestate
+    return otel_context.attach(propagator.extract(carrier))
+
+
+def detach_trace(token: Any) -> None:
+    if token is not None:
+        from opentelemetry import context as otel_context
+
+        otel_context.detach(token)
+
+
+def current_span_context() -> dict:
+    """``traceparent`` (and ``tracestate``) of the app's current OpenTelemetry span, written by
+    ``opentelemetry-api``'s own W3C propagator, when the API is installed and a span is
+    current: a job then continues the span that staged it (its ``create`` span a child of it),
+    not the request's incoming header. Empty without the API or a current span."""
+    propagator = _trace_propagator()
+    if not propagator:
         return {}
     carrier: dict = {}
-    _propagator.inject(carrier)  # nothing when no valid span is current
+    propagator.inject(carrier)  # nothing when no valid span is current
     return {key: carrier[key] for key in ("traceparent", "tracestate") if carrier.get(key)}

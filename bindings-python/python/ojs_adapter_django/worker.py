@@ -56,6 +56,7 @@ except ImportError:  # Django 5.2 with the django-tasks backport
     from django_tasks.utils import normalize_json
 
 from . import _native
+from .context import attach_trace, detach_trace
 from .tasks import OJSBackend
 
 #: The worker's logger (a child of ``ojs_adapter_django``); the worker loop's own records (the
@@ -361,6 +362,7 @@ class Worker:
                   tracestate=assignment.get("tracestate"),
                   meta=meta if isinstance(meta, dict) else {})
         token = _current_job.set(job)
+        trace_token = attach_trace(job.traceparent, job.tracestate)
         close_old_connections()
         try:
             outcome, kind, why = self._run(assignment)
@@ -369,6 +371,7 @@ class Worker:
             outcome, kind, why = self._failure(exc, None, True), "failed", str(exc)
         finally:
             close_old_connections()
+            detach_trace(trace_token)
             _current_job.reset(token)
         took = time.monotonic() - started
         with self._lock:  # one step with the bookkeeping of a stop

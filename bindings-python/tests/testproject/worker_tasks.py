@@ -96,7 +96,12 @@ def records_trace(using, label):
 
     job = current_job()
     _record(using, label, job.id, None, job.traceparent or "none")
-    return {"traceparent": job.traceparent, "tracestate": job.tracestate}
+    # The OpenTelemetry context the worker made current: the job's (opentelemetry-api).
+    from opentelemetry import trace
+
+    span = trace.get_current_span().get_span_context()
+    otel = f"{span.trace_id:032x}-{span.span_id:016x}" if span.is_valid else None
+    return {"traceparent": job.traceparent, "tracestate": job.tracestate, "otel": otel}
 
 
 def not_a_task(*args):
