@@ -51,6 +51,19 @@ function activeSpanContext() {
   return fields;
 }
 
+/**
+ * Runs `fn` with the job's trace context (`traceparent`, `tracestate`: the worker loop's
+ * `process` span when tracing is on) as the active OpenTelemetry context, so the handler's own
+ * spans continue it; read with the propagator the application registered (the SDK's W3C one).
+ * Without `@opentelemetry/api` or a `traceparent`, `fn` runs as it is.
+ */
+function withTraceContext(traceparent, tracestate, fn) {
+  activeSpanContext(); // looks the API up once
+  if (!otel || !traceparent) return fn();
+  const carrier = tracestate ? { traceparent, tracestate } : { traceparent };
+  return otel.context.with(otel.propagation.extract(otel.ROOT_CONTEXT, carrier), fn);
+}
+
 /** The request headers the core reads the context from (`context_header_names`), lowercase. */
 const HEADER_NAMES = native.contextHeaderNames();
 
@@ -153,6 +166,7 @@ function requestContext(bridge, context) {
 
 module.exports = {
   activeSpanContext,
+  withTraceContext,
   storage,
   runScoped,
   runInScope,

@@ -36,7 +36,7 @@
 const { EventEmitter } = require('node:events');
 const { callNative, awaitNative, errorFor } = require('./errors');
 const { rejectOption } = require('./native');
-const { runInScope } = require('./context');
+const { runInScope, withTraceContext } = require('./context');
 const { jsonOf, snakeKey } = require('./json');
 const { write } = require('./log');
 
@@ -278,7 +278,7 @@ class Worker extends EventEmitter {
     let outcome;
     let event;
     try {
-      const result = await runInScope(scope, () => handler(job.args, ctx));
+      const result = await runInScope(scope, () => withTraceContext(ctx.traceparent, ctx.tracestate, () => handler(job.args, ctx)));
       outcome = result === undefined ? '{"outcome":"completed"}' : `{"outcome":"completed","result":${jsonOf(result, 'result')}}`;
       event = ['completed', [result, ctx]];
     } catch (thrown) {

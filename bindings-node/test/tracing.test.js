@@ -2,7 +2,8 @@
 // Issue 29, the Express binding's side of tracing: with `@opentelemetry/api` in the app (and a
 // tracer provider registered, here the SDK's NodeTracerProvider), a job staged inside the
 // active span carries that span's trace context, so the core's `create` span is its child; an
-// explicit traceparent (`withContext`) wins; with no active span, none is invented. Real knex
+// explicit traceparent (`withContext`) wins; with no active span, none is invented; a worker
+// runs each handler in its job's trace context. Real knex
 // on SQLite and PostgreSQL, the devserver as the oracle (the job's meta as received).
 
 const { test, before, after } = require('node:test');
@@ -32,7 +33,8 @@ async function deliveredMeta(ojs, context) {
 }
 
 for (const database of ['sqlite', 'postgres']) {
-  test(`${database}: a job staged in the app's active span continues it`, async () => {
+  test(`${database}: a job staged in the app's active span continues it, and its handler runs in its context`, async () => {
+    await backend.reset();
     const knex = database === 'sqlite' ? sqliteKnex(path.join(scratchDir(`tracing-${database}`), 'app.db')) : postgresKnex();
     const table = `node_tracing_${database}`;
     await knex.schema.dropTableIfExists(table);
@@ -63,6 +65,31 @@ for (const database of ['sqlite', 'postgres']) {
       assert.equal(explicit.traceparent, given);
       assert.equal(trace.getActiveSpan(), undefined);
       assert.equal((await deliveredMeta(ojs)).traceparent, undefined);
+
+      // A worker runs the handler in the job's trace context: the handler's own spans continue it.
+      const seen = [];
+      const worker = ojs.worker({
+        queues: ['default'],
+        idlePollMs: 50,
+        handlers: {
+          'email.welcome': async (args, ctx) => {
+            const active = trace.getActiveSpan()?.spanContext();
+            seen.push({ traceparent: ctx.traceparent, active: active ? `${active.traceId}-${active.spanId}` : null });
+          },
+        },
+      });
+      try {
+        await waitFor(async () => seen.length >= 3, undefined, 'the three jobs handled');
+      } finally {
+        await worker.stop({ deadlineMs: 0 });
+      }
+      const traced = seen.filter((s) => s.traceparent);
+      assert.equal(traced.length, 2, JSON.stringify(seen));
+      for (const { traceparent, active } of traced) {
+        const [, traceId, spanId] = traceparent.split('-');
+        assert.equal(active, `${traceId}-${spanId}`);
+      }
+      assert.deepEqual(seen.filter((s) => !s.traceparent).map((s) => s.active), [null]);
     } finally {
       await ojs.close();
       await knex.destroy();
