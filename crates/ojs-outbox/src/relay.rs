@@ -195,11 +195,16 @@ impl Relay {
             wake_rechecks: Vec::new(),
             last_claimed: 0,
             event_log_failed: false,
-            registry: Some(crate::store::relays::RelayIdentity {
-                relay_id: relay_id.clone(),
-                host: host_name(),
-                pid: i64::from(std::process::id()),
-                started_ms: now_ms(),
+            // PostgreSQL only: on SQLite a heartbeat is a write every few seconds, and a
+            // write of another connection breaks an application's deferred transaction that
+            // read before it writes (SQLITE_BUSY_SNAPSHOT); one host runs SQLite's relays.
+            registry: (store.dialect() == crate::sql::Dialect::Postgres).then(|| {
+                crate::store::relays::RelayIdentity {
+                    relay_id: relay_id.clone(),
+                    host: host_name(),
+                    pid: i64::from(std::process::id()),
+                    started_ms: now_ms(),
+                }
             }),
             events: events.clone(),
             store: store.for_relay(),
@@ -490,7 +495,9 @@ impl Engine {
             );
             self.event_log_failed = true;
         }
-        if let Err(error) = self.store.ensure_relay_registry().await {
+        if self.registry.is_some()
+            && let Err(error) = self.store.ensure_relay_registry().await
+        {
             self.log(
                 Level::Warning,
                 None,
