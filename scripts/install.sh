@@ -26,6 +26,9 @@ packages=(
   # The Debian 13 root in which the Rails adapter is tested on ActiveRecord 7.2
   # (scripts/trixie-root.sh).
   debootstrap
+  # A throwaway MariaDB server for the third dialect's tests (scripts/mariadb.sh; the package's
+  # own server is stopped below), and the Rails adapter's MySQL driver.
+  mariadb-server ruby-mysql2
   # The dashboard's browser test drives Debian's headless Chromium with playwright-core (npm).
   chromium
 )
@@ -58,6 +61,9 @@ if [ ${#missing[@]} -gt 0 ]; then
     pg_lsclusters -h 2>/dev/null | awk '{print $1, $2}' | while read -r v n; do
       pg_ctlcluster "$v" "$n" stop >/dev/null 2>&1 || true
     done
+  fi
+  if printf '%s\n' "${missing[@]}" | grep -qx mariadb-server; then
+    service mariadb stop >/dev/null 2>&1 || true
   fi
 fi
 

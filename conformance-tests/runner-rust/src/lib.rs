@@ -60,7 +60,9 @@ use ojs_outbox::Error;
 use ojs_outbox::sql::Returns;
 use serde_json::{Value, json};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode};
-use sqlx::{AssertSqlSafe, ConnectOptions, Connection, PgConnection, SqliteConnection};
+use sqlx::{
+    AssertSqlSafe, ConnectOptions, Connection, MySqlConnection, PgConnection, SqliteConnection,
+};
 
 /// One case file.
 #[derive(Debug, Clone, serde::Deserialize)]
@@ -120,6 +122,7 @@ pub fn suite_defaults() -> Value {
 pub enum Database {
     Sqlite { dir: PathBuf },
     Postgres { url: String },
+    Mysql { url: String },
 }
 
 impl Database {
@@ -127,6 +130,7 @@ impl Database {
         match self {
             Database::Sqlite { .. } => "sqlite",
             Database::Postgres { .. } => "postgres",
+            Database::Mysql { .. } => "mysql",
         }
     }
 
@@ -151,7 +155,7 @@ impl Database {
                 }
                 (format!("sqlite://{}", path.display()), table)
             }
-            Database::Postgres { url } => (url.clone(), table),
+            Database::Postgres { url } | Database::Mysql { url } => (url.clone(), table),
         }
     }
 }
@@ -281,6 +285,7 @@ fn job_input(step: &Value) -> Value {
 enum HostConnection {
     Sqlite(SqliteConnection),
     Postgres(PgConnection),
+    Mysql(MySqlConnection),
 }
 
 /// Runs the same sqlx expression on whichever connection the host holds.
@@ -289,6 +294,7 @@ macro_rules! on_connection {
         match $connection {
             HostConnection::Sqlite($c) => $body,
             HostConnection::Postgres($c) => $body,
+            HostConnection::Mysql($c) => $body,
         }
     };
 }
@@ -326,6 +332,12 @@ impl Host {
                     .block_on(PgConnection::connect(url))
                     .map_err(|e| format!("host connection: {e}"))?;
                 (HostConnection::Postgres(connection), "postgresql", "dollar")
+            }
+            Database::Mysql { .. } => {
+                let connection = runtime
+                    .block_on(MySqlConnection::connect(url))
+                    .map_err(|e| format!("host connection: {e}"))?;
+                (HostConnection::Mysql(connection), "mysql", "question")
             }
         };
         Ok(Host {
@@ -411,7 +423,11 @@ impl Host {
     /// open transaction: its own uncommitted rows included). Test-only SQL, as in the other
     /// runners: the core offers no read statement for host connections.
     fn rows(&mut self, table: &str) -> Result<HashMap<String, String>, Error> {
-        let sql = format!("SELECT CAST(job_id AS TEXT), status FROM {table}");
+        let text = match self.connection {
+            HostConnection::Mysql(_) => "CHAR",
+            _ => "TEXT",
+        };
+        let sql = format!("SELECT CAST(job_id AS {text}), status FROM {table}");
         let Host {
             runtime,
             connection,

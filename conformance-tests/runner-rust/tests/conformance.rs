@@ -1,13 +1,14 @@
-//! Runs every conformance case on SQLite and PostgreSQL through the bridge (`bridge::Bridge`,
-//! as the bindings call it) and prints the matrix (case x database). PostgreSQL comes from `OJS_TEST_DATABASE_URL`
-//! (scripts/test.sh starts a throwaway server); without it the column is skipped, and under CI
-//! that is a failure, since CI must prove both databases.
+//! Runs every conformance case on SQLite, PostgreSQL and MariaDB through the bridge
+//! (`bridge::Bridge`, as the bindings call it) and prints the matrix (case x database).
+//! PostgreSQL comes from `OJS_TEST_DATABASE_URL`, MariaDB from `OJS_TEST_MYSQL_URL`
+//! (scripts/test.sh starts throwaway servers); without one its column is skipped, and under CI
+//! that is a failure, since CI must prove every database.
 
 use ojs_conformance::{Database, load_cases, run_case};
 use ojs_devserver::DevServer;
 
 #[test]
-fn every_case_passes_on_sqlite_and_postgres() {
+fn every_case_passes_on_every_database() {
     let mut cases = load_cases();
     assert!(!cases.is_empty(), "no conformance cases found");
     // A local run may pick cases by a part of their id; CI runs them all.
@@ -28,6 +29,13 @@ fn every_case_passes_on_sqlite_and_postgres() {
         _ => eprintln!(
             "SKIP postgres column: OJS_TEST_DATABASE_URL is unset (scripts/test.sh sets it)"
         ),
+    }
+    match std::env::var("OJS_TEST_MYSQL_URL") {
+        Ok(url) if !url.is_empty() => databases.push(Database::Mysql { url }),
+        _ if std::env::var_os("CI").is_some() => {
+            panic!("OJS_TEST_MYSQL_URL is unset under CI: run scripts/test.sh")
+        }
+        _ => eprintln!("SKIP mysql column: OJS_TEST_MYSQL_URL is unset (scripts/test.sh sets it)"),
     }
     // The dev backend stands for another process: it serves from a runtime of its own while
     // the runners block in their calls (run_case is synchronous, like a binding's host).
@@ -83,10 +91,10 @@ fn every_case_passes_on_sqlite_and_postgres() {
     for (index, case) in cases.iter().enumerate() {
         let mut line = format!("{:width$}", case.id);
         for (name, results) in &matrix {
-            let database = if *name == "postgres" {
-                "postgresql"
-            } else {
-                name
+            let database = match *name {
+                "postgres" => "postgresql",
+                "mysql" => "mariadb",
+                name => name,
             };
             let outcome = if results[index].is_ok() {
                 "PASS"

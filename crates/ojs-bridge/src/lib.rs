@@ -66,7 +66,7 @@ pub struct Bridge {
     running: Mutex<Option<Arc<Running>>>,
     client: Mutex<Option<Arc<Client>>>,
     /// The single-row staging INSERT per (dialect, placeholder style), built on first use.
-    insert_one: [OnceLock<Arc<str>>; 6],
+    insert_one: [OnceLock<Arc<str>>; 9],
     /// Job options may also come in the JavaScript spelling (`js_options.rs`).
     js_options: bool,
     /// `id::fork_generation() + 1` of the process whose relay `ensure_relay` started; 0: none.

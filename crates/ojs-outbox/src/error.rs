@@ -207,10 +207,14 @@ impl Error {
     }
 }
 
-/// PostgreSQL SQLSTATE 42P01 (undefined table, any message language) or SQLite's "no such
+/// PostgreSQL SQLSTATE 42P01 (undefined table, any message language), MySQL's 42S02 (or,
+/// from a driver that gives no SQLSTATE, its "Table '...' doesn't exist") or SQLite's "no such
 /// table" mean a missing outbox table; anything else is `DATABASE`.
 pub fn database_error_code(sqlstate: Option<&str>, message: &str) -> ErrorCode {
-    if sqlstate == Some("42P01") || message.starts_with("no such table") {
+    if matches!(sqlstate, Some("42P01" | "42S02"))
+        || message.starts_with("no such table")
+        || (message.starts_with("Table '") && message.ends_with("' doesn't exist"))
+    {
         ErrorCode::OutboxTableMissing
     } else {
         ErrorCode::Database

@@ -6,7 +6,7 @@
 use std::collections::HashMap;
 use std::sync::Mutex;
 
-use sqlx::{AssertSqlSafe, Postgres, Sqlite, Transaction};
+use sqlx::{AssertSqlSafe, MySql, Postgres, Sqlite, Transaction};
 
 use crate::backend::Backend;
 use crate::classify::Outcome;
@@ -203,6 +203,7 @@ impl Outbox {
                 )
             }
             Pool::Sqlite(pool) => Tx::Sqlite(pool.begin().await?),
+            Pool::Mysql(pool) => Tx::Mysql(pool.begin().await?),
         };
         Ok(OutboxTransaction {
             outbox: self,
@@ -255,6 +256,7 @@ impl Outbox {
 enum Tx {
     Postgres(Transaction<'static, Postgres>),
     Sqlite(Transaction<'static, Sqlite>),
+    Mysql(Transaction<'static, MySql>),
 }
 
 /// A database transaction that stages jobs. Nested savepoints behave as the spec's §12.4 asks:
@@ -364,6 +366,13 @@ impl OutboxTransaction<'_> {
                 }
                 query.fetch_optional(&mut **tx).await?
             }
+            Tx::Mysql(tx) => {
+                let mut query = sqlx::query_as(AssertSqlSafe(statement.sql.clone()));
+                for param in &statement.params {
+                    query = query.bind(param.as_deref());
+                }
+                query.fetch_optional(&mut **tx).await?
+            }
         };
         Ok(row.map(|(id,)| id))
     }
@@ -397,6 +406,17 @@ impl OutboxTransaction<'_> {
                     .map_err(map_error)?
                     .rows_affected()
             }
+            Tx::Mysql(tx) => {
+                let mut query = sqlx::query(AssertSqlSafe(statement.sql.clone()));
+                for param in &statement.params {
+                    query = query.bind(param.as_deref());
+                }
+                query
+                    .execute(&mut **tx)
+                    .await
+                    .map_err(map_error)?
+                    .rows_affected()
+            }
         };
         Ok(done)
     }
@@ -410,6 +430,7 @@ impl OutboxTransaction<'_> {
         match self.tx.as_mut().ok_or_else(ended)? {
             Tx::Postgres(tx) => store::rows_by_job_id_pg(sql, &mut **tx, job_ids).await,
             Tx::Sqlite(tx) => store::rows_by_job_id_sqlite(sql, &mut **tx, job_ids).await,
+            Tx::Mysql(tx) => store::rows_by_job_id_mysql(sql, &mut **tx, job_ids).await,
         }
     }
 
@@ -419,6 +440,7 @@ impl OutboxTransaction<'_> {
         match self.tx.as_mut().ok_or_else(ended)? {
             Tx::Postgres(tx) => store::count_rows_pg(sql, &mut **tx).await,
             Tx::Sqlite(tx) => store::count_rows_sqlite(sql, &mut **tx).await,
+            Tx::Mysql(tx) => store::count_rows_mysql(sql, &mut **tx).await,
         }
     }
 
@@ -476,6 +498,7 @@ impl OutboxTransaction<'_> {
         match self.tx.take().ok_or_else(ended)? {
             Tx::Postgres(tx) => tx.commit().await?,
             Tx::Sqlite(tx) => tx.commit().await?,
+            Tx::Mysql(tx) => tx.commit().await?,
         }
         Ok(self.ledger.commit())
     }
@@ -485,6 +508,7 @@ impl OutboxTransaction<'_> {
         match self.tx.take().ok_or_else(ended)? {
             Tx::Postgres(tx) => tx.rollback().await?,
             Tx::Sqlite(tx) => tx.rollback().await?,
+            Tx::Mysql(tx) => tx.rollback().await?,
         }
         Ok(())
     }

@@ -759,7 +759,7 @@ impl Engine {
                     "rows it had leased are sent again once their lease expires"
                 }
                 // A claim's row locks end with its transaction: nothing waits for a lease.
-                crate::sql::Dialect::Postgres => {
+                crate::sql::Dialect::Postgres | crate::sql::Dialect::Mysql => {
                     "rows it had claimed are due again at once (their row locks ended with the claim's transaction)"
                 }
             };

@@ -8,6 +8,8 @@ use crate::job::{OnConflict, PreparedJob};
 pub enum Dialect {
     Postgres,
     Sqlite,
+    /// MariaDB 10.6+ (tested on 10.11) and MySQL 8.0.13+ (written for, not tested here).
+    Mysql,
 }
 
 impl Dialect {
@@ -15,6 +17,7 @@ impl Dialect {
         match name {
             "postgres" | "postgresql" | "pg" => Some(Dialect::Postgres),
             "sqlite" | "sqlite3" => Some(Dialect::Sqlite),
+            "mysql" | "mariadb" => Some(Dialect::Mysql),
             _ => None,
         }
     }
@@ -23,7 +26,7 @@ impl Dialect {
     pub fn native_placeholders(self) -> Placeholder {
         match self {
             Dialect::Postgres => Placeholder::Dollar,
-            Dialect::Sqlite => Placeholder::Question,
+            Dialect::Sqlite | Dialect::Mysql => Placeholder::Question,
         }
     }
 }
@@ -157,6 +160,22 @@ const OUTBOX_COLUMNS: &str = "id, job_id, job_type, job_args, job_options, job_m
 /// SQLite from 3.x on: `unixepoch('subsec')` needs 3.42, hosts may have older).
 const SQLITE_NOW_MS: &str = "CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER)";
 
+/// The same from MySQL's and MariaDB's clock. `UTC_TIMESTAMP` does not depend on the session's
+/// time zone (`UNIX_TIMESTAMP(NOW(3))` does, ambiguously in a daylight-saving change), and the
+/// difference of two DATETIMEs is arithmetic.
+const MYSQL_NOW_MS: &str =
+    "(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6)) DIV 1000)";
+
+/// MySQL and MariaDB: the most bytes of job texts in one multi-row staging INSERT, well under
+/// `max_allowed_packet` (4 MiB on MySQL 5.7, 16 MiB on MariaDB, 64 MiB on MySQL 8).
+const MYSQL_MAX_INSERT_BYTES: usize = 1024 * 1024;
+
+/// MySQL and MariaDB have no partial indexes: generated columns hold what a partial index
+/// filters on (`held`: the row is pending or failed; `held_unique_key`: its unique key while it
+/// is), and the indexes of `create_table` are on them. The ordering and uniqueness locks of a
+/// staging transaction are rows of `<table>_locks` (no transaction-scoped advisory locks).
+const MYSQL_TABLE_OPTIONS: &str = "ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin";
+
 /// The statements of one outbox table in one dialect.
 #[derive(Debug, Clone)]
 pub struct OutboxSql {
@@ -211,6 +230,9 @@ impl OutboxSql {
     pub fn create_table(&self) -> Vec<String> {
         let t = &self.table;
         let (p, on) = self.index_names();
+        if self.dialect == Dialect::Mysql {
+            return self.create_table_mysql();
+        }
         let table = match self.dialect {
             Dialect::Postgres => format!(
                 "CREATE TABLE IF NOT EXISTS {t} (
@@ -254,6 +276,7 @@ impl OutboxSql {
     unique_key   TEXT
 )"
             ),
+            Dialect::Mysql => unreachable!("create_table_mysql"),
         };
         let mut statements = vec![
             table,
@@ -269,6 +292,58 @@ impl OutboxSql {
         statements.extend(self.key_indexes());
         statements.extend(self.create_event_log());
         statements
+    }
+
+    /// MySQL and MariaDB: the table with its indexes in one statement (`CREATE INDEX IF NOT
+    /// EXISTS` is MariaDB's only), the event log and the locks table. Each statement commits
+    /// on its own (DDL commits implicitly) and is idempotent, so a migration stopped half-way
+    /// completes when it runs again. Times are milliseconds since the epoch, as on SQLite; job
+    /// ids are `CHAR(36)` text, whose order is a UUIDv7's time order on every version
+    /// (MariaDB's `UUID` type reorders a UUID's bytes for version 1 until 11.7); the JSON
+    /// columns are `LONGTEXT` (`JSON` is its alias on MariaDB; `TEXT` stops at 64 KiB).
+    /// `utf8mb4_bin` compares tenants and keys byte for byte, as PostgreSQL and SQLite do.
+    fn create_table_mysql(&self) -> Vec<String> {
+        let t = &self.table;
+        let (p, _) = self.index_names();
+        let mut statements = vec![format!(
+            "CREATE TABLE IF NOT EXISTS {t} (
+    id              BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY,
+    job_id          CHAR(36) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
+    job_type        VARCHAR(255) NOT NULL,
+    job_args        LONGTEXT NOT NULL,
+    job_options     LONGTEXT NOT NULL DEFAULT ('{{}}'),
+    job_meta        LONGTEXT NOT NULL DEFAULT ('{{}}'),
+    tenant_id       VARCHAR(255),
+    status          VARCHAR(16) CHARACTER SET ascii NOT NULL DEFAULT 'pending',
+    attempts        INT NOT NULL DEFAULT 0,
+    available_at    BIGINT NOT NULL DEFAULT ({MYSQL_NOW_MS}),
+    locked_until    BIGINT,
+    lease_token     VARCHAR(64),
+    created_at      BIGINT NOT NULL DEFAULT ({MYSQL_NOW_MS}),
+    sent_at         BIGINT,
+    error           TEXT,
+    order_key       VARCHAR(255),
+    unique_key      VARCHAR(512),
+    held            TINYINT AS (CASE WHEN status IN ('pending', 'failed') THEN 1 END) STORED,
+    held_unique_key VARCHAR(512) AS (CASE WHEN status IN ('pending', 'failed') THEN unique_key END) STORED,
+    CONSTRAINT {p}_status CHECK (status IN ('pending', 'failed', 'sent', 'dead')),
+    UNIQUE KEY {p}_job_id (job_id),
+    KEY {p}_due (held, id),
+    KEY {p}_sent (status, sent_at),
+    KEY {p}_dead (status, tenant_id, id),
+    KEY {p}_order (order_key, id),
+    UNIQUE KEY {p}_unique (held_unique_key)
+) {MYSQL_TABLE_OPTIONS}"
+        )];
+        statements.extend(self.create_event_log());
+        statements
+    }
+
+    /// MySQL and MariaDB: `<table>_locks`, one row per lock a transaction takes by writing it
+    /// (`INSERT ... ON DUPLICATE KEY UPDATE` holds the row's lock until COMMIT): the event
+    /// log's writers, and the ordering keys being staged.
+    pub fn locks_table(&self) -> String {
+        format!("{}_locks", self.table)
     }
 
     /// The indexes of `ordering_key` and `unique` (docs/relay.md#ordering, #uniqueness): the
@@ -291,6 +366,10 @@ impl OutboxSql {
     /// missing; a nullable column without a default is a catalogue change on both databases).
     pub fn upgrade_table(&self) -> Vec<String> {
         let t = &self.table;
+        if self.dialect == Dialect::Mysql {
+            // Every MySQL table was created with them.
+            return Vec::new();
+        }
         let mut statements = vec![
             format!("ALTER TABLE {t} ADD COLUMN order_key TEXT"),
             format!("ALTER TABLE {t} ADD COLUMN unique_key TEXT"),
@@ -327,6 +406,16 @@ impl OutboxSql {
                 ),
                 index,
             ],
+            Dialect::Mysql => vec![
+                format!(
+                    "CREATE TABLE IF NOT EXISTS {log} (seq BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY, time_ms BIGINT NOT NULL, \
+                     events LONGTEXT NOT NULL, KEY {p}_events_time (time_ms)) {MYSQL_TABLE_OPTIONS}"
+                ),
+                format!(
+                    "CREATE TABLE IF NOT EXISTS {} (lock_key VARCHAR(512) NOT NULL PRIMARY KEY) {MYSQL_TABLE_OPTIONS}",
+                    self.locks_table()
+                ),
+            ],
         }
     }
 
@@ -339,6 +428,12 @@ impl OutboxSql {
     /// (taken after the lock) grows in commit order and no reader's cursor can pass a row
     /// that commits later. SQLite has one writer at a time anyway.
     pub fn lock_event_log(&self) -> String {
+        if self.dialect == Dialect::Mysql {
+            return format!(
+                "INSERT INTO {} (lock_key) VALUES ('events') ON DUPLICATE KEY UPDATE lock_key = lock_key",
+                self.locks_table()
+            );
+        }
         // FNV-1a of the log's name: the advisory lock's key.
         let key = self
             .event_log()
@@ -351,10 +446,7 @@ impl OutboxSql {
 
     /// Appends one row: parameters `time_ms`, `events` (text).
     pub fn append_events(&self) -> String {
-        let (a, b) = match self.dialect {
-            Dialect::Postgres => ("$1", "$2"),
-            Dialect::Sqlite => ("?1", "?2"),
-        };
+        let (a, b) = (self.param(1), self.param(2));
         format!(
             "INSERT INTO {} (time_ms, events) VALUES ({a}, {b})",
             self.event_log()
@@ -374,10 +466,7 @@ impl OutboxSql {
 
     /// Rows after a cursor, in order: parameters `seq`, limit. Returns `seq, time_ms, events`.
     pub fn events_after(&self) -> String {
-        let (a, b) = match self.dialect {
-            Dialect::Postgres => ("$1", "$2"),
-            Dialect::Sqlite => ("?1", "?2"),
-        };
+        let (a, b) = (self.param(1), self.param(2));
         format!(
             "SELECT seq, time_ms, events FROM {} WHERE seq > {a} ORDER BY seq LIMIT {b}",
             self.event_log()
@@ -386,10 +475,7 @@ impl OutboxSql {
 
     /// The cursor just before the first row at or after a time (ms): parameter `time_ms`.
     pub fn events_cursor_at(&self) -> String {
-        let a = match self.dialect {
-            Dialect::Postgres => "$1",
-            Dialect::Sqlite => "?1",
-        };
+        let a = self.param(1);
         format!(
             "SELECT COALESCE(MIN(seq) - 1, (SELECT COALESCE(MAX(seq), 0) FROM {log})) FROM {log} WHERE time_ms >= {a}",
             log = self.event_log()
@@ -398,10 +484,7 @@ impl OutboxSql {
 
     /// Deletes the log's rows older than a cutoff (ms): parameter `time_ms`.
     pub fn prune_events(&self) -> String {
-        let a = match self.dialect {
-            Dialect::Postgres => "$1",
-            Dialect::Sqlite => "?1",
-        };
+        let a = self.param(1);
         format!("DELETE FROM {} WHERE time_ms < {a}", self.event_log())
     }
 
@@ -436,13 +519,17 @@ impl OutboxSql {
             if keyed(job) {
                 let job = jobs.next().expect("peeked");
                 any_keyed = true;
-                statements.push(self.insert_keyed(placeholder, job, &mut ids));
+                statements.extend(self.insert_keyed(placeholder, job, &mut ids));
                 continue;
             }
             let mut plain = Vec::new();
+            let mut bytes = 0;
             while let Some(job) = jobs.next_if(|job| !keyed(job)) {
+                bytes += job.args_json.len() + job.options_json.len() + job.meta_json.len();
                 plain.push(job);
-                if plain.len() == MAX_ROWS_PER_INSERT {
+                if plain.len() == MAX_ROWS_PER_INSERT
+                    || (self.dialect == Dialect::Mysql && bytes >= MYSQL_MAX_INSERT_BYTES)
+                {
                     break;
                 }
             }
@@ -475,7 +562,7 @@ impl OutboxSql {
         placeholder: Placeholder,
         jobs: &[PreparedJob],
     ) -> Option<Statement> {
-        if self.dialect != Dialect::Postgres {
+        if self.dialect == Dialect::Sqlite {
             return None;
         }
         let mut keys: Vec<&str> = jobs
@@ -487,6 +574,25 @@ impl OutboxSql {
         }
         keys.sort_unstable();
         keys.dedup();
+        if self.dialect == Dialect::Mysql {
+            // A row of `<table>_locks` per key, written in sorted order (so two transactions
+            // cannot deadlock on them) and held until COMMIT.
+            let mut sql = format!("INSERT INTO {} (lock_key) VALUES ", self.locks_table());
+            for index in 0..keys.len() {
+                sql.push_str(if index == 0 { "(" } else { ", (" });
+                placeholder.write(&mut sql, index + 1);
+                sql.push(')');
+            }
+            sql.push_str(" ON DUPLICATE KEY UPDATE lock_key = lock_key");
+            return Some(Statement {
+                sql,
+                params: keys
+                    .iter()
+                    .map(|key| Some(format!("order:{key}")))
+                    .collect(),
+                returns: None,
+            });
+        }
         let mut sql = format!(
             "SELECT pg_advisory_xact_lock(hashtextextended(ojs_key, {})) FROM (SELECT ojs_key FROM jsonb_array_elements_text(CAST(",
             self.order_lock_seed()
@@ -520,15 +626,22 @@ impl OutboxSql {
     ///
     /// A held row that a SQLite relay is sending (under a lease) is not replaced: no row comes
     /// back. On PostgreSQL the statement waits for the relay's claim to settle.
+    ///
+    /// MySQL and MariaDB: `ON DUPLICATE KEY UPDATE` meets the held row, and a second statement
+    /// reads the id of the job holding the key (MySQL has no `RETURNING`); a relay's claim
+    /// holds its rows by their locks, so the INSERT waits for it as on PostgreSQL.
     pub fn insert_keyed(
         &self,
         placeholder: Placeholder,
         job: PreparedJob,
         ids: &mut Vec<String>,
-    ) -> Statement {
+    ) -> Vec<Statement> {
+        if self.dialect == Dialect::Mysql {
+            return self.insert_keyed_mysql(placeholder, job, ids);
+        }
         let (uuid, json) = match self.dialect {
             Dialect::Postgres => (("CAST(", " AS uuid)"), ("CAST(", " AS jsonb)")),
-            Dialect::Sqlite => (("", ""), ("", "")),
+            _ => (("", ""), ("", "")),
         };
         let t = &self.table;
         let mut sql = format!("INSERT INTO {t} ({INSERT_COLUMNS}, order_key, unique_key) VALUES (");
@@ -554,7 +667,7 @@ impl OutboxSql {
         let returns = job.unique.as_ref().map(|unique| {
             let (excluded, now) = match self.dialect {
                 Dialect::Postgres => ("EXCLUDED", "now()"),
-                Dialect::Sqlite => ("excluded", SQLITE_NOW_MS),
+                _ => ("excluded", SQLITE_NOW_MS),
             };
             let bare = self.bare_table();
             let not_in_flight = format!(" WHERE {bare}.locked_until IS NULL OR {bare}.locked_until <= {now}");
@@ -573,7 +686,7 @@ impl OutboxSql {
             };
             let returned = match self.dialect {
                 Dialect::Postgres => "job_id::text",
-                Dialect::Sqlite => "job_id",
+                _ => "job_id",
             };
             sql.push_str(&format!(
                 " ON CONFLICT (unique_key) WHERE {HELD} DO UPDATE SET {set} RETURNING {returned}"
@@ -581,20 +694,67 @@ impl OutboxSql {
             Returns::new(ids.len(), &job.job_id, unique.on_conflict)
         });
         ids.push(job.job_id.clone());
-        Statement {
+        vec![Statement {
             sql,
-            params: vec![
-                Some(job.job_id),
-                Some(job.job_type),
-                Some(job.args_json),
-                Some(job.options_json),
-                Some(job.meta_json),
-                job.tenant_id,
-                job.order_key,
-                job.unique.map(|unique| unique.key),
-            ],
+            params: keyed_params(job),
             returns,
+        }]
+    }
+
+    fn insert_keyed_mysql(
+        &self,
+        placeholder: Placeholder,
+        job: PreparedJob,
+        ids: &mut Vec<String>,
+    ) -> Vec<Statement> {
+        let t = &self.table;
+        let mut sql = format!("INSERT INTO {t} ({INSERT_COLUMNS}, order_key, unique_key) VALUES (");
+        for index in 1..=8 {
+            if index > 1 {
+                sql.push_str(", ");
+            }
+            placeholder.write(&mut sql, index);
         }
+        sql.push(')');
+        let Some(unique) = job.unique.clone() else {
+            ids.push(job.job_id.clone());
+            return vec![Statement {
+                sql,
+                params: keyed_params(job),
+                returns: None,
+            }];
+        };
+        let set = match unique.on_conflict {
+            OnConflict::Reject | OnConflict::Ignore => "unique_key = unique_key".to_owned(),
+            OnConflict::Replace => format!(
+                "job_id = VALUES(job_id), job_type = VALUES(job_type), job_args = VALUES(job_args), \
+                 job_options = VALUES(job_options), job_meta = VALUES(job_meta), tenant_id = VALUES(tenant_id), \
+                 order_key = VALUES(order_key), attempts = 0, available_at = {MYSQL_NOW_MS}, error = NULL"
+            ),
+            OnConflict::ReplaceExceptSchedule => {
+                "job_args = VALUES(job_args), job_meta = VALUES(job_meta)".to_owned()
+            }
+        };
+        sql.push_str(&format!(" ON DUPLICATE KEY UPDATE {set}"));
+        // A locking read: it sees the row the INSERT met even when it committed after this
+        // transaction's snapshot, and that row is already locked by the INSERT.
+        let mut held = format!("SELECT job_id FROM {t} WHERE held_unique_key = ");
+        placeholder.write(&mut held, 1);
+        held.push_str(" FOR UPDATE");
+        let returns = Returns::new(ids.len(), &job.job_id, unique.on_conflict);
+        ids.push(job.job_id.clone());
+        vec![
+            Statement {
+                sql,
+                params: keyed_params(job),
+                returns: None,
+            },
+            Statement {
+                sql: held,
+                params: vec![Some(unique.key)],
+                returns: Some(returns),
+            },
+        ]
     }
 
     /// In a bulk (`literals`), empty options/meta and a missing tenant are written as literals:
@@ -609,7 +769,7 @@ impl OutboxSql {
     ) -> Statement {
         let (uuid, json) = match self.dialect {
             Dialect::Postgres => (("CAST(", " AS uuid)"), ("CAST(", " AS jsonb)")),
-            Dialect::Sqlite => (("", ""), ("", "")),
+            _ => (("", ""), ("", "")),
         };
         // A data-modifying WITH runs to completion whatever its SELECT reads; the NOTIFY is
         // queued in the host's transaction and delivered only if it commits (FA-001), once per
@@ -684,7 +844,7 @@ impl OutboxSql {
                 "CAST(EXTRACT(EPOCH FROM created_at) * 1000 AS bigint)",
                 "job_meta::text",
             ),
-            Dialect::Sqlite => (("", ""), "job_args", "created_at", "job_meta"),
+            _ => (("", ""), "job_args", "created_at", "job_meta"),
         };
         let mut sql = format!(
             "SELECT job_type, {args}, status, attempts, error, {created}, {meta} FROM {} WHERE job_id = {}",
@@ -699,6 +859,7 @@ impl OutboxSql {
         match self.dialect {
             Dialect::Postgres => "now()",
             Dialect::Sqlite => SQLITE_NOW_MS,
+            Dialect::Mysql => MYSQL_NOW_MS,
         }
     }
 
@@ -706,7 +867,7 @@ impl OutboxSql {
     fn now_plus_ms(&self, ms: &str) -> String {
         match self.dialect {
             Dialect::Postgres => format!("now() + ({ms}) * interval '1 millisecond'"),
-            Dialect::Sqlite => format!("({SQLITE_NOW_MS} + ({ms}))"),
+            _ => format!("({} + ({ms}))", self.now()),
         }
     }
 
@@ -720,8 +881,14 @@ impl OutboxSql {
     fn claimable(&self) -> String {
         let now = self.now();
         let t = self.bare_table();
+        // MySQL: the generated column of the index that finds them in id order.
+        let held = if self.dialect == Dialect::Mysql {
+            "held = 1 AND "
+        } else {
+            ""
+        };
         format!(
-            "status IN ('pending', 'failed') AND available_at <= {now} AND (locked_until IS NULL OR locked_until <= {now}) \
+            "{held}status IN ('pending', 'failed') AND available_at <= {now} AND (locked_until IS NULL OR locked_until <= {now}) \
              AND (order_key IS NULL OR NOT EXISTS (SELECT 1 FROM {} ojs_head WHERE ojs_head.order_key = {t}.order_key \
              AND ojs_head.id < {t}.id AND ojs_head.status IN ('pending', 'failed', 'dead')))",
             self.table
@@ -769,20 +936,70 @@ impl OutboxSql {
         debug_assert_eq!(self.dialect, Dialect::Postgres);
         let t = &self.table;
         let due = self.claimable();
-        let filter = match filter {
-            ClaimFilter::Ids(ids) => {
-                let ids: Vec<String> = ids.iter().map(|id| format!("'{id}'")).collect();
-                format!("job_id = ANY(ARRAY[{}]::uuid[])", ids.join(","))
-            }
-            ClaimFilter::OlderThanMs(ms) => {
-                format!(
-                    "(created_at <= now() - {ms} * interval '1 millisecond' OR order_key IS NOT NULL)"
-                )
-            }
-        };
+        let filter = self.claim_filter(filter);
         format!(
             "BEGIN; SELECT id, job_id::text, job_type, job_args::text, job_options::text, job_meta::text, attempts, ctid::text, order_key IS NOT NULL \
              FROM {t} WHERE {due} AND {filter} ORDER BY id LIMIT {limit} FOR UPDATE SKIP LOCKED"
+        )
+    }
+
+    /// The claim's filter, its values in the text (a count, milliseconds, UUIDs formatted here).
+    fn claim_filter(&self, filter: ClaimFilter<'_>) -> String {
+        match filter {
+            ClaimFilter::Ids(ids) => {
+                let ids: Vec<String> = ids.iter().map(|id| format!("'{id}'")).collect();
+                match self.dialect {
+                    Dialect::Postgres => format!("job_id = ANY(ARRAY[{}]::uuid[])", ids.join(",")),
+                    _ => format!("job_id IN ({})", ids.join(",")),
+                }
+            }
+            ClaimFilter::OlderThanMs(ms) => format!(
+                "(created_at <= {} OR order_key IS NOT NULL)",
+                match self.dialect {
+                    Dialect::Postgres => format!("now() - {ms} * interval '1 millisecond'"),
+                    _ => format!("{} - {ms}", self.now()),
+                }
+            ),
+        }
+    }
+
+    /// MySQL and MariaDB: locks up to `limit` due rows `FOR UPDATE SKIP LOCKED` in the claim's
+    /// transaction (opened by the store), which holds them until the settlement commits, as
+    /// on PostgreSQL. The subquery of `claimable` takes no lock: a locking read's clause does
+    /// not reach a nested subquery, which reads the last committed state (the relay's sessions
+    /// run READ COMMITTED). Returns the columns of `claim_sqlite`.
+    pub fn claim_mysql(&self, limit: usize, filter: ClaimFilter<'_>) -> String {
+        debug_assert_eq!(self.dialect, Dialect::Mysql);
+        format!(
+            "SELECT id, job_id, job_type, job_args, job_options, job_meta, attempts, order_key IS NOT NULL \
+             FROM {} WHERE {} AND {} ORDER BY id LIMIT {limit} FOR UPDATE SKIP LOCKED",
+            self.table,
+            self.claimable(),
+            self.claim_filter(filter)
+        )
+    }
+
+    /// MySQL and MariaDB: marks the rows of a claim sent, named by their ids (integers the
+    /// claim returned, written into the text), in the claim's transaction.
+    pub fn settle_sent_mysql(&self, ids: &[i64]) -> String {
+        format!(
+            "UPDATE {} SET {} WHERE id IN ({})",
+            self.table,
+            self.sent_columns(),
+            id_list(ids)
+        )
+    }
+
+    /// MySQL and MariaDB: [`settle`](Self::settle) for the rows of these ids. Naming them
+    /// lets the UPDATE find them by primary key; joined only to the JSON rows, it would scan
+    /// the table and wait for the locks of other relays' claims (two relays settling at
+    /// once would deadlock).
+    pub fn settle_mysql(&self, ids: &[i64]) -> String {
+        format!(
+            "{} WHERE {}.id IN ({})",
+            self.settle(),
+            self.table,
+            id_list(ids)
         )
     }
 
@@ -796,13 +1013,20 @@ impl OutboxSql {
         let t = &self.table;
         let now = self.now();
         let available = self.now_plus_ms("u.delay_ms");
+        // MySQL's multi-table UPDATE needs the table on each column it sets; PostgreSQL and
+        // SQLite refuse it there.
+        let c = if self.dialect == Dialect::Mysql {
+            format!("{t}.")
+        } else {
+            String::new()
+        };
         let set = format!(
-            "status = COALESCE(u.status, {t}.status), \
-             attempts = {t}.attempts + u.attempt, \
-             available_at = CASE WHEN u.delay_ms IS NULL THEN {t}.available_at ELSE {available} END, \
-             sent_at = CASE WHEN u.status = 'sent' THEN {now} ELSE {t}.sent_at END, \
-             error = CASE WHEN u.status = 'sent' THEN u.error ELSE COALESCE(u.error, {t}.error) END, \
-             locked_until = NULL, lease_token = NULL"
+            "{c}status = COALESCE(u.status, {t}.status), \
+             {c}attempts = {t}.attempts + u.attempt, \
+             {c}available_at = CASE WHEN u.delay_ms IS NULL THEN {t}.available_at ELSE {available} END, \
+             {c}sent_at = CASE WHEN u.status = 'sent' THEN {now} ELSE {t}.sent_at END, \
+             {c}error = CASE WHEN u.status = 'sent' THEN u.error ELSE COALESCE(u.error, {t}.error) END, \
+             {c}locked_until = NULL, {c}lease_token = NULL"
         );
         match self.dialect {
             Dialect::Postgres => format!(
@@ -816,6 +1040,13 @@ impl OutboxSql {
                  json_extract(value, '$[2]') AS attempt, json_extract(value, '$[3]') AS delay_ms, \
                  json_extract(value, '$[4]') AS error FROM json_each(?1)) AS u \
                  WHERE {t}.id = u.id AND {t}.lease_token = ?2"
+            ),
+            // Runs in the claim's transaction, like PostgreSQL's; one parameter, SQLite's JSON
+            // (`settle_mysql` adds the rows' ids).
+            Dialect::Mysql => format!(
+                "UPDATE {t} JOIN JSON_TABLE(?, '$[*]' COLUMNS (id BIGINT PATH '$[0]', status VARCHAR(16) PATH '$[1]', \
+                 attempt INT PATH '$[2]', delay_ms BIGINT PATH '$[3]', error TEXT PATH '$[4]')) AS u \
+                 ON {t}.id = u.id SET {set}"
             ),
         }
     }
@@ -884,8 +1115,15 @@ impl OutboxSql {
         let cutoff = match self.dialect {
             Dialect::Postgres => "now() - $1 * interval '1 millisecond'".to_owned(),
             Dialect::Sqlite => format!("{SQLITE_NOW_MS} - ?1"),
+            Dialect::Mysql => format!("{MYSQL_NOW_MS} - ?"),
         };
         let limit = self.param(2);
+        if self.dialect == Dialect::Mysql {
+            // MySQL can neither LIMIT an IN subquery nor read the table it deletes from.
+            return format!(
+                "DELETE FROM {t} WHERE status = 'sent' AND sent_at < {cutoff} ORDER BY id LIMIT {limit}"
+            );
+        }
         format!(
             "DELETE FROM {t} WHERE id IN (SELECT id FROM {t} WHERE status = 'sent' AND sent_at < {cutoff} ORDER BY id LIMIT {limit})"
         )
@@ -899,7 +1137,7 @@ impl OutboxSql {
         let t = &self.table;
         let count = match self.dialect {
             Dialect::Postgres => "COUNT(*)::bigint",
-            Dialect::Sqlite => "COUNT(*)",
+            _ => "COUNT(*)",
         };
         format!(
             "SELECT {count} FROM {t} ojs_held WHERE ojs_held.order_key IS NOT NULL AND ojs_held.status IN ('pending', 'failed') \
@@ -924,6 +1162,13 @@ impl OutboxSql {
                  SUM(CASE WHEN status = 'sent' AND error LIKE '{rejected}%' THEN 1 ELSE 0 END) \
                  FROM {t} GROUP BY status"
             ),
+            // SUM is DECIMAL on MySQL.
+            Dialect::Mysql => format!(
+                "SELECT status, COUNT(*), CAST(COALESCE(SUM(locked_until > {MYSQL_NOW_MS}), 0) AS SIGNED), \
+                 COALESCE({MYSQL_NOW_MS} - MIN(created_at), 0), \
+                 CAST(COALESCE(SUM(status = 'sent' AND error LIKE '{rejected}%'), 0) AS SIGNED) \
+                 FROM {t} GROUP BY status"
+            ),
         }
     }
 
@@ -937,6 +1182,9 @@ impl OutboxSql {
             ),
             Dialect::Sqlite => format!(
                 "SELECT COUNT(*), COALESCE({SQLITE_NOW_MS} - MIN(created_at), 0) FROM {t} WHERE status IN ('pending', 'failed')"
+            ),
+            Dialect::Mysql => format!(
+                "SELECT COUNT(*), COALESCE({MYSQL_NOW_MS} - MIN(created_at), 0) FROM {t} WHERE held = 1"
             ),
         }
     }
@@ -953,13 +1201,20 @@ impl OutboxSql {
                 "SELECT CAST(COALESCE(AVG(sent_at - created_at), 0) AS INTEGER) FROM {t} \
                  WHERE status = 'sent' AND sent_at > {SQLITE_NOW_MS} - 60000"
             ),
+            Dialect::Mysql => format!(
+                "SELECT CAST(COALESCE(AVG(sent_at - created_at), 0) AS SIGNED) FROM {t} \
+                 WHERE status = 'sent' AND sent_at > {MYSQL_NOW_MS} - 60000"
+            ),
         }
     }
 
+    /// Parameter `index`. MySQL's `?` has no number: a statement of this dialect names each
+    /// parameter once, in order.
     fn param(&self, index: usize) -> String {
         match self.dialect {
             Dialect::Postgres => format!("${index}"),
             Dialect::Sqlite => format!("?{index}"),
+            Dialect::Mysql => "?".to_owned(),
         }
     }
 
@@ -968,13 +1223,15 @@ impl OutboxSql {
         match self.dialect {
             Dialect::Postgres => "($1::text IS NULL OR tenant_id = $1::text)".to_owned(),
             Dialect::Sqlite => "(?1 IS NULL OR tenant_id = ?1)".to_owned(),
+            // NULL-safe equality names the parameter once.
+            Dialect::Mysql => "tenant_id <=> COALESCE(?, tenant_id)".to_owned(),
         }
     }
 
     fn created_ms(&self) -> &'static str {
         match self.dialect {
             Dialect::Postgres => "FLOOR(EXTRACT(EPOCH FROM created_at) * 1000)::bigint",
-            Dialect::Sqlite => "created_at",
+            _ => "created_at",
         }
     }
 
@@ -1029,6 +1286,11 @@ impl OutboxSql {
                 "SELECT job_id, status, attempts, error FROM {} WHERE job_id IN (SELECT value FROM json_each(?1))",
                 self.table
             ),
+            Dialect::Mysql => format!(
+                "SELECT job_id, status, attempts, error FROM {} WHERE job_id IN ({})",
+                self.table,
+                mysql_json_ids()
+            ),
         }
     }
 
@@ -1046,6 +1308,13 @@ impl OutboxSql {
                 )
             }
             Dialect::Sqlite => format!("DROP TABLE IF EXISTS {}", self.table),
+            Dialect::Mysql => format!(
+                "DROP TABLE IF EXISTS {}, {}, {}, {}",
+                self.table,
+                self.event_log(),
+                self.relay_registry(),
+                self.locks_table()
+            ),
         }
     }
 
@@ -1071,6 +1340,31 @@ impl OutboxSql {
 
 mod dashboard;
 mod relays;
+
+/// Row ids as the text of an SQL list.
+fn id_list(ids: &[i64]) -> String {
+    let ids: Vec<String> = ids.iter().map(i64::to_string).collect();
+    ids.join(",")
+}
+
+/// The parameters of `insert_keyed`'s INSERT.
+fn keyed_params(job: PreparedJob) -> Vec<Option<String>> {
+    vec![
+        Some(job.job_id),
+        Some(job.job_type),
+        Some(job.args_json),
+        Some(job.options_json),
+        Some(job.meta_json),
+        job.tenant_id,
+        job.order_key,
+        job.unique.map(|unique| unique.key),
+    ]
+}
+
+/// MySQL: the job ids of one parameter, a JSON array's text, as a subquery.
+fn mysql_json_ids() -> &'static str {
+    "SELECT ojs_ids.job_id FROM JSON_TABLE(?, '$[*]' COLUMNS (job_id CHAR(36) CHARACTER SET ascii PATH '$')) AS ojs_ids"
+}
 
 /// Transaction control, for hosts whose driver has none (node-postgres): the statements the
 /// Rust-native `OutboxTransaction` runs too, the same in both dialects. `step`: `begin`,

@@ -2,18 +2,21 @@
 //! Every operation is one statement whatever the number of rows (seed 004). On PostgreSQL a
 //! claim also opens a transaction and its settlement commits it (`Claim`): `BEGIN; SELECT`
 //! goes as one message and, in the common round, `UPDATE; COMMIT` as another, two round
-//! trips per round of up to `batch_size` rows.
+//! trips per round of up to `batch_size` rows. MySQL and MariaDB hold a claim the same way,
+//! in a transaction sqlx opens (`FOR UPDATE SKIP LOCKED`, then the settlement and COMMIT).
 
 use std::collections::HashMap;
 use std::str::FromStr;
 use std::time::Duration;
 
 use serde::Serialize;
+use sqlx::mysql::{MySqlConnectOptions, MySqlPool, MySqlPoolOptions};
 use sqlx::pool::PoolConnection;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
 use sqlx::{
-    AssertSqlSafe, Connection, PgConnection, PgPool, Postgres, Row, SqlSafeStr, SqlStr, SqlitePool,
+    AssertSqlSafe, Connection, MySql, PgConnection, PgPool, Postgres, Row, SqlSafeStr, SqlStr,
+    SqlitePool, Transaction,
 };
 
 use crate::error::{Error, ErrorCode, Result};
@@ -74,12 +77,16 @@ pub struct Claim {
     held: Option<Held>,
 }
 
-/// A PostgreSQL claim's open transaction and where each of its rows lies (`ctid` by row id):
-/// a row locked by the transaction cannot move, so the settlement finds it without the
-/// primary-key index.
-struct Held {
-    tx: OpenTransaction,
-    ctids: HashMap<i64, String>,
+/// The open transaction whose row locks hold a claim.
+enum Held {
+    /// PostgreSQL's, and where each of its rows lies (`ctid` by row id): a row locked by the
+    /// transaction cannot move, so the settlement finds it without the primary-key index.
+    Postgres {
+        tx: OpenTransaction,
+        ctids: HashMap<i64, String>,
+    },
+    /// MySQL's (sqlx rolls it back if it is dropped before its COMMIT).
+    Mysql(Transaction<'static, MySql>),
 }
 
 /// A pooled connection inside a transaction that its own statements opened (`BEGIN; SELECT`
@@ -202,6 +209,7 @@ macro_rules! on_pool {
     ($pool:expr, |$p:ident| $body:expr) => {
         match $pool {
             Pool::Postgres($p) => $body,
+            Pool::Mysql($p) => $body,
             Pool::Sqlite($p) => {
                 let _running = crate::sqlite_fork::statement().await;
                 $body
@@ -214,6 +222,7 @@ macro_rules! on_pool {
 pub(crate) enum Pool {
     Postgres(PgPool),
     Sqlite(SqlitePool),
+    Mysql(MySqlPool),
 }
 
 /// Prepared statement texts, built once per store.
@@ -376,9 +385,14 @@ impl Store {
                 .await
                 .map_err(Error::database)?;
             Pool::Postgres(pool)
+        } else if let Some(rest) = database_url
+            .strip_prefix("mysql://")
+            .or_else(|| database_url.strip_prefix("mariadb://"))
+        {
+            Pool::Mysql(open_mysql(&format!("mysql://{rest}"), database_url, read_only).await?)
         } else {
             return Err(bad_url(format!(
-                "{database_url:?}: expected sqlite://PATH or postgres://USER@HOST:PORT/DB"
+                "{database_url:?}: expected sqlite://PATH, postgres://USER@HOST:PORT/DB or mysql://USER@HOST:PORT/DB (mariadb:// too)"
             )));
         };
         Ok(Store::from_pool(pool, table))
@@ -388,6 +402,7 @@ impl Store {
         let dialect = match pool {
             Pool::Postgres(_) => Dialect::Postgres,
             Pool::Sqlite(_) => Dialect::Sqlite,
+            Pool::Mysql(_) => Dialect::Mysql,
         };
         let sql = OutboxSql::new(dialect, table);
         let statements = Statements {
@@ -456,14 +471,21 @@ impl Store {
     pub fn postgres_pool(&self) -> Option<&PgPool> {
         match &self.pool {
             Pool::Postgres(pool) => Some(pool),
-            Pool::Sqlite(_) => None,
+            _ => None,
         }
     }
 
     pub fn sqlite_pool(&self) -> Option<&SqlitePool> {
         match &self.pool {
             Pool::Sqlite(pool) => Some(pool),
-            Pool::Postgres(_) => None,
+            _ => None,
+        }
+    }
+
+    pub fn mysql_pool(&self) -> Option<&MySqlPool> {
+        match &self.pool {
+            Pool::Mysql(pool) => Some(pool),
+            _ => None,
         }
     }
 
@@ -527,8 +549,9 @@ impl Store {
         match checked {
             Ok(()) => Ok(None),
             Err(sqlx::Error::Database(db))
-                // PostgreSQL's undefined column (any message language); SQLite's words.
-                if db.code().as_deref() == Some("42703")
+                // PostgreSQL's and MySQL's undefined column (any message language); SQLite's
+                // words.
+                if matches!(db.code().as_deref(), Some("42703" | "42S22"))
                     || db.message().starts_with("no such column") =>
             {
                 Ok(Some(db.message().to_owned()))
@@ -563,6 +586,12 @@ impl Store {
                     .begin_and_claim_pg(limit, ClaimFilter::OlderThanMs(skip_ms));
                 held(pool, claim).await
             }
+            Pool::Mysql(pool) => {
+                let claim = self
+                    .sql
+                    .claim_mysql(limit, ClaimFilter::OlderThanMs(skip_ms));
+                held_mysql(pool, claim).await
+            }
             Pool::Sqlite(pool) => {
                 let _running = crate::sqlite_fork::statement().await;
                 let rows = sqlx::query(self.sqlite_statements().claim_due.clone())
@@ -587,13 +616,17 @@ impl Store {
         job_ids: &[String],
     ) -> Result<Claim> {
         let lease_ms = lease.as_millis() as i64;
+        // The ids go into the text of a PostgreSQL or MySQL claim: only UUIDs, formatted here
+        // (an id that is none names no row).
+        let ids = || -> Vec<uuid::Uuid> {
+            job_ids
+                .iter()
+                .filter_map(|id| uuid::Uuid::parse_str(id).ok())
+                .collect()
+        };
         match &self.pool {
             Pool::Postgres(pool) => {
-                // The column is a uuid: an id that is none names no row.
-                let ids: Vec<uuid::Uuid> = job_ids
-                    .iter()
-                    .filter_map(|id| uuid::Uuid::parse_str(id).ok())
-                    .collect();
+                let ids = ids();
                 if ids.is_empty() {
                     return Ok(Claim::leased(Vec::new()));
                 }
@@ -601,6 +634,14 @@ impl Store {
                     .sql
                     .begin_and_claim_pg(ids.len(), ClaimFilter::Ids(&ids));
                 held(pool, claim).await
+            }
+            Pool::Mysql(pool) => {
+                let ids = ids();
+                if ids.is_empty() {
+                    return Ok(Claim::leased(Vec::new()));
+                }
+                let claim = self.sql.claim_mysql(ids.len(), ClaimFilter::Ids(&ids));
+                held_mysql(pool, claim).await
             }
             Pool::Sqlite(pool) => {
                 let _running = crate::sqlite_fork::statement().await;
@@ -630,7 +671,10 @@ impl Store {
     ) -> Result<u64> {
         let error_of = |s: &Settlement| s.error.as_deref().map(truncate);
         let delay_of = |s: &Settlement| s.retry_in.map(|d| d.as_millis() as i64);
-        if let Some(Held { mut tx, ctids }) = claim.held {
+        if let Some(Held::Mysql(tx)) = claim.held {
+            return self.settle_mysql(tx, settlements, events).await;
+        }
+        if let Some(Held::Postgres { mut tx, ctids }) = claim.held {
             // A plain release needs no write: the commit lets the locks go.
             let settlements: Vec<&Settlement> = settlements
                 .iter()
@@ -708,6 +752,41 @@ impl Store {
             .rows_affected())
     }
 
+    /// MySQL: settles a claim in its transaction, appends the round's events, commits.
+    async fn settle_mysql(
+        &self,
+        mut tx: Transaction<'static, MySql>,
+        settlements: &[Settlement],
+        events: Option<&LoggedEvents>,
+    ) -> Result<u64> {
+        // A plain release needs no write: the commit lets the locks go.
+        let settlements: Vec<Settlement> = settlements
+            .iter()
+            .filter(|s| s.status.is_some() || s.retry_in.is_some() || s.error.is_some())
+            .cloned()
+            .collect();
+        let mut done = 0;
+        if settlements.iter().all(delivered_as_is) && !settlements.is_empty() {
+            let ids: Vec<i64> = settlements.iter().map(|s| s.id).collect();
+            done = sqlx::query(AssertSqlSafe(self.sql.settle_sent_mysql(&ids)))
+                .execute(&mut *tx)
+                .await?
+                .rows_affected();
+        } else if !settlements.is_empty() {
+            let ids: Vec<i64> = settlements.iter().map(|s| s.id).collect();
+            done = sqlx::query(AssertSqlSafe(self.sql.settle_mysql(&ids)))
+                .bind(settlements_json(&settlements))
+                .execute(&mut *tx)
+                .await?
+                .rows_affected();
+        }
+        if let Some(events) = events {
+            append_events_mysql(&self.sql, &self.statements, &mut tx, events).await?;
+        }
+        tx.commit().await?;
+        Ok(done)
+    }
+
     /// SQLite's settle statement for these settlements and its first parameter (the rows as
     /// JSON text; the second is the lease token).
     fn sqlite_settlement(&self, settlements: &[Settlement]) -> (SqlStr, String) {
@@ -718,6 +797,17 @@ impl Store {
                 serde_json::to_string(&ids).expect("integers serialize"),
             );
         }
+        (
+            self.statements.settle.clone(),
+            settlements_json(settlements),
+        )
+    }
+}
+
+/// Settlements as `OutboxSql::settle` reads them on SQLite and MySQL: a JSON array of
+/// `[id, status, attempt, delay_ms, error]`.
+fn settlements_json(settlements: &[Settlement]) -> String {
+    {
         let rows: Vec<serde_json::Value> = settlements
             .iter()
             .map(|s| {
@@ -730,12 +820,30 @@ impl Store {
                 ])
             })
             .collect();
-        (
-            self.statements.settle.clone(),
-            serde_json::Value::Array(rows).to_string(),
-        )
+        serde_json::Value::Array(rows).to_string()
     }
+}
 
+/// MySQL: appends to the event log inside the caller's transaction, after taking the log's
+/// lock row (so `seq` grows in commit order, as PostgreSQL's advisory lock ensures there).
+async fn append_events_mysql(
+    sql: &OutboxSql,
+    statements: &Statements,
+    conn: &mut sqlx::MySqlConnection,
+    events: &LoggedEvents,
+) -> Result<()> {
+    sqlx::raw_sql(AssertSqlSafe(sql.lock_event_log()))
+        .execute(&mut *conn)
+        .await?;
+    sqlx::query(statements.append_events.clone())
+        .bind(events.time_ms)
+        .bind(&events.json)
+        .execute(&mut *conn)
+        .await?;
+    Ok(())
+}
+
+impl Store {
     /// SQLite: the settlement and the round's events in one write transaction.
     async fn settle_and_log_sqlite(
         &self,
@@ -809,6 +917,11 @@ impl Store {
                     .bind(&events.json)
                     .execute(pool)
                     .await?;
+            }
+            Pool::Mysql(pool) => {
+                let mut tx = pool.begin().await?;
+                append_events_mysql(&self.sql, &self.statements, &mut tx, events).await?;
+                tx.commit().await?;
             }
         }
         Ok(())
@@ -992,6 +1105,7 @@ impl Store {
     pub async fn rows_by_job_id(&self, job_ids: &[String]) -> Result<HashMap<String, RowState>> {
         match &self.pool {
             Pool::Postgres(pool) => rows_by_job_id_pg(&self.sql, pool, job_ids).await,
+            Pool::Mysql(pool) => rows_by_job_id_mysql(&self.sql, pool, job_ids).await,
             Pool::Sqlite(pool) => {
                 let _running = crate::sqlite_fork::statement().await;
                 rows_by_job_id_sqlite(&self.sql, pool, job_ids).await
@@ -1002,6 +1116,7 @@ impl Store {
     pub async fn count_rows(&self) -> Result<i64> {
         match &self.pool {
             Pool::Postgres(pool) => count_rows_pg(&self.sql, pool).await,
+            Pool::Mysql(pool) => count_rows_mysql(&self.sql, pool).await,
             Pool::Sqlite(pool) => {
                 let _running = crate::sqlite_fork::statement().await;
                 count_rows_sqlite(&self.sql, pool).await
@@ -1031,8 +1146,87 @@ async fn held(pool: &PgPool, claim: String) -> Result<Claim> {
     let ctids = rows.iter().map(|row| (row.get(0), row.get(7))).collect();
     Ok(Claim {
         rows: sorted(rows.iter().map(claimed_pg).collect()),
-        held: Some(Held { tx, ctids }),
+        held: Some(Held::Postgres { tx, ctids }),
     })
+}
+
+/// Runs a MySQL claim in a new transaction: its rows, held by the transaction's locks. An
+/// empty claim holds nothing, so its transaction ends at once.
+async fn held_mysql(pool: &MySqlPool, claim: String) -> Result<Claim> {
+    let mut tx = pool.begin().await?;
+    let rows = sqlx::query(AssertSqlSafe(claim))
+        .fetch_all(&mut *tx)
+        .await?;
+    if rows.is_empty() {
+        tx.commit().await?;
+        return Ok(Claim::leased(Vec::new()));
+    }
+    let rows = rows
+        .iter()
+        .map(|row| ClaimedRow {
+            id: row.get(0),
+            job_id: row.get(1),
+            job_type: row.get(2),
+            args_json: row.get(3),
+            options_json: row.get(4),
+            meta_json: row.get(5),
+            attempts: row.get(6),
+            keyed: row.get::<i64, _>(7) != 0,
+        })
+        .collect();
+    Ok(Claim {
+        rows: sorted(rows),
+        held: Some(Held::Mysql(tx)),
+    })
+}
+
+/// A MySQL or MariaDB pool. The relay's sessions run READ COMMITTED: a locking read under
+/// REPEATABLE READ (InnoDB's default) also locks the gaps it scans, and an application's
+/// staging INSERT into the gap after the last row would wait for the relay's claim to
+/// commit. A read-only store's sessions refuse writes.
+async fn open_mysql(url: &str, shown: &str, read_only: bool) -> Result<MySqlPool> {
+    let options = MySqlConnectOptions::from_str(url).map_err(|e| {
+        Error::field(
+            ErrorCode::InvalidDatabaseUrl,
+            "database_url",
+            format!("{:?}: {e}", redact(shown)),
+        )
+    })?;
+    let session = if read_only {
+        "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED, READ ONLY"
+    } else {
+        "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED"
+    };
+    // One direct attempt first: an unreachable server fails at once with its real cause.
+    let probe = tokio::time::timeout(
+        Duration::from_secs(10),
+        sqlx::MySqlConnection::connect_with(&options),
+    )
+    .await
+    .map_err(|_| {
+        Error::new(
+            ErrorCode::Database,
+            format!("{}: connection timed out", redact(shown)),
+        )
+    })?
+    .map_err(Error::database)?;
+    let _ = probe.close().await;
+    MySqlPoolOptions::new()
+        .max_connections(4)
+        .acquire_timeout(Duration::from_secs(2))
+        // A server closes a connection idle for `wait_timeout` (8 hours by default): the pool
+        // drops its own idle ones sooner, and pings one before handing it out.
+        .idle_timeout(Duration::from_secs(300))
+        .test_before_acquire(true)
+        .after_connect(move |conn, _| {
+            Box::pin(async move {
+                sqlx::raw_sql(session).execute(&mut *conn).await?;
+                Ok(())
+            })
+        })
+        .connect_with(options)
+        .await
+        .map_err(Error::database)
 }
 
 fn claimed_pg(row: &sqlx::postgres::PgRow) -> ClaimedRow {
@@ -1130,6 +1324,29 @@ pub(crate) async fn rows_by_job_id_sqlite<'e, E: sqlx::SqliteExecutor<'e>>(
         .fetch_all(executor)
         .await?;
     Ok(row_states(rows))
+}
+
+pub(crate) async fn rows_by_job_id_mysql<'e, E: sqlx::MySqlExecutor<'e>>(
+    sql: &OutboxSql,
+    executor: E,
+    job_ids: &[String],
+) -> Result<HashMap<String, RowState>> {
+    let ids = serde_json::to_string(job_ids).expect("strings serialize");
+    let rows: Vec<RowTuple> = sqlx::query_as(AssertSqlSafe(sql.rows_by_job_id()))
+        .bind(ids)
+        .fetch_all(executor)
+        .await?;
+    Ok(row_states(rows))
+}
+
+pub(crate) async fn count_rows_mysql<'e, E: sqlx::MySqlExecutor<'e>>(
+    sql: &OutboxSql,
+    executor: E,
+) -> Result<i64> {
+    let (count,): (i64,) = sqlx::query_as(AssertSqlSafe(sql.count_rows()))
+        .fetch_one(executor)
+        .await?;
+    Ok(count)
 }
 
 pub(crate) async fn count_rows_pg<'e, E: sqlx::PgExecutor<'e>>(

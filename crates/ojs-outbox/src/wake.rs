@@ -11,6 +11,8 @@
 //!   rollback-journal mode). Its own settlements wake it too: that costs one claim that finds
 //!   nothing, which writes nothing, so it does not wake it again.
 //!
+//! - MySQL and MariaDB: none; the poller finds the rows.
+//!
 //! A wake-up only moves the next poller round forward: the poller remains the safety net,
 //! and many notifications before the relay looks make one round (`tokio::sync::Notify` keeps
 //! one permit).
@@ -74,6 +76,9 @@ impl Wake {
                 );
                 task
             }
+            // MySQL and MariaDB have no notification a commit could send: a separate relay
+            // finds new rows by polling (docs/mysql.md#separate-relays).
+            Pool::Mysql(_) => return None,
         };
         Some(Wake {
             staged,

@@ -58,6 +58,16 @@ async fn wait_until_the_clock_passes_every_sent_at(store: &Store, table: &str) {
                     .await
                     .unwrap()
             }
+            ojs_outbox::sql::Dialect::Mysql => {
+                let sql = format!(
+                    "SELECT COUNT(*) FROM {table} WHERE status = 'sent' \
+                     AND sent_at >= TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6)) DIV 1000"
+                );
+                sqlx::query_scalar(sqlx::AssertSqlSafe(sql))
+                    .fetch_one(store.mysql_pool().unwrap())
+                    .await
+                    .unwrap()
+            }
             ojs_outbox::sql::Dialect::Postgres => {
                 let sql = format!(
                     "SELECT COUNT(*) FROM {table} WHERE status = 'sent' AND sent_at >= now()"

@@ -265,7 +265,7 @@ pub async fn start(
     // setting only bounds one round.
     let lease_word = match store.dialect() {
         ojs_outbox::sql::Dialect::Sqlite => "lease",
-        ojs_outbox::sql::Dialect::Postgres => "round limit",
+        ojs_outbox::sql::Dialect::Postgres | ojs_outbox::sql::Dialect::Mysql => "round limit",
     };
     log.say(
         Level::Info,
@@ -443,7 +443,7 @@ fn forced(config: &ojs_outbox::Config, dialect: ojs_outbox::sql::Dialect) -> Err
             "rows it held are sent again after their lease ({}) expires",
             duration::format(config.relay.lease)
         ),
-        ojs_outbox::sql::Dialect::Postgres => {
+        ojs_outbox::sql::Dialect::Postgres | ojs_outbox::sql::Dialect::Mysql => {
             "rows it held are due again at once (their row locks end with its connection)"
                 .to_owned()
         }

@@ -8,7 +8,7 @@ impl OutboxSql {
     fn job_id_text(&self) -> &'static str {
         match self.dialect {
             Dialect::Postgres => "job_id::text",
-            Dialect::Sqlite => "job_id",
+            _ => "job_id",
         }
     }
 
@@ -16,13 +16,27 @@ impl OutboxSql {
         match self.dialect {
             Dialect::Postgres => "COALESCE(job_options->>'queue', 'default')",
             Dialect::Sqlite => "COALESCE(json_extract(job_options, '$.queue'), 'default')",
+            Dialect::Mysql => {
+                "COALESCE(JSON_UNQUOTE(JSON_EXTRACT(job_options, '$.queue')), 'default')"
+            }
         }
     }
 
     fn ms_of(&self, column: &str) -> String {
         match self.dialect {
             Dialect::Postgres => format!("FLOOR(EXTRACT(EPOCH FROM {column}) * 1000)::bigint"),
-            Dialect::Sqlite => column.to_owned(),
+            _ => column.to_owned(),
+        }
+    }
+
+    /// `column` equal to parameter `index`, or any value when the parameter is NULL.
+    fn optional_eq(&self, column: &str, index: usize) -> String {
+        match self.dialect {
+            Dialect::Mysql => format!("{column} <=> COALESCE(?, {column})"),
+            _ => {
+                let param = self.text_param(index);
+                format!("({param} IS NULL OR {column} = {param})")
+            }
         }
     }
 
@@ -31,6 +45,7 @@ impl OutboxSql {
         match self.dialect {
             Dialect::Postgres => format!("${index}::text"),
             Dialect::Sqlite => format!("?{index}"),
+            Dialect::Mysql => "?".to_owned(),
         }
     }
 
@@ -39,14 +54,16 @@ impl OutboxSql {
         match self.dialect {
             Dialect::Postgres => format!("job_id = CAST(${index} AS uuid)"),
             Dialect::Sqlite => format!("job_id = ?{index}"),
+            Dialect::Mysql => "job_id = ?".to_owned(),
         }
     }
 
     /// `job_id` among parameter 2 (text[] on PostgreSQL, a JSON array's text on SQLite).
-    fn job_id_among(&self) -> &'static str {
+    fn job_id_among(&self) -> String {
         match self.dialect {
-            Dialect::Postgres => "job_id = ANY(CAST($2 AS uuid[]))",
-            Dialect::Sqlite => "job_id IN (SELECT value FROM json_each(?2))",
+            Dialect::Postgres => "job_id = ANY(CAST($2 AS uuid[]))".to_owned(),
+            Dialect::Sqlite => "job_id IN (SELECT value FROM json_each(?2))".to_owned(),
+            Dialect::Mysql => format!("job_id IN ({})", super::mysql_json_ids()),
         }
     }
 
@@ -55,17 +72,18 @@ impl OutboxSql {
     /// created_at_ms, sent_at_ms`.
     pub fn dashboard_rows(&self) -> String {
         let queue = self.queue_of_row();
-        let (status, job_type, queue_param) =
-            (self.text_param(2), self.text_param(3), self.text_param(4));
+        let (status, job_type, queue_is) = (
+            self.optional_eq("status", 2),
+            self.optional_eq("job_type", 3),
+            self.optional_eq(queue, 4),
+        );
         let id = match self.dialect {
             Dialect::Postgres => "($5::text IS NULL OR job_id = CAST($5::text AS uuid))".to_owned(),
-            Dialect::Sqlite => "(?5 IS NULL OR job_id = ?5)".to_owned(),
+            _ => self.optional_eq("job_id", 5),
         };
         format!(
             "SELECT {}, job_type, {queue}, tenant_id, status, attempts, error, {}, {} FROM {} \
-             WHERE {} AND ({status} IS NULL OR status = {status}) \
-             AND ({job_type} IS NULL OR job_type = {job_type}) \
-             AND ({queue_param} IS NULL OR {queue} = {queue_param}) AND {id} \
+             WHERE {} AND {status} AND {job_type} AND {queue_is} AND {id} \
              ORDER BY id DESC LIMIT {}",
             self.job_id_text(),
             self.ms_of("created_at"),
@@ -82,7 +100,7 @@ impl OutboxSql {
     pub fn dashboard_row(&self) -> String {
         let json = |column: &str| match self.dialect {
             Dialect::Postgres => format!("{column}::text"),
-            Dialect::Sqlite => column.to_owned(),
+            _ => column.to_owned(),
         };
         format!(
             "SELECT {}, job_type, {}, tenant_id, status, attempts, error, {}, {}, {}, {}, {}, {}, order_key \
@@ -122,11 +140,11 @@ impl OutboxSql {
                 "COALESCE(FLOOR(EXTRACT(EPOCH FROM (now() - MIN(created_at))) * 1000), 0)::bigint"
                     .to_owned()
             }
-            Dialect::Sqlite => format!("COALESCE({SQLITE_NOW_MS} - MIN(created_at), 0)"),
+            _ => format!("COALESCE({} - MIN(created_at), 0)", self.now()),
         };
         let count = match self.dialect {
             Dialect::Postgres => "COUNT(*)::bigint",
-            Dialect::Sqlite => "COUNT(*)",
+            _ => "COUNT(*)",
         };
         format!(
             "SELECT status, {count}, {oldest} FROM {} WHERE {} GROUP BY status",
@@ -151,10 +169,16 @@ impl OutboxSql {
                 "CAST(COALESCE(AVG(sent_at - created_at), 0) AS INTEGER)".to_owned(),
                 format!("{SQLITE_NOW_MS} - 3600000"),
             ),
+            // `/` and AVG are DECIMAL on MySQL.
+            Dialect::Mysql => (
+                "sent_at DIV 60000".to_owned(),
+                "CAST(COALESCE(AVG(sent_at - created_at), 0) AS SIGNED)".to_owned(),
+                format!("{} - 3600000", self.now()),
+            ),
         };
         let count = match self.dialect {
             Dialect::Postgres => "COUNT(*)::bigint",
-            Dialect::Sqlite => "COUNT(*)",
+            _ => "COUNT(*)",
         };
         format!(
             "SELECT {minute}, {count}, {lag} FROM {} WHERE status = 'sent' AND sent_at > {since} AND {} \

@@ -13,12 +13,14 @@ impl OutboxSql {
     }
 
     pub fn create_relay_registry(&self) -> String {
-        let big = match self.dialect {
-            Dialect::Postgres => "BIGINT",
-            Dialect::Sqlite => "INTEGER",
+        let (big, id) = match self.dialect {
+            Dialect::Postgres => ("BIGINT", "TEXT"),
+            Dialect::Sqlite => ("INTEGER", "TEXT"),
+            // A key's type needs a length on MySQL.
+            Dialect::Mysql => ("BIGINT", "VARCHAR(64)"),
         };
         format!(
-            "CREATE TABLE IF NOT EXISTS {} (relay_id TEXT PRIMARY KEY, host TEXT NOT NULL, pid {big} NOT NULL, \
+            "CREATE TABLE IF NOT EXISTS {} (relay_id {id} PRIMARY KEY, host TEXT NOT NULL, pid {big} NOT NULL, \
              started_ms {big} NOT NULL, heartbeat_ms {big} NOT NULL, sent {big} NOT NULL)",
             self.relay_registry()
         )
@@ -27,9 +29,16 @@ impl OutboxSql {
     /// Parameters: relay id, host, pid, started (ms), now (ms), rows sent so far.
     pub fn relay_heartbeat(&self) -> String {
         let p = |i| self.param(i);
+        let upsert = match self.dialect {
+            Dialect::Mysql => {
+                "ON DUPLICATE KEY UPDATE heartbeat_ms = VALUES(heartbeat_ms), sent = VALUES(sent)"
+            }
+            _ => {
+                "ON CONFLICT (relay_id) DO UPDATE SET heartbeat_ms = excluded.heartbeat_ms, sent = excluded.sent"
+            }
+        };
         format!(
-            "INSERT INTO {} (relay_id, host, pid, started_ms, heartbeat_ms, sent) VALUES ({}, {}, {}, {}, {}, {}) \
-             ON CONFLICT (relay_id) DO UPDATE SET heartbeat_ms = excluded.heartbeat_ms, sent = excluded.sent",
+            "INSERT INTO {} (relay_id, host, pid, started_ms, heartbeat_ms, sent) VALUES ({}, {}, {}, {}, {}, {}) {upsert}",
             self.relay_registry(),
             p(1),
             p(2),

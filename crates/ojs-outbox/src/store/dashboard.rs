@@ -221,6 +221,12 @@ impl Store {
                 .execute(pool)
                 .await?
                 .rows_affected(),
+            Pool::Mysql(pool) => sqlx::query(AssertSqlSafe(sql))
+                .bind(tenant)
+                .bind(serde_json::to_string(job_ids).expect("strings serialize"))
+                .execute(pool)
+                .await?
+                .rows_affected(),
             Pool::Sqlite(pool) => {
                 let _running = crate::sqlite_fork::statement().await;
                 let ids = serde_json::to_string(job_ids).expect("strings serialize");
