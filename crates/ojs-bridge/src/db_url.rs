@@ -13,7 +13,8 @@ use ojs_outbox::error::{Error, ErrorCode, Result};
 #[serde(deny_unknown_fields)]
 pub struct ConnectionParts {
     /// The framework's name for the database kind: `postgresql`, `postgres`, `pg`, `postgis`,
-    /// `sqlite`, `sqlite3`, `better-sqlite3`, or a Django `ENGINE` path ending in one of them.
+    /// `mysql`, `mysql2`, `mariadb`, `trilogy`, `sqlite`, `sqlite3`, `better-sqlite3`, or a
+    /// Django `ENGINE` path ending in one of them.
     pub engine: String,
     /// A URL the framework already has: used as it is (SQLite made absolute).
     pub url: Option<String>,
@@ -43,7 +44,8 @@ impl ConnectionParts {
     }
 }
 
-/// The URL for sqlx: `sqlite:///absolute/file` or `postgres://user:password@host:port/db?...`.
+/// The URL for sqlx: `sqlite:///absolute/file`, `postgres://user:password@host:port/db?...` or
+/// `mysql://user:password@host:port/db`.
 pub fn from_parts(parts: &ConnectionParts) -> Result<String> {
     let setting = parts
         .setting
@@ -87,9 +89,12 @@ pub fn from_parts(parts: &ConnectionParts) -> Result<String> {
         };
         return Ok(format!("sqlite://{}", absolute.display()));
     }
+    if kind.starts_with("mysql") || kind.starts_with("mariadb") || kind == "trilogy" {
+        return Ok(mysql_url(parts));
+    }
     if !(kind.starts_with("postg") || kind == "pg") {
         return Err(refuse(format!(
-            "cannot derive the relay's database URL from the database kind {:?} (PostgreSQL and SQLite are supported)",
+            "cannot derive the relay's database URL from the database kind {:?} (PostgreSQL, MySQL/MariaDB and SQLite are supported)",
             parts.engine
         )));
     }
@@ -132,6 +137,35 @@ pub fn from_parts(parts: &ConnectionParts) -> Result<String> {
     Ok(format!(
         "postgres://{credentials}{host}{port}/{database}{query}"
     ))
+}
+
+/// `mysql://user:password@host:port/db`, a Unix socket as `?socket=`. MySQL's drivers read no
+/// environment variable for these, so neither does this.
+fn mysql_url(parts: &ConnectionParts) -> String {
+    if let Some(url) = parts.url.as_deref().filter(|u| !u.is_empty()) {
+        return url.to_owned();
+    }
+    let given = |value: &Option<String>| value.clone().filter(|v| !v.is_empty());
+    let mut host = given(&parts.host).unwrap_or_else(|| "localhost".to_owned());
+    let mut query = String::new();
+    if host.starts_with('/') {
+        query = format!("?socket={}", encode(&host, "/"));
+        host = "localhost".to_owned();
+    }
+    let credentials = match (given(&parts.user), given(&parts.password)) {
+        (Some(user), Some(password)) => format!("{}:{}@", encode(&user, ""), encode(&password, "")),
+        (Some(user), None) => format!("{}@", encode(&user, "")),
+        (None, _) => String::new(),
+    };
+    let port = match &parts.port {
+        Some(serde_json::Value::Number(n)) => format!(":{n}"),
+        Some(serde_json::Value::String(s)) if !s.is_empty() => format!(":{s}"),
+        _ => String::new(),
+    };
+    let database = given(&parts.database)
+        .map(|d| encode(&d, ""))
+        .unwrap_or_default();
+    format!("mysql://{credentials}{host}{port}/{database}{query}")
 }
 
 fn engine_memory(parts: &ConnectionParts) -> bool {
