@@ -1,20 +1,23 @@
 #!/usr/bin/env bash
 # Runs every test: formatting, lints, the Rust unit and integration tests (the relay crash
 # test, the reference conformance matrix), then the three framework adapters, each built,
-# packaged, installed and tested against a throwaway PostgreSQL cluster (started here on a free
-# port, stopped on exit), SQLite files and the dev backend: Django 5.2 and 6.x, Express + knex,
+# packaged, installed and tested against a throwaway PostgreSQL cluster and a throwaway MariaDB
+# server (started here on free ports, stopped on exit), SQLite files and the dev backend: Django 5.2 and 6.x, Express + knex,
 # Rails (ActiveRecord 6.1 here, 7.2 in a Debian 13 root). Ends with the joined conformance matrix.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install.sh
 
 tmp=$(mktemp -d)
-cleanup() { scripts/pg.sh stop "$tmp/pg"; rm -rf "$tmp"; }
+cleanup() { scripts/pg.sh stop "$tmp/pg"; scripts/mariadb.sh stop "$tmp/mariadb"; rm -rf "$tmp"; }
 trap cleanup EXIT
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-OJS_TEST_DATABASE_URL=$(scripts/pg.sh start "$tmp/pg" "$port")
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+OJS_TEST_DATABASE_URL=$(scripts/pg.sh start "$tmp/pg" "$(free_port)")
 export OJS_TEST_DATABASE_URL
 echo "test: PostgreSQL at $OJS_TEST_DATABASE_URL"
+OJS_TEST_MYSQL_URL=$(scripts/mariadb.sh start "$tmp/mariadb" "$(free_port)")
+export OJS_TEST_MYSQL_URL
+echo "test: MariaDB at $OJS_TEST_MYSQL_URL"
 rm -rf target/matrix
 
 step() { printf '\n=== %s ===\n' "$*"; }

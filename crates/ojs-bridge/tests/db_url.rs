@@ -10,7 +10,13 @@ fn url(json: &str) -> Result<String, ojs_outbox::Error> {
 
 #[test]
 fn mysql_parts_become_a_mysql_url() {
-    for engine in ["django.db.backends.mysql", "mysql", "mysql2", "mariadb", "trilogy"] {
+    for engine in [
+        "django.db.backends.mysql",
+        "mysql",
+        "mysql2",
+        "mariadb",
+        "trilogy",
+    ] {
         let text = url(&format!(
             r#"{{"engine": "{engine}", "database": "app", "host": "db.internal", "port": 3307,
                 "user": "ojs", "password": "p@ss"}}"#
@@ -19,7 +25,10 @@ fn mysql_parts_become_a_mysql_url() {
         assert_eq!(text, "mysql://ojs:p%40ss@db.internal:3307/app", "{engine}");
     }
     let text = url(r#"{"engine": "mysql2", "database": "app", "host": "/run/mysqld/mysqld.sock", "user": "u"}"#).unwrap();
-    assert_eq!(text, "mysql://u@localhost/app?socket=/run/mysqld/mysqld.sock");
+    assert_eq!(
+        text,
+        "mysql://u@localhost/app?socket=/run/mysqld/mysqld.sock"
+    );
 }
 
 #[test]
@@ -80,9 +89,10 @@ fn sqlite_files_become_absolute_and_memory_is_refused() {
 
 #[test]
 fn other_databases_and_unknown_settings_are_refused() {
-    let error =
-        url(r#"{"engine": "django.db.backends.oracle", "setting": "OJS_CONFIG[\"database_url\"]"}"#)
-            .unwrap_err();
+    let error = url(
+        r#"{"engine": "django.db.backends.oracle", "setting": "OJS_CONFIG[\"database_url\"]"}"#,
+    )
+    .unwrap_err();
     assert_eq!(error.code, ErrorCode::InvalidDatabaseUrl);
     assert!(error.message.contains("oracle"), "{}", error.message);
     assert!(error.message.contains("OJS_CONFIG"), "{}", error.message);

@@ -195,10 +195,10 @@ impl Relay {
             wake_rechecks: Vec::new(),
             last_claimed: 0,
             event_log_failed: false,
-            // PostgreSQL only: on SQLite a heartbeat is a write every few seconds, and a
-            // write of another connection breaks an application's deferred transaction that
-            // read before it writes (SQLITE_BUSY_SNAPSHOT); one host runs SQLite's relays.
-            registry: (store.dialect() == crate::sql::Dialect::Postgres).then(|| {
+            // Not on SQLite: there a heartbeat is a write every few seconds, and a write of
+            // another connection breaks an application's deferred transaction that read
+            // before it writes (SQLITE_BUSY_SNAPSHOT); one host runs SQLite's relays.
+            registry: (store.dialect() != crate::sql::Dialect::Sqlite).then(|| {
                 crate::store::relays::RelayIdentity {
                     relay_id: relay_id.clone(),
                     host: host_name(),

@@ -963,19 +963,36 @@ impl OutboxSql {
         }
     }
 
-    /// MySQL and MariaDB: locks up to `limit` due rows `FOR UPDATE SKIP LOCKED` in the claim's
-    /// transaction (opened by the store), which holds them until the settlement commits, as
-    /// on PostgreSQL. The subquery of `claimable` takes no lock: a locking read's clause does
-    /// not reach a nested subquery, which reads the last committed state (the relay's sessions
-    /// run READ COMMITTED). Returns the columns of `claim_sqlite`.
-    pub fn claim_mysql(&self, limit: usize, filter: ClaimFilter<'_>) -> String {
+    /// MySQL and MariaDB, a claim's first step: up to `limit` due rows' ids, a plain read that
+    /// locks nothing. A locking read through a secondary index keeps the lock of each index
+    /// entry it looked at, even one whose row it then skips as locked by another relay; a
+    /// relay's settlement, which rewrites those entries, would then wait for a claim that a
+    /// relay holds while it waits for that settlement (InnoDB cannot see that cycle). So the
+    /// rows are found here and locked by primary key ([`claim_mysql`](Self::claim_mysql)).
+    pub fn claim_candidates_mysql(&self, limit: usize, filter: ClaimFilter<'_>) -> String {
         debug_assert_eq!(self.dialect, Dialect::Mysql);
         format!(
-            "SELECT id, job_id, job_type, job_args, job_options, job_meta, attempts, order_key IS NOT NULL \
-             FROM {} WHERE {} AND {} ORDER BY id LIMIT {limit} FOR UPDATE SKIP LOCKED",
+            "SELECT id FROM {} WHERE {} AND {} ORDER BY id LIMIT {limit}",
             self.table,
             self.claimable(),
             self.claim_filter(filter)
+        )
+    }
+
+    /// MySQL and MariaDB, a claim's second step: locks those of `ids` still due,
+    /// `FOR UPDATE SKIP LOCKED` by primary key, in the claim's transaction (opened by the
+    /// store), which holds them until the settlement commits, as on PostgreSQL. The subquery
+    /// of `claimable` takes no lock: a locking read's clause does not reach a nested subquery,
+    /// which reads the last committed state (the relay's sessions run READ COMMITTED). Returns
+    /// the columns of `claim_sqlite`.
+    pub fn claim_mysql(&self, ids: &[i64]) -> String {
+        debug_assert_eq!(self.dialect, Dialect::Mysql);
+        format!(
+            "SELECT id, job_id, job_type, job_args, job_options, job_meta, attempts, order_key IS NOT NULL \
+             FROM {} FORCE INDEX (PRIMARY) WHERE id IN ({}) AND {} ORDER BY id FOR UPDATE SKIP LOCKED",
+            self.table,
+            id_list(ids),
+            self.claimable()
         )
     }
 

@@ -587,10 +587,10 @@ impl Store {
                 held(pool, claim).await
             }
             Pool::Mysql(pool) => {
-                let claim = self
+                let candidates = self
                     .sql
-                    .claim_mysql(limit, ClaimFilter::OlderThanMs(skip_ms));
-                held_mysql(pool, claim).await
+                    .claim_candidates_mysql(limit, ClaimFilter::OlderThanMs(skip_ms));
+                held_mysql(pool, &self.sql, candidates).await
             }
             Pool::Sqlite(pool) => {
                 let _running = crate::sqlite_fork::statement().await;
@@ -640,8 +640,10 @@ impl Store {
                 if ids.is_empty() {
                     return Ok(Claim::leased(Vec::new()));
                 }
-                let claim = self.sql.claim_mysql(ids.len(), ClaimFilter::Ids(&ids));
-                held_mysql(pool, claim).await
+                let candidates = self
+                    .sql
+                    .claim_candidates_mysql(ids.len(), ClaimFilter::Ids(&ids));
+                held_mysql(pool, &self.sql, candidates).await
             }
             Pool::Sqlite(pool) => {
                 let _running = crate::sqlite_fork::statement().await;
@@ -1150,13 +1152,21 @@ async fn held(pool: &PgPool, claim: String) -> Result<Claim> {
     })
 }
 
-/// Runs a MySQL claim in a new transaction: its rows, held by the transaction's locks. An
-/// empty claim holds nothing, so its transaction ends at once.
-async fn held_mysql(pool: &MySqlPool, claim: String) -> Result<Claim> {
+/// Runs a MySQL claim in a new transaction: finds the due rows (`candidates`), then locks
+/// them by primary key (`OutboxSql::claim_mysql`); its rows are held by the transaction's
+/// locks. An empty claim holds nothing, so its transaction ends at once.
+async fn held_mysql(pool: &MySqlPool, sql: &OutboxSql, candidates: String) -> Result<Claim> {
     let mut tx = pool.begin().await?;
-    let rows = sqlx::query(AssertSqlSafe(claim))
+    let ids: Vec<i64> = sqlx::query_scalar(AssertSqlSafe(candidates))
         .fetch_all(&mut *tx)
         .await?;
+    let rows = if ids.is_empty() {
+        Vec::new()
+    } else {
+        sqlx::query(AssertSqlSafe(sql.claim_mysql(&ids)))
+            .fetch_all(&mut *tx)
+            .await?
+    };
     if rows.is_empty() {
         tx.commit().await?;
         return Ok(Claim::leased(Vec::new()));

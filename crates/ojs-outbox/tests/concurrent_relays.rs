@@ -23,6 +23,12 @@ async fn three_relays_share_the_backlog(database_url: String, table: &str) {
             .await
             .unwrap();
     }
+    if let Some(pool) = outbox.store().mysql_pool() {
+        sqlx::raw_sql(sqlx::AssertSqlSafe(outbox.store().sql().drop_table()))
+            .execute(pool)
+            .await
+            .unwrap();
+    }
     outbox.store().migrate().await.unwrap();
     let mut staged = Vec::new();
     for chunk in 0..(ROWS / 2000) {
@@ -84,8 +90,9 @@ async fn three_relays_share_the_backlog(database_url: String, table: &str) {
     assert_eq!(sent_by.iter().sum::<u64>(), ROWS as u64, "{sent_by:?}");
     println!("rows sent per relay: {sent_by:?}");
     let status = outbox.store().status().await.unwrap();
-    // Nothing leased on SQLite; on PostgreSQL row locks are invisible to a read (None).
-    let leased = outbox.store().postgres_pool().is_none().then_some(0);
+    // Nothing leased on SQLite; on PostgreSQL and MariaDB row locks are invisible to a read
+    // (None).
+    let leased = outbox.store().sqlite_pool().is_some().then_some(0);
     assert_eq!(
         (status.sent, status.in_flight),
         (ROWS as i64, leased),
@@ -104,6 +111,19 @@ async fn concurrent_relays_send_each_row_once_on_postgres() {
         eprintln!(
             "SKIP: OJS_TEST_DATABASE_URL is unset (scripts/test.sh starts PostgreSQL and sets it)"
         );
+        return;
+    };
+    three_relays_share_the_backlog(url, "concurrent_relays").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_relays_send_each_row_once_on_mariadb() {
+    let Ok(url) = std::env::var("OJS_TEST_MYSQL_URL") else {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "OJS_TEST_MYSQL_URL is unset under CI"
+        );
+        eprintln!("SKIP: OJS_TEST_MYSQL_URL is unset (scripts/test.sh starts MariaDB and sets it)");
         return;
     };
     three_relays_share_the_backlog(url, "concurrent_relays").await;

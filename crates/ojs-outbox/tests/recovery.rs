@@ -1,5 +1,6 @@
 //! How soon the relay resumes after a 20 s outage ends: of the backend (503, 429 with
-//! Retry-After, connections refused) and of PostgreSQL (a restart). The pause during an outage
+//! Retry-After, connections refused) and of PostgreSQL and MariaDB (a restart; MariaDB closing
+//! the relay's connections). The pause during an outage
 //! never grows past about a second, so recovery is seen within about a second however long
 //! the outage lasted (it was 17.5 s after a 20 s 503 outage). Each bound is that allowance
 //! over a floor measured in the same run: how long the same relay took to deliver the same
@@ -127,25 +128,43 @@ async fn resumes_within_about_a_second_after_connections_were_refused() {
     backend.shutdown().await;
 }
 
-/// A PostgreSQL cluster of this test's own (scripts/pg.sh), so restarting it disturbs no other test.
+/// A database server of this test's own (scripts/pg.sh or scripts/mariadb.sh), so restarting
+/// it disturbs no other test.
 struct Cluster {
+    script: &'static str,
     dir: PathBuf,
     port: u16,
 }
 
 impl Cluster {
-    fn script() -> PathBuf {
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../scripts/pg.sh")
+    fn new(script: &'static str, name: &str) -> Cluster {
+        let parent =
+            std::env::temp_dir().join(format!("ojs-recovery-{name}-{}", std::process::id()));
+        std::fs::create_dir_all(&parent).unwrap();
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        Cluster {
+            script,
+            dir: parent.join("data"),
+            port,
+        }
     }
 
-    fn pg(&self, args: &[&str]) -> String {
-        let out = Command::new(Self::script())
+    fn run(&self, args: &[&str]) -> String {
+        let script = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("../../scripts")
+            .join(self.script);
+        let out = Command::new(&script)
             .args(args)
             .output()
-            .expect("run scripts/pg.sh");
+            .expect("run the database script");
         assert!(
             out.status.success(),
-            "scripts/pg.sh {args:?}: {}",
+            "scripts/{} {args:?}: {}",
+            self.script,
             String::from_utf8_lossy(&out.stderr)
         );
         String::from_utf8_lossy(&out.stdout).trim().to_owned()
@@ -153,11 +172,11 @@ impl Cluster {
 
     fn start(&self) -> String {
         let dir = self.dir.display().to_string();
-        self.pg(&["start", &dir, &self.port.to_string()])
+        self.run(&["start", &dir, &self.port.to_string()])
     }
 
     fn stop(&self) {
-        self.pg(&["stop", &self.dir.display().to_string()]);
+        self.run(&["stop", &self.dir.display().to_string()]);
     }
 }
 
@@ -168,30 +187,20 @@ impl Drop for Cluster {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn resumes_within_about_a_second_after_a_postgres_restart() {
-    let have_server = std::fs::read_dir("/usr/lib/postgresql")
-        .map(|mut dirs| dirs.next().is_some())
-        .unwrap_or(false);
-    if !have_server {
+/// Whether the server binaries are here (under CI they must be).
+fn have_server(path: &str, what: &str) -> bool {
+    let here = std::fs::metadata(path).is_ok();
+    if !here {
         assert!(
             std::env::var_os("CI").is_none(),
-            "PostgreSQL server binaries are missing under CI (scripts/install.sh installs them)"
+            "{what} server binaries are missing under CI (scripts/install.sh installs them)"
         );
-        eprintln!("SKIP: no PostgreSQL server binaries (scripts/install.sh installs them)");
-        return;
+        eprintln!("SKIP: no {what} server binaries (scripts/install.sh installs them)");
     }
-    let parent = std::env::temp_dir().join(format!("ojs-recovery-pg-{}", std::process::id()));
-    std::fs::create_dir_all(&parent).unwrap();
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let cluster = Cluster {
-        dir: parent.join("data"),
-        port,
-    };
+    here
+}
+
+async fn resumes_after_a_restart(cluster: Cluster, what: &str) {
     let url = cluster.start();
     let backend = DevServer::start(0).await.unwrap();
     let relay_side = Outbox::connect(config(&backend.url(), &url)).await.unwrap();
@@ -207,7 +216,66 @@ async fn resumes_within_about_a_second_after_a_postgres_restart() {
     let app_side = Outbox::connect(config(&backend.url(), &url)).await.unwrap();
     stage(&app_side, ROWS).await;
     let took = delivered(&backend, 2 * ROWS, back).await;
-    assert_resumed("postgres restart", took, floor, Duration::from_secs(3));
+    assert_resumed(what, took, floor, Duration::from_secs(3));
+    relay_side.stop_relay().await;
+    backend.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resumes_within_about_a_second_after_a_postgres_restart() {
+    if have_server("/usr/lib/postgresql", "PostgreSQL") {
+        resumes_after_a_restart(Cluster::new("pg.sh", "pg"), "postgres restart").await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resumes_within_about_a_second_after_a_mariadb_restart() {
+    if have_server("/usr/sbin/mariadbd", "MariaDB") {
+        resumes_after_a_restart(Cluster::new("mariadb.sh", "mariadb"), "mariadb restart").await;
+    }
+}
+
+/// MariaDB closes a connection idle for `wait_timeout` (8 hours by default) without telling
+/// the client. The same happens here at once: every connection of the relay's user is killed
+/// from another session. The relay's next rounds get fresh connections and deliver.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delivers_after_mariadb_closed_the_relays_connections() {
+    if !have_server("/usr/sbin/mariadbd", "MariaDB") {
+        return;
+    }
+    let cluster = Cluster::new("mariadb.sh", "mariadb-kill");
+    let url = cluster.start();
+    let backend = DevServer::start(0).await.unwrap();
+    let relay_side = Outbox::connect(config(&backend.url(), &url)).await.unwrap();
+    relay_side.store().migrate().await.unwrap();
+    relay_side.start_relay();
+    let floor = floor(&relay_side, &backend).await;
+
+    let admin = sqlx::MySqlPool::connect(&url).await.unwrap();
+    let ids: Vec<i64> = sqlx::query_scalar(
+        "SELECT CAST(id AS SIGNED) FROM information_schema.PROCESSLIST WHERE user = 'ojs' AND id <> CONNECTION_ID()",
+    )
+    .fetch_all(&admin)
+    .await
+    .unwrap();
+    assert!(!ids.is_empty(), "the relay holds connections");
+    for id in &ids {
+        let _ = sqlx::query(sqlx::AssertSqlSafe(format!("KILL CONNECTION {id}")))
+            .execute(&admin)
+            .await;
+    }
+    admin.close().await;
+    let killed = Instant::now();
+    let app_side = Outbox::connect(config(&backend.url(), &url)).await.unwrap();
+    stage(&app_side, ROWS).await;
+    let took = delivered(&backend, 2 * ROWS, killed).await;
+    println!("killed {} connections: delivered in {took:?}", ids.len());
+    assert_resumed(
+        "mariadb connections killed",
+        took,
+        floor,
+        Duration::from_secs(3),
+    );
     relay_side.stop_relay().await;
     backend.shutdown().await;
 }

@@ -48,7 +48,7 @@ async fn migrate_twice_then_status_is_zero(kind: Kind, name: &str) {
     // Live leases on SQLite; on PostgreSQL a read cannot see row locks: null, not a false 0.
     let in_flight = match db.kind {
         Kind::Sqlite => json!(0),
-        Kind::Postgres => json!(null),
+        Kind::Postgres | Kind::Mysql => json!(null),
     };
     assert_eq!(status["in_flight"], in_flight, "{status}");
     assert_eq!(status["table"], json!(db.table));
@@ -71,6 +71,11 @@ async fn migrate_is_idempotent_and_fresh_status_is_zero_sqlite() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn migrate_is_idempotent_and_fresh_status_is_zero_postgres() {
     migrate_twice_then_status_is_zero(Kind::Postgres, "migrate").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn migrate_is_idempotent_and_fresh_status_is_zero_mariadb() {
+    migrate_twice_then_status_is_zero(Kind::Mysql, "migrate").await;
 }
 
 async fn missing_table_is_outbox_table_missing(kind: Kind, name: &str) {
@@ -124,6 +129,11 @@ async fn missing_table_fails_with_outbox_table_missing_sqlite() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn missing_table_fails_with_outbox_table_missing_postgres() {
     missing_table_is_outbox_table_missing(Kind::Postgres, "missing").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn missing_table_fails_with_outbox_table_missing_mariadb() {
+    missing_table_is_outbox_table_missing(Kind::Mysql, "missing").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -524,6 +534,11 @@ async fn run_delivers_staged_rows_and_exits_0_on_sigterm_sqlite() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn run_delivers_staged_rows_and_exits_0_on_sigterm_postgres() {
     run_delivers_then_stops_on_sigterm(Kind::Postgres, "run").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_delivers_staged_rows_and_exits_0_on_sigterm_mariadb() {
+    run_delivers_then_stops_on_sigterm(Kind::Mysql, "run").await;
 }
 
 /// The backend is down when the relay starts: it says so, keeps running, keeps the rows

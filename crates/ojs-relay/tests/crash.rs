@@ -187,3 +187,8 @@ async fn sigkill_mid_drain_loses_nothing_and_invents_nothing_sqlite() {
 async fn sigkill_mid_drain_loses_nothing_and_invents_nothing_postgres() {
     crash_and_recover(Kind::Postgres).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sigkill_mid_drain_loses_nothing_and_invents_nothing_mariadb() {
+    crash_and_recover(Kind::Mysql).await;
+}

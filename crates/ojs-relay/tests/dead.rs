@@ -197,3 +197,8 @@ async fn dead_list_replay_purge_by_tenant_sqlite() {
 async fn dead_list_replay_purge_by_tenant_postgres() {
     dead_list_replay_purge(Kind::Postgres, "dead").await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dead_list_replay_purge_by_tenant_mariadb() {
+    dead_list_replay_purge(Kind::Mysql, "dead").await;
+}

@@ -122,6 +122,11 @@ async fn postgres_every_stream_sees_every_job_once() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mariadb_every_stream_sees_every_job_once() {
+    every_stream_sees_every_job_once(Kind::Mysql, "table_events_mariadb").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_operators_replay_in_a_process_of_its_own_is_on_the_stream() {
     let db = Db::new(Kind::Sqlite, "table_events_operator")
         .await

@@ -57,6 +57,8 @@ impl Drop for TempDir {
 pub enum Kind {
     Sqlite,
     Postgres,
+    /// MariaDB (`OJS_TEST_MYSQL_URL`).
+    Mysql,
 }
 
 /// One outbox table in one database, owned by one test.
@@ -84,6 +86,19 @@ impl Db {
                     return None;
                 }
             },
+            Kind::Mysql => match std::env::var("OJS_TEST_MYSQL_URL") {
+                Ok(url) if !url.is_empty() => url,
+                _ => {
+                    assert!(
+                        std::env::var_os("CI").is_none(),
+                        "OJS_TEST_MYSQL_URL is unset under CI"
+                    );
+                    eprintln!(
+                        "SKIPPED the MariaDB variant of {name}: OJS_TEST_MYSQL_URL is not set"
+                    );
+                    return None;
+                }
+            },
         };
         let db = Db {
             kind,
@@ -103,6 +118,14 @@ impl Db {
                 .await
                 .expect("connect to OJS_TEST_DATABASE_URL");
             pool.execute(sql).await.unwrap();
+            pool.close().await;
+        } else if self.kind == Kind::Mysql {
+            let t = &self.table;
+            let sql = format!("DROP TABLE IF EXISTS {t}, {t}_events, {t}_relays, {t}_locks");
+            let pool = sqlx::MySqlPool::connect(&self.url)
+                .await
+                .expect("connect to OJS_TEST_MYSQL_URL");
+            pool.execute(sqlx::AssertSqlSafe(sql)).await.unwrap();
             pool.close().await;
         } else if let Ok(pool) = sqlx::SqlitePool::connect(&self.url).await {
             pool.execute(sql).await.unwrap();
