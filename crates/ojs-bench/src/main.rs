@@ -1,6 +1,7 @@
 //! `ojs-bench`: benchmarks of the OJS outbox relay. See docs/benchmarks.md and scripts/bench.sh.
 //!
 //! - `drain`: backlog drain throughput on PostgreSQL per batch size, against a naive relay;
+//! - `drain-mysql`: backlog drain on MySQL/MariaDB against its SQL floor;
 //! - `latency`: commit-to-delivery latency of the in-process hot path at a steady commit rate;
 //! - `memory`: peak RSS of a separate relay process draining a large backlog;
 //! - `faults`: what one batch costs the backend when its answer is lost, or when it mixes rows
@@ -12,6 +13,7 @@
 
 mod common;
 mod drain;
+mod drain_mysql;
 mod faults;
 mod latency;
 mod memory;
@@ -36,6 +38,8 @@ struct Cli {
 enum Bench {
     /// Relay drain throughput (jobs/s) per batch size, with a naive one-row-per-transaction baseline.
     Drain(drain::DrainArgs),
+    /// Drain throughput on MySQL or MariaDB against its SQL floor, in the same run.
+    DrainMysql(drain_mysql::DrainMysqlArgs),
     /// Commit-to-delivery latency through the in-process hot path at a steady commit rate.
     Latency(latency::LatencyArgs),
     /// Peak RSS of a separate relay process draining a large backlog.
@@ -54,6 +58,7 @@ async fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Bench::Drain(args) => drain::run(args).await,
+        Bench::DrainMysql(args) => drain_mysql::run(args).await,
         Bench::Latency(args) => latency::run(args).await,
         Bench::Memory(args) => memory::run(args).await,
         Bench::Faults(args) => faults::run(args).await,

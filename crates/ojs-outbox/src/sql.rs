@@ -170,6 +170,10 @@ const MYSQL_NOW_MS: &str =
 /// `max_allowed_packet` (4 MiB on MySQL 5.7, 16 MiB on MariaDB, 64 MiB on MySQL 8).
 const MYSQL_MAX_INSERT_BYTES: usize = 1024 * 1024;
 
+/// MySQL and MariaDB: how many claims' worth of due ids a claim looks among
+/// (`claim_candidates_mysql`).
+const MYSQL_CLAIM_WINDOW: usize = 4;
+
 /// MySQL and MariaDB have no partial indexes: generated columns hold what a partial index
 /// filters on (`held`: the row is pending or failed; `held_unique_key`: its unique key while it
 /// is), and the indexes of `create_table` are on them. The ordering and uniqueness locks of a
@@ -963,36 +967,47 @@ impl OutboxSql {
         }
     }
 
-    /// MySQL and MariaDB, a claim's first step: up to `limit` due rows' ids, a plain read that
-    /// locks nothing. A locking read through a secondary index keeps the lock of each index
+    /// MySQL and MariaDB, a claim's first step: the ids of the first due rows, a plain read that
+    /// locks nothing: a window of `MYSQL_CLAIM_WINDOW` claims' worth, since rows that other
+    /// claims hold (this relay's prefetched next one, other relays') are among them and are
+    /// skipped by the second step. A locking read through a secondary index keeps the lock of each index
     /// entry it looked at, even one whose row it then skips as locked by another relay; a
     /// relay's settlement, which rewrites those entries, would then wait for a claim that a
     /// relay holds while it waits for that settlement (InnoDB cannot see that cycle). So the
-    /// rows are found here and locked by primary key ([`claim_mysql`](Self::claim_mysql)).
+    /// rows are found here and locked by a primary-key range ([`claim_mysql`](Self::claim_mysql)).
     pub fn claim_candidates_mysql(&self, limit: usize, filter: ClaimFilter<'_>) -> String {
         debug_assert_eq!(self.dialect, Dialect::Mysql);
         format!(
-            "SELECT id FROM {} WHERE {} AND {} ORDER BY id LIMIT {limit}",
+            "SELECT id FROM {} WHERE {} AND {} ORDER BY id LIMIT {}",
             self.table,
             self.claimable(),
-            self.claim_filter(filter)
+            self.claim_filter(filter),
+            limit * MYSQL_CLAIM_WINDOW
         )
     }
 
-    /// MySQL and MariaDB, a claim's second step: locks those of `ids` still due,
-    /// `FOR UPDATE SKIP LOCKED` by primary key, in the claim's transaction (opened by the
-    /// store), which holds them until the settlement commits, as on PostgreSQL. The subquery
-    /// of `claimable` takes no lock: a locking read's clause does not reach a nested subquery,
-    /// which reads the last committed state (the relay's sessions run READ COMMITTED). Returns
-    /// the columns of `claim_sqlite`.
-    pub fn claim_mysql(&self, ids: &[i64]) -> String {
+    /// MySQL and MariaDB, a claim's second step: locks up to `limit` due rows among the
+    /// primary keys `first..=last` (the first step's window), `FOR UPDATE SKIP LOCKED` by a
+    /// primary-key range, in the claim's transaction (opened by the store), which holds them
+    /// until the settlement commits, as on PostgreSQL. A row another claim holds is skipped and
+    /// a row no longer due is let go at once (READ COMMITTED); the subquery of `claimable`
+    /// takes no lock (a locking read's clause does not reach a nested subquery, which reads
+    /// the last committed state). Returns the columns of `claim_sqlite`.
+    pub fn claim_mysql(
+        &self,
+        first: i64,
+        last: i64,
+        limit: usize,
+        filter: ClaimFilter<'_>,
+    ) -> String {
         debug_assert_eq!(self.dialect, Dialect::Mysql);
         format!(
             "SELECT id, job_id, job_type, job_args, job_options, job_meta, attempts, order_key IS NOT NULL \
-             FROM {} FORCE INDEX (PRIMARY) WHERE id IN ({}) AND {} ORDER BY id FOR UPDATE SKIP LOCKED",
+             FROM {} FORCE INDEX (PRIMARY) WHERE id BETWEEN {first} AND {last} AND {} AND {} \
+             ORDER BY id LIMIT {limit} FOR UPDATE SKIP LOCKED",
             self.table,
-            id_list(ids),
-            self.claimable()
+            self.claimable(),
+            self.claim_filter(filter)
         )
     }
 

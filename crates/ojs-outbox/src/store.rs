@@ -587,10 +587,8 @@ impl Store {
                 held(pool, claim).await
             }
             Pool::Mysql(pool) => {
-                let candidates = self
-                    .sql
-                    .claim_candidates_mysql(limit, ClaimFilter::OlderThanMs(skip_ms));
-                held_mysql(pool, &self.sql, candidates).await
+                let filter = ClaimFilter::OlderThanMs(skip_ms);
+                held_mysql(pool, &self.sql, filter, limit).await
             }
             Pool::Sqlite(pool) => {
                 let _running = crate::sqlite_fork::statement().await;
@@ -640,10 +638,7 @@ impl Store {
                 if ids.is_empty() {
                     return Ok(Claim::leased(Vec::new()));
                 }
-                let candidates = self
-                    .sql
-                    .claim_candidates_mysql(ids.len(), ClaimFilter::Ids(&ids));
-                held_mysql(pool, &self.sql, candidates).await
+                held_mysql(pool, &self.sql, ClaimFilter::Ids(&ids), ids.len()).await
             }
             Pool::Sqlite(pool) => {
                 let _running = crate::sqlite_fork::statement().await;
@@ -1152,20 +1147,28 @@ async fn held(pool: &PgPool, claim: String) -> Result<Claim> {
     })
 }
 
-/// Runs a MySQL claim in a new transaction: finds the due rows (`candidates`), then locks
-/// them by primary key (`OutboxSql::claim_mysql`); its rows are held by the transaction's
-/// locks. An empty claim holds nothing, so its transaction ends at once.
-async fn held_mysql(pool: &MySqlPool, sql: &OutboxSql, candidates: String) -> Result<Claim> {
+/// Runs a MySQL claim in a new transaction: finds the due rows' ids
+/// (`OutboxSql::claim_candidates_mysql`), then locks up to `limit` of the rows in their range
+/// by primary key (`OutboxSql::claim_mysql`); its rows are held by the transaction's locks.
+/// An empty claim holds nothing, so its transaction ends at once.
+async fn held_mysql(
+    pool: &MySqlPool,
+    sql: &OutboxSql,
+    filter: ClaimFilter<'_>,
+    limit: usize,
+) -> Result<Claim> {
     let mut tx = pool.begin().await?;
-    let ids: Vec<i64> = sqlx::query_scalar(AssertSqlSafe(candidates))
-        .fetch_all(&mut *tx)
-        .await?;
-    let rows = if ids.is_empty() {
-        Vec::new()
-    } else {
-        sqlx::query(AssertSqlSafe(sql.claim_mysql(&ids)))
+    let ids: Vec<i64> =
+        sqlx::query_scalar(AssertSqlSafe(sql.claim_candidates_mysql(limit, filter)))
             .fetch_all(&mut *tx)
-            .await?
+            .await?;
+    let rows = match (ids.first(), ids.last()) {
+        (Some(&first), Some(&last)) => {
+            sqlx::query(AssertSqlSafe(sql.claim_mysql(first, last, limit, filter)))
+                .fetch_all(&mut *tx)
+                .await?
+        }
+        _ => Vec::new(),
     };
     if rows.is_empty() {
         tx.commit().await?;
@@ -1231,6 +1234,12 @@ async fn open_mysql(url: &str, shown: &str, read_only: bool) -> Result<MySqlPool
         .after_connect(move |conn, _| {
             Box::pin(async move {
                 sqlx::raw_sql(session).execute(&mut *conn).await?;
+                // MariaDB turns an IN list of 1,000 values or more (a hot claim's job ids at the
+                // largest batch) into a join with a temporary table, whose locking read then
+                // skips rows it should take. MySQL has no such variable: the error is ignored.
+                let _ = sqlx::raw_sql("SET SESSION in_predicate_conversion_threshold = 0")
+                    .execute(&mut *conn)
+                    .await;
                 Ok(())
             })
         })
