@@ -108,10 +108,10 @@ export interface TransactionProvider {
   /** Whether `db` (a database or transaction object) is this library's. */
   matches(db: unknown): boolean;
   /** The core's dialect of `db`. */
-  dialect(db: ProviderDatabase): 'postgresql' | 'sqlite';
+  dialect(db: ProviderDatabase): 'postgresql' | 'sqlite' | 'mysql';
   /** The parameter style the core writes: `$1` ('dollar') or `?` ('question'). */
   placeholder?: 'dollar' | 'question';
-  placeholderFor?(dialect: 'postgresql' | 'sqlite'): 'dollar' | 'question';
+  placeholderFor?(dialect: 'postgresql' | 'sqlite' | 'mysql'): 'dollar' | 'question';
   /** Whether the library's transactions are synchronous functions (better-sqlite3). */
   sync?: boolean;
   syncFor?(db: ProviderDatabase): boolean;
@@ -134,7 +134,7 @@ export interface TransactionProvider {
   foreignTransaction?(db: ProviderDatabase): boolean;
   /** The relay's database URL parts, for createOjs without databaseUrl. */
   urlParts?(db: ProviderDatabase, providers: TransactionProvider[]): {
-    engine: 'postgresql' | 'sqlite';
+    engine: 'postgresql' | 'sqlite' | 'mysql';
     url?: string;
     host?: string;
     port?: number | string;
@@ -180,7 +180,7 @@ export interface CreateOjsOptions {
   url?: string | null;
   /** adapter.backend_type: "external", the only type (the core's default). */
   backendType?: 'external';
-  /** The application's knex instance (pg or better-sqlite3); this or `db`. */
+  /** The application's knex instance (pg, mysql2 or better-sqlite3); this or `db`. */
   knex?: Knex;
   /** In place of `knex`: a pg Pool or Client, a Kysely, Drizzle or better-sqlite3 database, a PrismaClient, a Sequelize instance, a TypeORM DataSource. */
   db?: ProviderDatabase;
@@ -476,7 +476,7 @@ export declare class Ojs {
   readonly knex: Knex | null;
   /** The database given to createOjs (`knex` or `db`). */
   readonly db: Executor;
-  readonly dialect: 'postgresql' | 'sqlite';
+  readonly dialect: 'postgresql' | 'sqlite' | 'mysql';
   /** The core configuration built from the options (spec §5.2 shape). */
   readonly config: { adapter: Record<string, Json> };
   /** Settles when the automatic start has finished. */

@@ -80,8 +80,8 @@ function bindingOf(db, list) {
   const provider = providers.providerOf(db, list);
   if (provider === undefined) return null;
   const dialect = provider.dialect(db);
-  if (dialect !== 'postgresql' && dialect !== 'sqlite') {
-    throw errorFor('INVALID_CONFIG', `db: this ${provider.name || 'provider'} database is neither PostgreSQL nor SQLite`, 'db');
+  if (dialect !== 'postgresql' && dialect !== 'sqlite' && dialect !== 'mysql') {
+    throw errorFor('INVALID_CONFIG', `db: this ${provider.name || 'provider'} database is not PostgreSQL, MySQL/MariaDB or SQLite`, 'db');
   }
   const placeholder = provider.placeholderFor ? provider.placeholderFor(dialect) : provider.placeholder || 'dollar';
   const sync = provider.syncFor ? provider.syncFor(db) : Boolean(provider.sync);
@@ -257,7 +257,7 @@ class Ojs {
       );
     }
     /** Per dialect and placeholder style: the core's staging handle and its INSERT text (`_stager`). */
-    this._stagers = { postgresql: undefined, sqlite: undefined };
+    this._stagers = { postgresql: undefined, sqlite: undefined, mysql: undefined };
     this._providerStagers = new Map();
     const host = hostOptions();
     this.native = callNative(() => new NativeBridge(JSON.stringify(this.config), host));

@@ -25,9 +25,10 @@ function dialectOf(knex) {
     if (typeof name !== 'string') continue;
     if (/^(pg|postgres|postgresql|pgnative)$/i.test(name)) return 'postgresql';
     if (/^(sqlite3|better-sqlite3|sqlite)$/i.test(name)) return 'sqlite';
+    if (/^(mysql|mysql2)$/i.test(name)) return 'mysql';
   }
   throw new InvalidConfigError(
-    `knex: the client ${JSON.stringify(names.find((n) => typeof n === 'string') || String(client))} is not supported (pg or better-sqlite3)`,
+    `knex: the client ${JSON.stringify(names.find((n) => typeof n === 'string') || String(client))} is not supported (pg, mysql2 or better-sqlite3)`,
     { code: 'INVALID_CONFIG', field: 'knex' },
   );
 }
@@ -38,7 +39,9 @@ const DATABASE_URL_SETTING = 'createOjs({ databaseUrl })';
 /**
  * The relay's own database URL, from the knex connection settings by the core's rule
  * (`database_url_from_parts`): the engine from knex's client, and the connection string or
- * object parts as knex's pg and better-sqlite3 clients take them.
+ * object parts as knex's pg, mysql2 and better-sqlite3 clients take them (mysql2's `uri` and
+ * `socketPath` are its names for the URL and the socket, which the core takes as `url` and as a
+ * host that is a path).
  */
 function databaseUrlOf(knex) {
   const engine = dialectOf(knex);
@@ -60,16 +63,21 @@ function databaseUrlOf(knex) {
     if (engine === 'sqlite') {
       parts.database = text(connection.filename);
     } else {
-      parts.url = text(connection.connectionString);
-      parts.host = text(connection.host);
+      parts.url = text(engine === 'mysql' ? connection.uri : connection.connectionString);
+      parts.host = text(engine === 'mysql' && connection.socketPath ? connection.socketPath : connection.host);
       parts.port = typeof connection.port === 'number' ? connection.port : text(connection.port);
       parts.user = text(connection.user);
       parts.password = text(connection.password);
       parts.database = text(connection.database);
-      if (connection.ssl) parts.sslmode = 'require';
+      if (connection.ssl && engine === 'postgresql') parts.sslmode = 'require';
     }
   }
   return callNative(() => native.databaseUrlFromParts(JSON.stringify(parts)));
+}
+
+/** The rows of a `knex.raw` result: mysql2's answer is `[rows, fields]`, the others' the rows. */
+function rawRows(executor, result) {
+  return dialectOf(executor) === 'mysql' && Array.isArray(result) ? result[0] : result;
 }
 
 /** Whether `executor` is a knex transactor (rather than the knex instance). */
@@ -79,15 +87,24 @@ function isTransaction(executor) {
 
 // ---- running the core's statements on the host connection --------------------------------
 
+/** The SQLSTATE of a driver's error: mysql2's `sqlState` (its `code` is a name), pg's `code`; null when it has none. */
+function sqlstateOf(error) {
+  for (const value of [error && error.sqlState, error && error.code]) {
+    if (typeof value === 'string' && /^[0-9A-Z]{5}$/.test(value)) return value;
+  }
+  return null;
+}
+
 /**
  * A knex error as the package's DatabaseError or OutboxTableMissingError, classified by the
- * core's rule (SQLSTATE from pg, message from better-sqlite3); the driver's error is the cause.
+ * core's rule (SQLSTATE from pg and mysql2, message from better-sqlite3); the driver's error is
+ * the cause.
  */
 function databaseError(error) {
   // The core's own verdict (a DUPLICATE of a unique job's statement) is no database error.
   if (error instanceof OJSError) return error;
   const message = String((error && error.message) || error);
-  const sqlstate = error && typeof error.code === 'string' && /^[0-9A-Z]{5}$/.test(error.code) ? error.code : null;
+  const sqlstate = sqlstateOf(error);
   // knex puts the query before the driver's message ("<sql> - <message>"): classify both.
   const driverMessage = message.includes(' - ') ? message.slice(message.lastIndexOf(' - ') + 3) : message;
   let code = native.databaseErrorCode(sqlstate, message);
@@ -107,7 +124,7 @@ async function execute(executor, staged, heldOutcome) {
     runStaged(
       staged,
       (sql, params) => connection.raw(sql, params),
-      (sql, params) => connection.raw(sql, params).then(firstColumn),
+      (sql, params) => connection.raw(sql, params).then((result) => firstColumn(rawRows(connection, result))),
       heldOutcome,
     );
   try {

@@ -1,16 +1,18 @@
 'use strict';
 // The conformance cases through Prisma ORM (7, driver adapters, no engine binary):
 // ojs.transaction(prisma, async (tx) => ...) (an interactive transaction; a nested one is
-// Prisma's savepoint), on SQLite (@prisma/adapter-better-sqlite3) and PostgreSQL
-// (@prisma/adapter-pg), the `express-prisma` column of the matrix. The runner is
-// conformance-runner.js; the clients are generated offline (prisma-support.js).
+// Prisma's savepoint), on SQLite (@prisma/adapter-better-sqlite3), PostgreSQL
+// (@prisma/adapter-pg) and MariaDB (@prisma/adapter-mariadb), the `express-prisma` column of the
+// matrix. The runner is conformance-runner.js; the clients are generated offline
+// (prisma-support.js).
 
 const fs = require('node:fs');
 const { conformance, callbackTransactions } = require('./conformance-runner');
-const { PG_URL } = require('./support');
-const { postgresPrisma, sqlitePrisma, prismaClient } = require('./prisma-support');
+const { PG_URL, MYSQL_URL, dropMysqlOutbox } = require('./support');
+const { postgresPrisma, sqlitePrisma, mysqlPrisma, prismaClient } = require('./prisma-support');
 
 let pgPrisma = null;
+let myPrisma = null;
 
 /** Interactive transactions time out after 5 s by default: a case may hold one longer. */
 const TRANSACTION = { timeout: 120000, maxWait: 30000 };
@@ -22,14 +24,16 @@ const list = (database, ids) => ids.map((_, i) => (database === 'postgres' ? `$$
 
 conformance({
   column: 'express-prisma',
-  databases: ['sqlite', 'postgres'],
+  databases: ['sqlite', 'postgres', 'mariadb'],
   file: __filename,
   ...callbackTransactions(TRANSACTION),
   async setup() {
     pgPrisma = postgresPrisma(PG_URL);
+    myPrisma = mysqlPrisma(MYSQL_URL);
   },
   async teardown() {
     if (pgPrisma) await pgPrisma.$disconnect();
+    if (myPrisma) await myPrisma.$disconnect();
   },
   async open(database, sqliteFile, table) {
     if (database === 'sqlite') {
@@ -37,6 +41,10 @@ conformance({
       const db = sqlitePrisma(sqliteFile);
       // Prisma's connection settings live in its driver adapter: the relay's URL is given.
       return { db, options: { db, databaseUrl: `sqlite://${sqliteFile}` }, close: () => db.$disconnect() };
+    }
+    if (database === 'mariadb') {
+      await dropMysqlOutbox(table);
+      return { db: myPrisma, options: { db: myPrisma, databaseUrl: MYSQL_URL }, close: async () => {} };
     }
     await pgPrisma.$executeRawUnsafe(`DROP TABLE IF EXISTS ${table}`);
     return { db: pgPrisma, options: { db: pgPrisma, databaseUrl: PG_URL }, close: async () => {} };

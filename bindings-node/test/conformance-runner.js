@@ -2,7 +2,8 @@
 // The language conformance runner: every case of conformance-tests/cases/*.json through the
 // real adapter (createOjs + the transactions of one database library: knex, pg, Kysely,
 // Drizzle; test/conformance*.test.js, one per library and matrix column), on SQLite
-// (better-sqlite3) and PostgreSQL (pg) where the library runs on them, against ojs-devserver.
+// (better-sqlite3), PostgreSQL (pg) and MariaDB (mysql2) where the library runs on them,
+// against ojs-devserver.
 // Prints the matrix case x database at the end and writes target/matrix/<column>.tsv.
 //
 // A library (`library` below) says how to open its database, how a case's begin / savepoint /
@@ -22,8 +23,8 @@
 //
 // `race_enqueue` runs a second transaction of the library (`library.race`: knex.transaction,
 // ojs.transaction on the other libraries) on a second connection while the case's transaction
-// is open; its INSERT waits for that transaction (a row lock on PostgreSQL, the write lock on
-// SQLite). On PostgreSQL it runs here, concurrently (the pool's other connection, driven
+// is open; its INSERT waits for that transaction (a row lock on PostgreSQL and MariaDB, the
+// write lock on SQLite). On PostgreSQL and MariaDB it runs here, concurrently (the pool's other connection, driven
 // asynchronously). On SQLite every library here sits on better-sqlite3, which is synchronous:
 // a second connection waiting for the write lock would block this thread, so the main
 // transaction could never commit. There it runs in a worker thread with its own connection
@@ -91,10 +92,14 @@ function merge(base, patch) {
   return base;
 }
 
+/**
+ * The case's table: at most 52 characters, since MySQL refuses identifiers over 64 and the
+ * core's MySQL DDL names an index `<table>_events_time`.
+ */
 function tableFor(testCase) {
   const slug = testCase.id.toLowerCase().replace(/[^a-z0-9]/g, '_');
   const hash = crypto.createHash('sha1').update(testCase.id).digest('hex').slice(0, 6);
-  return `node_case_${slug.slice(0, 40)}_${hash}`;
+  return `node_case_${slug.slice(0, 35)}_${hash}`;
 }
 
 /** In a worker thread running a race's second transaction (`raceWorker`), its data. */
@@ -120,8 +125,8 @@ function summary() {
   }
   const reasons = cases.filter((c) => skipReason(c)).map((c) => `  SKIP ${c.id}: ${skipReason(c)}`);
   // One line per case and database for scripts/matrix.sh, which joins every runner's column
-  // (not for a subset picked by OJS_TEST_CASES).
-  if (process.env.OJS_REPO_ROOT && !process.env.OJS_TEST_CASES) {
+  // (not for a subset picked by OJS_TEST_CASES or OJS_TEST_DATABASES).
+  if (process.env.OJS_REPO_ROOT && !process.env.OJS_TEST_CASES && !process.env.OJS_TEST_DATABASES) {
     const dir = path.join(process.env.OJS_REPO_ROOT, 'target', 'matrix');
     fs.mkdirSync(dir, { recursive: true });
     const tsv = cases.flatMap((c) =>
@@ -857,7 +862,10 @@ async function runCase(testCase, database) {
  * In a race's worker thread this only records `lib`.
  */
 function conformance(lib) {
-  library = lib;
+  // OJS_TEST_DATABASES (comma-separated: sqlite, postgres, mariadb) runs a subset while developing.
+  const only = process.env.OJS_TEST_DATABASES;
+  library = only ? { ...lib, databases: lib.databases.filter((d) => only.split(',').includes(d)) } : lib;
+  lib = library;
   if (RACE_WORKER) return;
   sqliteDir = scratchDir(`conformance-${lib.column}`);
   after(async () => {

@@ -1,29 +1,38 @@
 'use strict';
 // The conformance cases through knex transactions (the `express` column of the matrix), on
-// SQLite (better-sqlite3) and PostgreSQL (pg). The runner is conformance-runner.js.
+// SQLite (better-sqlite3), PostgreSQL (pg) and MariaDB (mysql2). The runner is
+// conformance-runner.js.
 
 const { conformance } = require('./conformance-runner');
-const { sqliteKnex, postgresKnex, knexLib } = require('./support');
+const { sqliteKnex, postgresKnex, mysqlKnex, knexLib, ojsPackage } = require('./support');
 
 let pgKnex = null;
+let myKnex = null;
 
 /** A race's second connection waits this long for SQLite's write lock (better-sqlite3: 5 s). */
 const BUSY_TIMEOUT_MS = 10000;
 
 conformance({
   column: 'express',
-  databases: ['sqlite', 'postgres'],
+  databases: ['sqlite', 'postgres', 'mariadb'],
   file: __filename,
   async setup() {
     pgKnex = postgresKnex();
+    myKnex = mysqlKnex();
   },
   async teardown() {
     if (pgKnex) await pgKnex.destroy();
+    if (myKnex) await myKnex.destroy();
   },
   async open(database, sqliteFile, table) {
     if (database === 'sqlite') {
       const knex = sqliteKnex(sqliteFile);
       return { db: knex, options: { knex }, close: () => knex.destroy() };
+    }
+    if (database === 'mariadb') {
+      // The outbox, its event log, locks and relays' tables: the core's DROP.
+      await ojsPackage.dropOutboxTable(myKnex, { tableName: table });
+      return { db: myKnex, options: { knex: myKnex }, close: async () => {} };
     }
     await pgKnex.raw(`DROP TABLE IF EXISTS ${table}`);
     return { db: pgKnex, options: { knex: pgKnex }, close: async () => {} };
@@ -43,7 +52,7 @@ conformance({
     });
     return { db: knex, options: { knex }, close: () => knex.destroy() };
   },
-  /** A second knex.transaction: on PostgreSQL another connection of the pool. */
+  /** A second knex.transaction: on PostgreSQL and MariaDB another connection of the pool. */
   race: (ojs, knex, work) => knex.transaction(work),
   begin: (ojs, knex) => knex.transaction(),
   savepoint: (ojs, trx) => trx.transaction(),

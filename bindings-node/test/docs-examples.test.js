@@ -1,8 +1,9 @@
 'use strict';
 // The examples of docs/express.md, "Transaction libraries": each ```js block after an
 // `<!-- example: NAME -->` line runs as it is written (an ES module in a scratch folder, the
-// package and the libraries as installed, beside their node_modules), against PostgreSQL (DATABASE_URL) or a SQLite file
-// in its folder, and the devserver (OJS_URL). A `users` table is made first. The example must
+// package and the libraries as installed, beside their node_modules), against PostgreSQL (DATABASE_URL),
+// MariaDB (DATABASE_URL, examples named *mysql*) or a SQLite file in its folder, and the
+// devserver (OJS_URL). A `users` table is made first. The example must
 // exit by itself, and its job (email.welcome with the new user's id) must reach the backend.
 
 const { test, before, after } = require('node:test');
@@ -12,7 +13,7 @@ const fs = require('node:fs');
 const path = require('node:path');
 const pg = require('pg');
 const Database = require('better-sqlite3');
-const { PACKAGE_DIR, REPO, PG_URL, WAIT_MS, startDevserver } = require('./support');
+const { PACKAGE_DIR, REPO, PG_URL, MYSQL_URL, WAIT_MS, startDevserver, mysqlKnex, dropMysqlOutbox } = require('./support');
 const { prismaClient } = require('./prisma-support');
 
 /** The Prisma example's model (the `users` table made below). */
@@ -56,7 +57,7 @@ function runNode(file, env) {
 }
 
 test('docs/express.md has an example per transaction library', () => {
-  assert.deepEqual(EXAMPLES.map((e) => e.name).sort(), ['better-sqlite3', 'drizzle-pg', 'drizzle-sqlite', 'kysely', 'pg', 'prisma', 'sequelize', 'typeorm']);
+  assert.deepEqual(EXAMPLES.map((e) => e.name).sort(), ['better-sqlite3', 'drizzle-pg', 'drizzle-sqlite', 'knex-mysql', 'kysely', 'pg', 'prisma', 'sequelize', 'typeorm']);
 });
 
 for (const { name, code } of EXAMPLES) {
@@ -66,7 +67,20 @@ for (const { name, code } of EXAMPLES) {
     fs.rmSync(dir, { recursive: true, force: true });
     fs.mkdirSync(dir, { recursive: true });
     const sqlite = /sqlite/.test(name);
-    if (sqlite) {
+    const mysql = /mysql/.test(name);
+    if (mysql) {
+      await dropMysqlOutbox('ojs_outbox');
+      const knex = mysqlKnex();
+      try {
+        await knex.schema.dropTableIfExists('users');
+        await knex.schema.createTable('users', (t) => {
+          t.increments('id');
+          t.string('email');
+        });
+      } finally {
+        await knex.destroy();
+      }
+    } else if (sqlite) {
       const db = new Database(path.join(dir, 'app.db'));
       db.exec('CREATE TABLE users (id INTEGER PRIMARY KEY, email TEXT)');
       db.close();
@@ -80,7 +94,7 @@ for (const { name, code } of EXAMPLES) {
     const file = path.join(dir, 'example.mjs');
     fs.writeFileSync(file, code.replaceAll("from 'ojs-adapter-express'", `from ${JSON.stringify(path.join(PACKAGE_DIR, 'index.js'))}`));
     await backend.reset();
-    const { code: exit, output } = await runNode(file, { DATABASE_URL: PG_URL, OJS_URL: backend.url });
+    const { code: exit, output } = await runNode(file, { DATABASE_URL: mysql ? MYSQL_URL : PG_URL, OJS_URL: backend.url });
     assert.equal(exit, 0, output);
     const jobs = (await backend.received()).jobs;
     assert.deepEqual(jobs.map((job) => [job.type, job.args]), [['email.welcome', [1]]], output);

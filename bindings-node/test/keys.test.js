@@ -1,5 +1,5 @@
 'use strict';
-// Keyed staging through knex on SQLite and PostgreSQL, against the devserver: a unique job is
+// Keyed staging through knex on SQLite, PostgreSQL and MariaDB, against the devserver: a unique job is
 // decided in the staging transaction (reject: DuplicateJobError naming the held job, the
 // transaction still usable; ignore: the held job's id; a bulk holding a rejected job stages
 // nothing), a job with an ordering key is staged and delivered without the key on the wire,
@@ -8,9 +8,9 @@
 const { test, before, after } = require('node:test');
 const assert = require('node:assert/strict');
 const path = require('node:path');
-const { ojsPackage, scratchDir, startDevserver, sqliteKnex, postgresKnex, waitFor } = require('./support');
+const { ojsPackage, scratchDir, startDevserver, sqliteKnex, postgresKnex, mysqlKnex, waitFor } = require('./support');
 
-const { createOjs, DuplicateJobError, OJSError } = ojsPackage;
+const { createOjs, dropOutboxTable, DuplicateJobError, OJSError } = ojsPackage;
 
 const REJECT = { unique: { keys: ['type', 'args'], argsKeys: ['order'], onConflict: 'reject' } };
 const IGNORE = { unique: { keys: ['type', 'args'], args_keys: ['day'], on_conflict: 'ignore' } };
@@ -28,9 +28,9 @@ after(async () => {
 /** An adapter on a fresh table of `database`, its relay started; `work(ojs, knex, table)`. */
 async function withAdapter(database, name, extra, work) {
   await backend.reset();
-  const knex = database === 'sqlite' ? sqliteKnex(path.join(scratchDir(`keys-${name}`), 'app.db')) : postgresKnex();
+  const knex = { sqlite: () => sqliteKnex(path.join(scratchDir(`keys-${name}`), 'app.db')), postgres: postgresKnex, mariadb: mysqlKnex }[database]();
   const table = `node_keys_${name}_${database}`;
-  await knex.schema.dropTableIfExists(table);
+  await dropOutboxTable(knex, { tableName: table });
   const ojs = createOjs({ url: backend.url, knex, outbox: { tableName: table }, autoStart: false, handleSignals: false, ...extra });
   try {
     await ojs.migrate();
@@ -50,7 +50,7 @@ const receivedJobs = (ids) =>
     return ids.every((id) => byId.has(id)) && { jobs, byId };
   }, undefined, `delivery of ${ids.join(', ')}`);
 
-for (const database of ['sqlite', 'postgres']) {
+for (const database of ['sqlite', 'postgres', 'mariadb']) {
   test(`${database}: unique reject raises DuplicateJobError naming the held job; the transaction goes on and commits`, async () => {
     await withAdapter(database, 'reject', {}, async (ojs, knex, table) => {
       const ids = await knex.transaction(async (trx) => {

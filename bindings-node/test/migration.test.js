@@ -1,5 +1,5 @@
 'use strict';
-// A real knex migration of the outbox table, up and down, on SQLite and PostgreSQL:
+// A real knex migration of the outbox table, up and down, on SQLite, PostgreSQL and MariaDB:
 // `exports.up` is createOutboxTable, `exports.down` dropOutboxTable (the core's DDL and DROP
 // for the knex client). After `migrate.latest` a job can be staged; after `migrate.rollback`
 // the table is gone and staging fails with OUTBOX_TABLE_MISSING; a second `latest` brings it
@@ -9,11 +9,13 @@ const { test } = require('node:test');
 const assert = require('node:assert/strict');
 const fs = require('node:fs');
 const path = require('node:path');
-const { ojsPackage, PACKAGE_DIR, scratchDir, sqliteKnex, postgresKnex } = require('./support');
+const { ojsPackage, PACKAGE_DIR, scratchDir, sqliteKnex, postgresKnex, mysqlKnex } = require('./support');
 
-const { createOjs, OutboxTableMissingError } = ojsPackage;
+const { createOjs, dropOutboxTable, OutboxTableMissingError } = ojsPackage;
 
-for (const database of ['sqlite', 'postgres']) {
+const knexOf = { sqlite: (dir) => sqliteKnex(path.join(dir, 'app.db')), postgres: () => postgresKnex(), mariadb: () => mysqlKnex() };
+
+for (const database of ['sqlite', 'postgres', 'mariadb']) {
   test(`${database}: a knex migration creates the outbox table and its down drops it`, async () => {
     const dir = scratchDir(`migration-${database}`);
     const migrations = path.join(dir, 'migrations');
@@ -25,9 +27,9 @@ for (const database of ['sqlite', 'postgres']) {
         `exports.up = (knex) => createOutboxTable(knex, { tableName: ${JSON.stringify(table)} });\n` +
         `exports.down = (knex) => dropOutboxTable(knex, { tableName: ${JSON.stringify(table)} });\n`,
     );
-    const knex = database === 'sqlite' ? sqliteKnex(path.join(dir, 'app.db')) : postgresKnex();
+    const knex = knexOf[database](dir);
     const options = { directory: migrations, tableName: `node_knex_migrations_${database}` };
-    await knex.schema.dropTableIfExists(table);
+    await dropOutboxTable(knex, { tableName: table });
     await knex.schema.dropTableIfExists(options.tableName);
     await knex.schema.dropTableIfExists(`${options.tableName}_lock`);
     const ojs = createOjs({ url: 'http://127.0.0.1:9', knex, outbox: { tableName: table }, relay: 'external', autoStart: false, handleSignals: false });
@@ -47,7 +49,7 @@ for (const database of ['sqlite', 'postgres']) {
       assert.equal(Number((await knex(table).count({ n: '*' }))[0].n), 0, 'a new, empty table');
     } finally {
       await ojs.close();
-      await knex.schema.dropTableIfExists(table);
+      await dropOutboxTable(knex, { tableName: table });
       await knex.schema.dropTableIfExists(options.tableName);
       await knex.schema.dropTableIfExists(`${options.tableName}_lock`);
       await knex.destroy();

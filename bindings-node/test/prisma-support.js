@@ -6,7 +6,7 @@
 // one before any command unless PRISMA_SCHEMA_ENGINE_BINARY names one: it names /bin/false, so
 // a command that did run the engine would fail rather than pass silently. The clients run on
 // the query compiler (WebAssembly, an npm package) and a driver adapter (@prisma/adapter-pg,
-// @prisma/adapter-better-sqlite3): no engine binary at all.
+// @prisma/adapter-better-sqlite3, @prisma/adapter-mariadb): no engine binary at all.
 
 const { execFileSync } = require('node:child_process');
 const fs = require('node:fs');
@@ -17,7 +17,7 @@ const PRISMA_DIR = path.dirname(require.resolve('prisma/package.json'));
 const APP_DIR = path.resolve(PRISMA_DIR, '..', '..');
 
 /**
- * The generated client module of schema `name` (`provider` "postgresql" or "sqlite"); with
+ * The generated client module of schema `name` (`provider` "postgresql", "sqlite" or "mysql"); with
  * `asDefault`, generated where `require('@prisma/client')` finds it (as an application's).
  */
 function prismaClient(name, provider, models = '', asDefault = false) {
@@ -64,4 +64,20 @@ function sqlitePrisma(file, name = 'sqlite') {
   return new PrismaClient({ adapter: new PrismaBetterSqlite3({ url: `file:${file}` }) });
 }
 
-module.exports = { APP_DIR, prismaClient, postgresPrisma, sqlitePrisma };
+/** A PrismaClient on MySQL/MariaDB (`url`, mysql://) through @prisma/adapter-mariadb (the mariadb connector). */
+function mysqlPrisma(url, name = 'mysql') {
+  const { PrismaClient } = prismaClient(name, 'mysql');
+  const { PrismaMariaDb } = require('@prisma/adapter-mariadb');
+  const { hostname, port, username, password, pathname } = new URL(url);
+  const adapter = new PrismaMariaDb({
+    host: hostname,
+    port: Number(port || 3306),
+    user: decodeURIComponent(username),
+    password: decodeURIComponent(password),
+    database: pathname.slice(1),
+    connectionLimit: 4,
+  });
+  return new PrismaClient({ adapter });
+}
+
+module.exports = { APP_DIR, prismaClient, postgresPrisma, sqlitePrisma, mysqlPrisma };

@@ -1,5 +1,5 @@
 'use strict';
-// The staged rows themselves, on SQLite and PostgreSQL: a single enqueueAfterCommit (the
+// The staged rows themselves, on SQLite, PostgreSQL and MariaDB: a single enqueueAfterCommit (the
 // per-call hot path, `stageJob`) writes the same row as a bulk of that one job (the general
 // path, `stage`), with and without a tenant (one holding NUL is refused), for the first job of a fresh adapter (which
 // fetches the core's INSERT text) and for later ones; a bulk whose job holds a function under
@@ -8,9 +8,16 @@
 const { test } = require('node:test');
 const assert = require('node:assert/strict');
 const path = require('node:path');
-const { ojsPackage, scratchDir, sqliteKnex, postgresKnex } = require('./support');
+const { ojsPackage, scratchDir, sqliteKnex, postgresKnex, mysqlKnex } = require('./support');
 
-const { createOjs, InvalidArgsError } = ojsPackage;
+const { createOjs, dropOutboxTable, InvalidArgsError } = ojsPackage;
+
+/** A knex instance on `database` (a SQLite file `file`), its outbox `table` dropped. */
+async function freshKnex(database, file, table) {
+  const knex = { sqlite: () => sqliteKnex(file), postgres: postgresKnex, mariadb: mysqlKnex }[database]();
+  await dropOutboxTable(knex, { tableName: table });
+  return knex;
+}
 
 const COLUMNS = ['job_type', 'job_args', 'job_options', 'job_meta', 'tenant_id', 'status'];
 
@@ -20,12 +27,11 @@ async function row(knex, table, jobId) {
   return Object.fromEntries(COLUMNS.map((column) => [column, found[column]]));
 }
 
-for (const database of ['sqlite', 'postgres']) {
+for (const database of ['sqlite', 'postgres', 'mariadb']) {
   test(`${database}: a single call stages the same row as a bulk of that job`, async () => {
     const dir = scratchDir(`staging-${database}`);
-    const knex = database === 'sqlite' ? sqliteKnex(path.join(dir, 'staging.db')) : postgresKnex();
     const table = `node_staging_${database}`;
-    await knex.schema.dropTableIfExists(table);
+    const knex = await freshKnex(database, path.join(dir, 'staging.db'), table);
     const ojs = createOjs({ url: 'http://127.0.0.1:9', knex, outbox: { tableName: table }, relay: 'external', autoStart: false, handleSignals: false });
     try {
       await ojs.migrate();
@@ -63,9 +69,8 @@ for (const database of ['sqlite', 'postgres']) {
 
   test(`${database}: a bulk job holding a function under an unknown key is refused by the core`, async () => {
     const dir = scratchDir(`staging-refused-${database}`);
-    const knex = database === 'sqlite' ? sqliteKnex(path.join(dir, 'refused.db')) : postgresKnex();
     const table = `node_staging_refused_${database}`;
-    await knex.schema.dropTableIfExists(table);
+    const knex = await freshKnex(database, path.join(dir, 'refused.db'), table);
     const ojs = createOjs({ url: 'http://127.0.0.1:9', knex, outbox: { tableName: table }, relay: 'external', autoStart: false, handleSignals: false });
     try {
       await ojs.migrate();

@@ -1,6 +1,7 @@
 'use strict';
 // Shared by the tests: the package under test (the installed npm package unless
-// OJS_PACKAGE points elsewhere), the repository (cases, devserver), the databases, and the
+// OJS_PACKAGE points elsewhere), the repository (cases, devserver), the databases (SQLite files,
+// PostgreSQL from OJS_TEST_DATABASE_URL, MariaDB from OJS_TEST_MYSQL_URL), and the
 // development backend `ojs-devserver` over HTTP.
 
 const fs = require('node:fs');
@@ -18,6 +19,8 @@ const REPO = process.env.OJS_REPO_ROOT || path.resolve(__dirname, '..', '..');
 const DEVSERVER = process.env.OJS_DEVSERVER_BIN || path.join(REPO, 'target', 'debug', 'ojs-devserver');
 const PG_URL = process.env.OJS_TEST_DATABASE_URL;
 if (!PG_URL) throw new Error('OJS_TEST_DATABASE_URL is not set (postgres://...); scripts/test.sh or bindings-node/test.sh sets it');
+const MYSQL_URL = process.env.OJS_TEST_MYSQL_URL;
+if (!MYSQL_URL) throw new Error('OJS_TEST_MYSQL_URL is not set (mysql://... of a MariaDB server); scripts/test.sh sets it');
 
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 
@@ -72,6 +75,24 @@ function postgresKnex() {
   return knexLib({ client: 'pg', connection: PG_URL, pool: { min: 0, max: 4 } });
 }
 
+/** A knex instance on the test MariaDB server (mysql2). */
+function mysqlKnex(options = {}) {
+  return knexLib({ client: 'mysql2', connection: MYSQL_URL, pool: { min: 0, max: 4 }, ...options });
+}
+
+/**
+ * Drops a MariaDB outbox and its tables (event log, locks, relays) with the core's statement
+ * (`dropOutboxTable`), on a connection of its own: for the other libraries' tests.
+ */
+async function dropMysqlOutbox(table) {
+  const knex = mysqlKnex({ pool: { min: 0, max: 1 } });
+  try {
+    await ojsPackage.dropOutboxTable(knex, { tableName: table });
+  } finally {
+    await knex.destroy();
+  }
+}
+
 /** Polls `check` (async, returns truthy when done) every 20 ms until `timeoutMs` (default WAIT_MS). */
 async function waitFor(check, timeoutMs = WAIT_MS, what = 'a condition') {
   const deadline = Date.now() + timeoutMs;
@@ -89,11 +110,14 @@ module.exports = {
   knexLib,
   REPO,
   PG_URL,
+  MYSQL_URL,
   sleep,
   WAIT_MS,
   scratchDir,
   startDevserver,
   sqliteKnex,
   postgresKnex,
+  mysqlKnex,
+  dropMysqlOutbox,
   waitFor,
 };

@@ -1,13 +1,14 @@
 'use strict';
-// Drizzle ORM (drizzle-orm >= 0.36) on node-postgres or better-sqlite3: a database, or a
-// transaction ojs.transaction opened on it (`db.transaction(cb)`; a nested one is Drizzle's
+// Drizzle ORM (drizzle-orm >= 0.36) on node-postgres, mysql2 or better-sqlite3: a database, or
+// a transaction ojs.transaction opened on it (`db.transaction(cb)`; a nested one is Drizzle's
 // savepoint, `tx.transaction(cb)`). On better-sqlite3 Drizzle's transactions are synchronous,
 // and so is ojs.transaction there (use enqueueAfterCommitSync / enqueueBulkSync inside).
 //
 // The trap: a JavaScript array interpolated into Drizzle's `sql` template is expanded into a
 // list of parameters. The core's SQL (placeholder "dollar": `$1`, `$2`, ... in order) is cut at
 // its placeholders and each parameter is bound as ONE parameter (`sql.param`), whatever its
-// value; Drizzle then numbers them in its driver's style.
+// value; Drizzle then writes them in its driver's style (`$n` on PostgreSQL, `?` on MySQL and
+// SQLite).
 
 const { firstColumn } = require('../staged');
 
@@ -48,23 +49,45 @@ function statement(text, params) {
 }
 
 const isSync = (db) => kinds(db.dialect).includes('SQLiteSyncDialect');
+const isMysql = (db) => kinds(db.dialect).includes('MySqlDialect');
+
+/**
+ * The core's connection parts of a mysql2 pool or connection (callback or promise API: the
+ * promise wrappers hold the callback object in `pool` / `connection`), or null.
+ */
+function mysql2Parts(client) {
+  const inner = (client && (client.pool || client.connection)) || client;
+  const config = inner && inner.config && (inner.config.connectionConfig || inner.config);
+  if (!config || typeof config !== 'object') return null;
+  const text = (value) => (typeof value === 'string' && value !== '' ? value : undefined);
+  return {
+    engine: 'mysql',
+    host: text(config.socketPath) || text(config.host),
+    port: typeof config.port === 'number' ? config.port : text(config.port),
+    user: text(config.user),
+    password: text(config.password),
+    database: text(config.database),
+  };
+}
 
 module.exports = {
   name: 'drizzle',
   placeholder: 'dollar',
   kinds,
   statement,
+  mysql2Parts,
 
   matches(db) {
     if (typeof db !== 'object' || db === null || !db.dialect || !db.session) return false;
     const own = kinds(db);
-    return own.includes('PgDatabase') || own.includes('BaseSQLiteDatabase');
+    return own.includes('PgDatabase') || own.includes('BaseSQLiteDatabase') || own.includes('MySqlDatabase');
   },
 
   dialect(db) {
     const dialect = kinds(db.dialect);
     if (dialect.includes('PgDialect')) return 'postgresql';
     if (dialect.includes('SQLiteDialect')) return 'sqlite';
+    if (dialect.includes('MySqlDialect')) return 'mysql';
     return null;
   },
 
@@ -73,7 +96,7 @@ module.exports = {
 
   foreignTransaction(db) {
     const own = kinds(db);
-    return own.includes('PgTransaction') || own.includes('SQLiteTransaction');
+    return own.includes('PgTransaction') || own.includes('SQLiteTransaction') || own.includes('MySqlTransaction');
   },
 
   execute(executor, text, params) {
@@ -81,11 +104,15 @@ module.exports = {
     return isSync(executor) ? executor.run(query) : executor.execute(query);
   },
 
-  /** The rows as objects: `all` on better-sqlite3 (synchronous), `execute`'s result on PostgreSQL. */
+  /**
+   * The rows as objects: `all` on better-sqlite3 (synchronous), `execute`'s result on
+   * PostgreSQL, its first element on MySQL (mysql2's `[rows, fields]`).
+   */
   queryValue(executor, text, params) {
     const query = statement(text, params);
     if (isSync(executor)) return firstColumn(executor.all(query));
-    return Promise.resolve(executor.execute(query)).then(firstColumn);
+    const mysql = isMysql(executor);
+    return Promise.resolve(executor.execute(query)).then((result) => firstColumn(mysql ? result[0] : result));
   },
 
   begin(db, work, options) {
@@ -96,9 +123,10 @@ module.exports = {
     return tx.transaction(work);
   },
 
-  /** The relay's database URL parts from the driver under Drizzle (`db.$client`). */
+  /** The relay's database URL parts from the driver under Drizzle (`db.$client`: a pg pool, a mysql2 pool, ...). */
   urlParts(db, providers) {
     const client = db.$client;
+    if (client && isMysql(db)) return mysql2Parts(client);
     const inner = client && providers.find((p) => p !== module.exports && p.matches(client));
     return inner && inner.urlParts ? inner.urlParts(client) : null;
   },

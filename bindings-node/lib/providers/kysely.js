@@ -6,7 +6,7 @@
 // and commits it (or rolls it back) when `work` settles; ojs.transaction(trx, work) opens a
 // savepoint on it. The core's statements run as Kysely's `CompiledQuery.raw(sql, params)`:
 // the text and parameters reach the driver as they are, in the placeholder style of the
-// dialect's driver (`$n` for PostgreSQL, `?` for SQLite), which the core emits.
+// dialect's driver (`$n` for PostgreSQL, `?` for SQLite and MySQL), which the core emits.
 
 const { firstColumn } = require('../staged');
 
@@ -36,7 +36,7 @@ module.exports = {
 
   matches: isKysely,
 
-  /** The core's dialect from the Kysely dialect's adapter (PostgresAdapter, SqliteAdapter). */
+  /** The core's dialect from the Kysely dialect's adapter (PostgresAdapter, SqliteAdapter, MysqlAdapter). */
   dialect(db) {
     const adapter = db.getExecutor().adapter;
     let proto = adapter && Object.getPrototypeOf(adapter);
@@ -44,6 +44,7 @@ module.exports = {
       const name = proto.constructor.name;
       if (/^Postgres/.test(name)) return 'postgresql';
       if (/^Sqlite/.test(name)) return 'sqlite';
+      if (/^Mysql/.test(name)) return 'mysql';
       proto = Object.getPrototypeOf(proto);
     }
     return null;

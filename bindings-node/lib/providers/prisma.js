@@ -3,7 +3,7 @@
 // transaction client of an interactive transaction ojs.transaction opened on it
 // (`prisma.$transaction(async (tx) => ...)`; nested, `tx.$transaction(...)`, is Prisma's
 // savepoint). The core's statements run as `tx.$executeRawUnsafe(sql, ...params)`, in the
-// placeholder style of the database (`$n` on PostgreSQL, `?` on SQLite).
+// placeholder style of the database (`$n` on PostgreSQL, `?` on SQLite and MySQL/MariaDB).
 
 const { firstColumn } = require('../staged');
 
@@ -25,6 +25,7 @@ module.exports = {
     const provider = db._activeProvider || (db._engineConfig && db._engineConfig.activeProvider);
     if (provider === 'postgresql' || provider === 'postgres') return 'postgresql';
     if (provider === 'sqlite') return 'sqlite';
+    if (provider === 'mysql') return 'mysql';
     return null;
   },
 

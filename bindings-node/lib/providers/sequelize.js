@@ -2,8 +2,9 @@
 // Sequelize (6): a Sequelize instance, or a transaction ojs.transaction opened on it
 // (`sequelize.transaction(cb)`, a managed transaction; nested: `{ transaction: parent }`, a
 // savepoint). The core's statements run as `sequelize.query(sql, { bind, transaction })`:
-// Sequelize's bind parameters are `$1`, `$2`, ... on every dialect (placeholder "dollar"),
-// sent to the driver as parameters, never spliced into the text (its `replacements` would be).
+// Sequelize's bind parameters are `$1`, `$2`, ... on every dialect (placeholder "dollar"; on
+// mysql and mariadb Sequelize rewrites them to `?`), sent to the driver as parameters, never
+// spliced into the text (its `replacements` would be).
 //
 // The trap: a transaction's `afterCommit` hook also runs when a savepoint's transaction
 // "commits" (at its RELEASE, before the outermost COMMIT), and Sequelize runs it once the
@@ -49,6 +50,7 @@ module.exports = {
     const name = instanceOf(db).getDialect();
     if (name === 'postgres') return 'postgresql';
     if (name === 'sqlite') return 'sqlite';
+    if (name === 'mysql' || name === 'mariadb') return 'mysql';
     return null;
   },
 
@@ -78,9 +80,10 @@ module.exports = {
   urlParts(db) {
     const config = db.config || {};
     const text = (value) => (typeof value === 'string' && value !== '' ? value : undefined);
-    if (db.getDialect() === 'sqlite') return { engine: 'sqlite', database: text(db.options && db.options.storage) };
+    const dialect = db.getDialect();
+    if (dialect === 'sqlite') return { engine: 'sqlite', database: text(db.options && db.options.storage) };
     return {
-      engine: 'postgresql',
+      engine: dialect === 'postgres' ? 'postgresql' : dialect,
       host: text(config.host),
       port: typeof config.port === 'number' ? config.port : text(config.port),
       user: text(config.username),

@@ -3,7 +3,7 @@
 // EntityManager ojs.transaction hands out (`dataSource.transaction(cb)`; nested:
 // `manager.transaction(cb)`, a savepoint on the same query runner). The core's statements run as
 // `manager.query(sql, params)` in the driver's placeholder style (`$n` on PostgreSQL, `?` on
-// SQLite through the better-sqlite3 driver).
+// SQLite through the better-sqlite3 driver and on MySQL/MariaDB through mysql2).
 //
 // The trap: a subscriber's `afterTransactionCommit` also runs when a nested transaction's
 // savepoint is released, before the outermost COMMIT. It is not used: the wake-up follows the
@@ -33,6 +33,7 @@ module.exports = {
     const type = optionsOf(db).type;
     if (type === 'postgres') return 'postgresql';
     if (type === 'better-sqlite3' || type === 'sqlite') return 'sqlite';
+    if (type === 'mysql' || type === 'mariadb') return 'mysql';
     return null;
   },
 
@@ -67,10 +68,11 @@ module.exports = {
     const options = optionsOf(db);
     const text = (value) => (typeof value === 'string' && value !== '' ? value : undefined);
     if (options.type === 'better-sqlite3' || options.type === 'sqlite') return { engine: 'sqlite', database: text(options.database) };
+    const mysql = options.type === 'mysql' || options.type === 'mariadb';
     return {
-      engine: 'postgresql',
+      engine: mysql ? 'mysql' : 'postgresql',
       url: text(options.url),
-      host: text(options.host),
+      host: text(mysql && options.socketPath) || text(options.host),
       port: typeof options.port === 'number' ? options.port : text(options.port),
       user: text(options.username),
       password: text(options.password),
