@@ -260,6 +260,10 @@ pub fn is_postgres(url: &str) -> bool {
     url.starts_with("postgres://") || url.starts_with("postgresql://")
 }
 
+pub fn is_mysql(url: &str) -> bool {
+    url.starts_with("mysql://") || url.starts_with("mariadb://")
+}
+
 /// Drops `table` (PostgreSQL) so the benchmark starts from an empty, never-updated table.
 pub async fn drop_table(admin: &sqlx::PgPool, table: &str) -> BoxResult<()> {
     sqlx::raw_sql(AssertSqlSafe(format!("DROP TABLE IF EXISTS {table}")))

@@ -48,6 +48,10 @@ pub struct LatencyArgs {
     /// Floor probes per second during the measured run (PostgreSQL; 0: none).
     #[arg(long, default_value_t = 100.0)]
     pub probe_rate: f64,
+    /// The separate relay's `--poll-interval` (ISO 8601), e.g. PT0.05S: on MySQL/MariaDB no
+    /// commit wakes it, so its poll is its latency (default: the relay's own default).
+    #[arg(long)]
+    pub separate_poll_interval: Option<String>,
     /// Measured seconds with a separate relay process instead (0: skipped).
     #[arg(long, default_value_t = 20.0)]
     pub separate_seconds: f64,
@@ -348,21 +352,32 @@ async fn separate_relay(
         std::process::Command::new(sibling_binary(args.relay_bin.as_deref(), "ojs-relay")?)
             .args(["--database-url", &args.database_url, "--table", TABLE])
             .args(["run", "--ojs-url", &devserver.url])
+            .args(
+                args.separate_poll_interval
+                    .iter()
+                    .flat_map(|p| ["--poll-interval", p.as_str()]),
+            )
             .env("OJS_LOG", "info")
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::null())
             .stderr(std::fs::File::create(&log)?)
             .spawn()?;
-    // Measured once its wake-up is in place (it says so).
+    // Measured once its wake-up is in place (it says so); on MySQL, where it has none, once
+    // it has started.
+    let ready_line = if is_mysql(&args.database_url) {
+        "relay started"
+    } else {
+        "woken by commits in other processes"
+    };
     let ready = std::time::Instant::now();
     while !std::fs::read_to_string(&log)
         .unwrap_or_default()
-        .contains("woken by commits in other processes")
+        .contains(ready_line)
     {
         if ready.elapsed() > Duration::from_secs(30) || relay.try_wait()?.is_some() {
             let _ = relay.kill();
             return Err(err(format!(
-                "the separate relay never said it is woken by commits: {}",
+                "the separate relay never said {ready_line:?}: {}",
                 std::fs::read_to_string(&log).unwrap_or_default()
             )));
         }
@@ -408,6 +423,18 @@ async fn prepare_database(url: &str) -> BoxResult<(&'static str, String, Option<
         admin.close().await;
         return Ok(("PostgreSQL", version, postmaster));
     }
+    if is_mysql(url) {
+        let store = ojs_outbox::Store::connect(url, TABLE).await?;
+        let pool = store.mysql_pool().expect("a MySQL store");
+        sqlx::raw_sql(sqlx::AssertSqlSafe(store.sql().drop_table()))
+            .execute(pool)
+            .await?;
+        let version: String = sqlx::query_scalar("SELECT VERSION()")
+            .fetch_one(pool)
+            .await?;
+        store.close().await;
+        return Ok(("MySQL", version, None));
+    }
     let path = url
         .strip_prefix("sqlite://")
         .or_else(|| url.strip_prefix("sqlite:"))
@@ -438,7 +465,11 @@ async fn empty_table(app: &Outbox) -> BoxResult<()> {
     match (app.store().postgres_pool(), app.store().sqlite_pool()) {
         (Some(pool), _) => sqlx::raw_sql(sql).execute(pool).await.map(|_| ())?,
         (_, Some(pool)) => sqlx::raw_sql(sql).execute(pool).await.map(|_| ())?,
-        _ => {}
+        _ => {
+            if let Some(pool) = app.store().mysql_pool() {
+                sqlx::raw_sql(sql).execute(pool).await?;
+            }
+        }
     }
     Ok(())
 }

@@ -103,9 +103,14 @@ struct JobInput {
 }
 
 impl Bridge {
-    /// The DDL for a host connection of this dialect (`postgres`/`postgresql`, `sqlite`).
+    /// The DDL for a host connection of this dialect (`postgres`/`postgresql`, `mysql`/`mariadb`,
+    /// `sqlite`).
     pub fn create_table_sql(&self, dialect: &str) -> Result<Vec<String>> {
-        Ok(OutboxSql::new(parse_dialect(dialect)?, self.table_name()).create_table())
+        let sql = OutboxSql::new(parse_dialect(dialect)?, self.table_name());
+        if let Some(why) = sql.name_too_long() {
+            return Err(Error::field(ErrorCode::InvalidConfig, "table_name", why));
+        }
+        Ok(sql.create_table())
     }
 
     /// The statement that removes the outbox table (a framework migration's reverse step).
@@ -316,7 +321,7 @@ fn parse_dialect(name: &str) -> Result<Dialect> {
         Error::field(
             ErrorCode::InvalidConfig,
             "dialect",
-            format!("{name:?} is not supported (postgresql or sqlite)"),
+            format!("{name:?} is not supported (postgresql, mysql or sqlite)"),
         )
     })
 }

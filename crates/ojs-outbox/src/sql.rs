@@ -170,6 +170,9 @@ const MYSQL_NOW_MS: &str =
 /// `max_allowed_packet` (4 MiB on MySQL 5.7, 16 MiB on MariaDB, 64 MiB on MySQL 8).
 const MYSQL_MAX_INSERT_BYTES: usize = 1024 * 1024;
 
+/// MySQL and MariaDB: the longest outbox table name (`OutboxSql::name_too_long`).
+const MYSQL_MAX_TABLE_NAME: usize = 52;
+
 /// MySQL and MariaDB: how many claims' worth of due ids a claim looks among
 /// (`claim_candidates_mysql`).
 const MYSQL_CLAIM_WINDOW: usize = 4;
@@ -897,6 +900,19 @@ impl OutboxSql {
              AND ojs_head.id < {t}.id AND ojs_head.status IN ('pending', 'failed', 'dead')))",
             self.table
         )
+    }
+
+    /// Why the table's name is too long for this dialect, if it is: MySQL and MariaDB refuse
+    /// identifiers over 64 characters, and the longest derived from the table's name is its
+    /// event log's index, `<table>_events_time` (PostgreSQL would shorten it instead).
+    pub fn name_too_long(&self) -> Option<String> {
+        let bare = self.bare_table();
+        (self.dialect == Dialect::Mysql && bare.len() > MYSQL_MAX_TABLE_NAME).then(|| {
+            format!(
+                "{bare:?} is {} characters; on MySQL and MariaDB an outbox table's name has at most {MYSQL_MAX_TABLE_NAME} (its index {bare}_events_time must fit in 64)",
+                bare.len()
+            )
+        })
     }
 
     /// The table's name without its schema: how a statement refers to the row it scans.

@@ -389,6 +389,9 @@ impl Store {
             .strip_prefix("mysql://")
             .or_else(|| database_url.strip_prefix("mariadb://"))
         {
+            if let Some(why) = OutboxSql::new(Dialect::Mysql, table).name_too_long() {
+                return Err(Error::field(ErrorCode::InvalidConfig, "table_name", why));
+            }
             Pool::Mysql(open_mysql(&format!("mysql://{rest}"), database_url, read_only).await?)
         } else {
             return Err(bad_url(format!(

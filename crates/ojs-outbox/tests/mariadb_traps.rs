@@ -263,3 +263,18 @@ async fn an_application_session_with_a_strict_sql_mode_stages() {
     outbox.stop_relay().await;
     backend.shutdown().await;
 }
+
+/// MySQL's identifiers stop at 64 characters: a table name whose index names would not fit is
+/// refused up front, naming the field, instead of leaving a migration half made.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_table_name_too_long_for_mysql_is_refused_before_any_ddl() {
+    let Some(url) = mysql_url() else { return };
+    let name = "t".repeat(53);
+    let error = Store::connect(&url, &name).await.expect_err("refused");
+    assert_eq!(error.code, ojs_outbox::ErrorCode::InvalidConfig);
+    assert_eq!(error.field.as_deref(), Some("table_name"));
+    assert!(error.message.contains("at most 52"), "{}", error.message);
+    Store::connect(&url, &"t".repeat(52))
+        .await
+        .expect("52 characters fit");
+}
