@@ -2,11 +2,12 @@
 # The whole Ruby suite of test.sh (conformance included) on Ruby 3.3 and ActiveRecord/ActiveJob/
 # Railties 7.2, inside the Debian 13 root of scripts/trixie-root.sh (built once, cached outside
 # the repository). test.sh runs the same suite on the host's ActiveRecord 6.1.
-#   OJS_TEST_DATABASE_URL=postgres://... bindings-ruby/test-rails72.sh [minitest options]
+#   OJS_TEST_DATABASE_URL=postgres://... OJS_TEST_MYSQL_URL=mysql://... \
+#     bindings-ruby/test-rails72.sh [minitest options]
 # The root has no cargo: the native library, the devserver and the gem file are built on the
 # host (build.sh); inside the root the gem is installed into target/ruby-gems/rails-7.2 with the
-# root's Ruby and the suite runs against it, the host's PostgreSQL reached on 127.0.0.1 (the
-# root shares the network). Conformance matrix: target/matrix/rails-7.2.tsv. The last line is
+# root's Ruby and the suite runs against it, the host's PostgreSQL and MariaDB reached on
+# 127.0.0.1 (the root shares the network). Conformance matrix: target/matrix/rails-7.2.tsv. The last line is
 # minitest's summary.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -33,6 +34,10 @@ if [[ -z ${OJS_TEST_DATABASE_URL:-} ]]; then
   echo "test-rails72.sh: OJS_TEST_DATABASE_URL is required (e.g. postgres://postgres@127.0.0.1:55432/postgres)" >&2
   exit 2
 fi
+if [[ -z ${OJS_TEST_MYSQL_URL:-} ]]; then
+  echo "test-rails72.sh: OJS_TEST_MYSQL_URL is required (a MariaDB server, e.g. mysql://ojs@127.0.0.1:33073/ojs_test; scripts/mariadb.sh)" >&2
+  exit 2
+fi
 "$here/build.sh" debug >/dev/null          # native library, devserver, gem file (on the host)
 "$root/scripts/trixie-root.sh" ensure >/dev/null
 # Puma in the root too (test/events_server_test.rb), checked by its package state there.
@@ -42,4 +47,4 @@ fi
   { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends puma \
       && apt-get clean; } >/tmp/install-puma.log 2>&1 || { tail -n 20 /tmp/install-puma.log >&2; exit 1; }'
 exec "$root/scripts/trixie-root.sh" run -- env OJS_TEST_DATABASE_URL="$OJS_TEST_DATABASE_URL" \
-  "$here/test-rails72.sh" --inside-root "$@"
+  OJS_TEST_MYSQL_URL="$OJS_TEST_MYSQL_URL" "$here/test-rails72.sh" --inside-root "$@"

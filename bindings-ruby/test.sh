@@ -1,14 +1,20 @@
 #!/usr/bin/env bash
 # Builds the native library and the gem ojs-adapter-rails, installs THAT gem into a fresh
 # GEM_HOME under target/ruby-gems/, and runs the minitest suite against the installed gem:
-# the conformance cases on SQLite and PostgreSQL (matrix in target/ruby-conformance-matrix.txt),
-# bad input, savepoints, request context, threads, ActiveJob, and the Rails app (generator,
-# migration, rake tasks). Needs OJS_TEST_DATABASE_URL (a PostgreSQL server; the tests create
-# and use the database ojs_rb on it). The last line is minitest's summary.
+# the conformance cases on SQLite, PostgreSQL and MariaDB (matrix in
+# target/matrix/rails-6.1.tsv), bad input, savepoints, request context, threads, ActiveJob, and
+# the Rails app (generator, migration, rake tasks). Needs OJS_TEST_DATABASE_URL (a PostgreSQL
+# server) and OJS_TEST_MYSQL_URL (a MariaDB server, reached through ActiveRecord's mysql2
+# adapter; scripts/mariadb.sh starts one); the tests create and use the database ojs_rb_61 on
+# each. The last line is minitest's summary.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 if [[ -z ${OJS_TEST_DATABASE_URL:-} ]]; then
   echo "test.sh: OJS_TEST_DATABASE_URL is required (e.g. postgres://postgres@127.0.0.1:55432/postgres)" >&2
+  exit 2
+fi
+if [[ -z ${OJS_TEST_MYSQL_URL:-} ]]; then
+  echo "test.sh: OJS_TEST_MYSQL_URL is required (a MariaDB server, e.g. mysql://ojs@127.0.0.1:33073/ojs_test; scripts/mariadb.sh)" >&2
   exit 2
 fi
 

@@ -20,7 +20,7 @@ root=${root%/}
 suite=trixie
 # What the Ruby suite needs in the root (Ruby 3.3, ActiveRecord/ActiveJob/Railties 7.2,
 # ffi, sqlite3, pg, minitest, rack, rake). `gem build` runs on the host, so no ruby-dev.
-packages=(ruby ruby-ffi ruby-activerecord ruby-activejob ruby-railties ruby-sqlite3 ruby-pg
+packages=(ruby ruby-ffi ruby-activerecord ruby-activejob ruby-railties ruby-sqlite3 ruby-pg ruby-mysql2
   ruby-minitest ruby-rack rake)
 log="$repo/target/trixie-root.log"
 

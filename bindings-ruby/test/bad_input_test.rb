@@ -1,8 +1,8 @@
 # frozen_string_literal: true
 
 # Bad input raises an OJS::Error subclass with the core's code, inside a transaction that stays
-# usable, and leaves the outbox as it was. Run on SQLite and PostgreSQL (where a failed
-# statement would abort the transaction: staging is refused before any SQL runs).
+# usable, and leaves the outbox as it was. Run on SQLite, PostgreSQL and MariaDB (on PostgreSQL
+# a failed statement would abort the transaction: staging is refused before any SQL runs).
 
 require_relative "test_helper"
 
@@ -150,7 +150,7 @@ class BadInputTest < Minitest::Test
       -> { OJS.configure { |c| c.outbox_table = "drop table;" } } => %w[INVALID_CONFIG adapter.outbox.table_name],
       -> { OJS.configure { |c| c.relay_options = "fast" } } => %w[INVALID_CONFIG relay_options],
       -> { OJS.configure { |c| c.adapter = :redis } } => %w[INVALID_CONFIG adapter],
-      -> { OJS.configure { |c| c.url = "http://127.0.0.1:9"; c.database_url = "mysql://x/y" } } => %w[INVALID_DATABASE_URL database_url]
+      -> { OJS.configure { |c| c.url = "http://127.0.0.1:9"; c.database_url = "mssql://x/y" } } => %w[INVALID_DATABASE_URL database_url]
     }.each do |call, (code, field)|
       error = assert_raises(OJS::ConfigurationError) do
         call.call

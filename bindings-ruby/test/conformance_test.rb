@@ -2,12 +2,12 @@
 
 # The Ruby runner of the language-neutral conformance cases (conformance-tests/cases/*.json,
 # format in conformance-tests/README.md; runner-rust/src/lib.rs is the reference). Every case
-# runs on SQLite and on PostgreSQL through the real adapter (OJS.enqueue_after_commit, ...,
-# on ActiveRecord's connection and transactions) against the real ojs-devserver. Prints the
-# matrix (case x database: PASS / FAIL / SKIP with reason) and writes it per ActiveRecord
-# version: target/ruby-conformance-matrix-rails-<MAJOR.MINOR>.txt for people, and
-# target/matrix/rails-<MAJOR.MINOR>.tsv (`case<TAB>sqlite|postgresql<TAB>PASS|FAIL|SKIP`) for
-# scripts/matrix.sh.
+# runs on SQLite, on PostgreSQL and on MariaDB (ActiveRecord's mysql2 adapter) through the real
+# adapter (OJS.enqueue_after_commit, ..., on ActiveRecord's connection and transactions) against
+# the real ojs-devserver. Prints the matrix (case x database: PASS / FAIL / SKIP with reason)
+# and writes it per ActiveRecord version: target/ruby-conformance-matrix-rails-<MAJOR.MINOR>.txt
+# for people, and target/matrix/rails-<MAJOR.MINOR>.tsv
+# (`case<TAB>sqlite|postgresql|mariadb<TAB>PASS|FAIL|SKIP`) for scripts/matrix.sh.
 
 require_relative "test_helper"
 

@@ -1,10 +1,11 @@
 # frozen_string_literal: true
 
 # A failure of the outbox INSERT on the application's connection is classified by the core's
-# rule (bridge::database_error_code, from the SQLSTATE on PostgreSQL and the driver's message):
+# rule (bridge::database_error_code, from the SQLSTATE on PostgreSQL and MariaDB and the driver's
+# message):
 # a missing outbox table raises OJS::OutboxTableMissing, any other failure OJS::DatabaseError,
 # both with ActiveRecord's exception as the cause, and nothing is woken. Real SQLite files and
-# the real PostgreSQL server.
+# the real PostgreSQL and MariaDB servers.
 
 require_relative "test_helper"
 

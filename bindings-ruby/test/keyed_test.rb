@@ -1,7 +1,7 @@
 # frozen_string_literal: true
 
 # Jobs the core stages by statements of their own (an ordering key, a unique key) and
-# encrypted args, on a real SQLite file and the real PostgreSQL, delivered to the real
+# encrypted args, on a real SQLite file, the real PostgreSQL and MariaDB, delivered to the real
 # devserver: a unique job is decided in the application's transaction (OJS::DuplicateJob for
 # "reject", the held job's id for "ignore"; the transaction goes on either way), a bulk holding
 # a rejected job stages nothing, `ordering_key` is the outbox's own option (never on the wire),

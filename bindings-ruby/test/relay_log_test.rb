@@ -2,8 +2,8 @@
 
 # The relay's log records reach the application's logger (`config.logger`, OJS.logger): a pause
 # when the backend cannot be reached (WARN), a dead letter (ERROR, naming its job id), on
-# SQLite and PostgreSQL. Real relay, real ojs-devserver, a real closed port; records are awaited
-# with a deadline. (`rails ojs:relay` printing them: rails_app_test.rb.)
+# SQLite, PostgreSQL and MariaDB. Real relay, real ojs-devserver, a real closed port; records
+# are awaited with a deadline. (`rails ojs:relay` printing them: rails_app_test.rb.)
 
 require_relative "test_helper"
 require "socket"

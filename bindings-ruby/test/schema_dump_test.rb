@@ -5,7 +5,8 @@
 # `db:schema:load` then builds a FRESH database from db/schema.rb alone, as a test database, CI
 # or a new laptop gets it. The loaded table must be the core's: compared with a table made by
 # the core's DDL directly (columns, types, nullability, defaults, indexes with their WHERE
-# clauses, the UNIQUE(job_id) and the status CHECK, and on PostgreSQL the fillfactor), the
+# clauses, the UNIQUE(job_id) and the status CHECK, on PostgreSQL the fillfactor, on MariaDB
+# also the event log and locks table the core's DDL creates beside it), the
 # constraints must hold (a duplicate job_id and an unknown status are refused), and a row
 # staged right after must be young (`oldest_pending_age_ms`), not 56 years old.
 
@@ -53,6 +54,26 @@ class SchemaDumpTest < Minitest::Test
     { "DATABASE_URL" => base.to_s }
   end
 
+  # A new, empty MariaDB database per role and Rails version, reached through mysql2.
+  def mariadb_env(name)
+    database = "ojs_rb_schema_#{name}_#{TestSupport::RAILS.delete('.')}"
+    ActiveRecord::Base.establish_connection(TestSupport.mysql_url)
+    ActiveRecord::Base.connection.execute("DROP DATABASE IF EXISTS #{database}")
+    ActiveRecord::Base.connection.execute("CREATE DATABASE #{database}")
+    ActiveRecord::Base.remove_connection
+    url = URI(TestSupport.mysql_url)
+    url.path = "/#{database}"
+    { "DATABASE_URL" => url.to_s }
+  end
+
+  def env_for(kind, name)
+    case kind
+    when :sqlite then sqlite_env(name)
+    when :postgres then postgres_env(name)
+    when :mariadb then mariadb_env(name)
+    end
+  end
+
   def connect(kind, env)
     ActiveRecord::Base.remove_connection if ActiveRecord::Base.connected?
     if kind == :sqlite
@@ -67,7 +88,11 @@ class SchemaDumpTest < Minitest::Test
 
   def describe(kind, env)
     connection = connect(kind, env)
-    kind == :sqlite ? describe_sqlite(connection) : describe_postgres(connection)
+    case kind
+    when :sqlite then describe_sqlite(connection)
+    when :postgres then describe_postgres(connection)
+    when :mariadb then describe_mariadb(connection)
+    end
   ensure
     ActiveRecord::Base.remove_connection
   end
@@ -104,9 +129,38 @@ class SchemaDumpTest < Minitest::Test
     { columns: columns, constraints: constraints, indexes: indexes, reloptions: options }
   end
 
+  # MariaDB: the outbox table and the two the core's DDL creates beside it (its event log and
+  # its locks table; ActiveRecord dumps those two as ordinary tables): every column with its
+  # type, default, generation expression and collation, every index, the CHECK constraints,
+  # and each table's engine and collation.
+  def describe_mariadb(connection)
+    tables = [TABLE, "#{TABLE}_events", "#{TABLE}_locks"]
+    list = tables.map { |table| connection.quote(table) }.join(", ")
+    where = "table_schema = DATABASE() AND table_name IN (#{list})"
+    {
+      tables: connection.select_rows(<<~SQL),
+        SELECT table_name, engine, table_collation, create_options FROM information_schema.tables
+        WHERE #{where} ORDER BY table_name
+      SQL
+      columns: connection.select_rows(<<~SQL),
+        SELECT table_name, column_name, column_type, is_nullable, column_default, extra,
+               generation_expression, character_set_name, collation_name
+        FROM information_schema.columns WHERE #{where} ORDER BY table_name, ordinal_position
+      SQL
+      indexes: connection.select_rows(<<~SQL),
+        SELECT table_name, index_name, non_unique, seq_in_index, column_name, sub_part, index_type
+        FROM information_schema.statistics WHERE #{where} ORDER BY table_name, index_name, seq_in_index
+      SQL
+      checks: connection.select_rows(<<~SQL)
+        SELECT table_name, constraint_name, check_clause FROM information_schema.check_constraints
+        WHERE constraint_schema = DATABASE() AND table_name IN (#{list}) ORDER BY table_name, constraint_name
+      SQL
+    }
+  end
+
   # The reference: the table made by the core's DDL itself, in a fresh database.
   def reference(kind)
-    env = kind == :sqlite ? sqlite_env("reference") : postgres_env("reference")
+    env = env_for(kind, "reference")
     connect(kind, env)
     OJS.configure do |config|
       config.url = TestSupport.devserver.url
@@ -138,8 +192,8 @@ class SchemaDumpTest < Minitest::Test
   TestSupport.databases.each do |kind|
     define_method("test_#{kind}_outbox_table_round_trips_through_schema_rb") do
       expected = reference(kind)
-      source = kind == :sqlite ? sqlite_env("source") : postgres_env("source")
-      loaded = kind == :sqlite ? sqlite_env("loaded") : postgres_env("loaded")
+      source = env_for(kind, "source")
+      loaded = env_for(kind, "loaded")
 
       rails(source, "generate", "ojs:install")
       initializer = File.join(@app, "config/initializers/ojs.rb")

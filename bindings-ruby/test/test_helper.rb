@@ -1,7 +1,8 @@
 # frozen_string_literal: true
 
 # Shared setup for the gem's tests: the INSTALLED gem (test.sh puts it on GEM_PATH), a real
-# SQLite file or the real PostgreSQL server (OJS_TEST_DATABASE_URL), and the real
+# SQLite file, the real PostgreSQL server (OJS_TEST_DATABASE_URL) or the real MariaDB server
+# (OJS_TEST_MYSQL_URL, through ActiveRecord's mysql2 adapter), and the real
 # ojs-devserver over HTTP. No mocks: the devserver is the stand-in for the OJS backend.
 
 require "minitest/autorun"
@@ -22,12 +23,15 @@ end
 unless ENV["OJS_TEST_DATABASE_URL"]
   abort "OJS_TEST_DATABASE_URL is required (a PostgreSQL server, e.g. postgres://postgres@127.0.0.1:55432/postgres)"
 end
+unless ENV["OJS_TEST_MYSQL_URL"]
+  abort "OJS_TEST_MYSQL_URL is required (a MariaDB server, e.g. mysql://ojs@127.0.0.1:33073/ojs_test)"
+end
 
 module TestSupport
   ROOT = File.expand_path("../..", __dir__)
   # MAJOR.MINOR of the ActiveRecord under test: 6.1 on the host, 7.2 in the Debian 13 root
-  # (test-rails72.sh). Files and the PostgreSQL database are per version, so the two suites
-  # never share state.
+  # (test-rails72.sh). Files and the PostgreSQL and MariaDB databases are per version, so the
+  # two suites never share state.
   RAILS = "#{ActiveRecord::VERSION::MAJOR}.#{ActiveRecord::VERSION::MINOR}"
   TMP = File.join(ROOT, "target", "ruby-test", "rails-#{RAILS}")
   FileUtils.mkdir_p(TMP)
@@ -139,8 +143,26 @@ module TestSupport
       end
     end
 
-    # Connects ActiveRecord to a fresh database of `kind` (:sqlite: a new file; :postgres: the
-    # test database, with `table` dropped).
+    # The MariaDB database of the Ruby tests of this ActiveRecord version (created on the server
+    # of OJS_TEST_MYSQL_URL if missing), as ActiveRecord's mysql2 URL, with the `encoding:
+    # utf8mb4` of Rails' generated database.yml (the mysql2 gem's own default is 3-byte utf8).
+    def mysql_url
+      @mysql_url ||= begin
+        base = URI(ENV.fetch("OJS_TEST_MYSQL_URL"))
+        base.scheme = "mysql2"
+        base.query = [base.query, "encoding=utf8mb4"].compact.join("&")
+        name = "ojs_rb_#{RAILS.delete('.')}"
+        ActiveRecord::Base.establish_connection(base.to_s)
+        ActiveRecord::Base.connection.execute("CREATE DATABASE IF NOT EXISTS #{name}")
+        ActiveRecord::Base.remove_connection
+        base.path = "/#{name}"
+        base.to_s
+      end
+    end
+
+    # Connects ActiveRecord to a fresh database of `kind` (:sqlite: a new file; :postgres and
+    # :mariadb: the test database, with `table` dropped, on MariaDB with the event log and the
+    # locks table the core's DDL creates beside it).
     def connect(kind, name, table:)
       ActiveRecord::Base.remove_connection if ActiveRecord::Base.connected?
       case kind
@@ -153,6 +175,11 @@ module TestSupport
       when :postgres
         ActiveRecord::Base.establish_connection(postgres_url)
         ActiveRecord::Base.connection.drop_table(table, if_exists: true)
+      when :mariadb
+        ActiveRecord::Base.establish_connection(mysql_url)
+        %W[#{table} #{table}_events #{table}_locks].each do |name|
+          ActiveRecord::Base.connection.drop_table(name, if_exists: true)
+        end
       end
       ActiveRecord::Base.connection
     end
@@ -177,7 +204,7 @@ module TestSupport
     end
 
     def databases
-      %i[sqlite postgres]
+      %i[sqlite postgres mariadb]
     end
 
     # Runs the block when the tests are done, before minitest's summary (so the summary stays

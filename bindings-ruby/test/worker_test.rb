@@ -1,7 +1,7 @@
 # frozen_string_literal: true
 
 # The running side (OJS::Worker on the core worker loop) against the real devserver, on a real
-# SQLite file and the real PostgreSQL server: ActiveJob jobs staged in a transaction, committed,
+# SQLite file, the real PostgreSQL server and MariaDB: ActiveJob jobs staged in a transaction, committed,
 # relayed, fetched, performed and acked; failures nacked and retried by the OJS policy;
 # `retry_on` and `discard_on`; unknown classes and types; `timeout_ms`; graceful stop; the trace
 # context; the error reporter; bad options. The backend's view of a job (GET /ojs/v1/jobs/{id})
@@ -163,7 +163,7 @@ class WorkerTest < Minitest::Test
     TestSupport.devserver.jobs.select { |job| job["type"] == type }
   end
 
-  # --- an ActiveJob job, end to end (SQLite and PostgreSQL) ----------------------------------
+  # --- an ActiveJob job, end to end (SQLite, PostgreSQL and MariaDB) ------------------------
 
   TestSupport.databases.each do |database|
     define_method("test_#{database}_an_active_job_committed_in_a_transaction_runs_and_is_acked") do

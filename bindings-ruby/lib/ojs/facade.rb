@@ -68,9 +68,13 @@ module OJS
 
       sql = params.pop
       begin
-        # The core's single-row INSERT is one text per connection kind: prepared once per
-        # connection, it skips ActiveRecord's compile on every call (about 19 µs on SQLite).
-        connection.exec_query(sql, "OJS", params, prepare: true)
+        if binds_inline?(connection)
+          connection.exec_query(with_binds_inline(connection, sql, params), "OJS")
+        else
+          # The core's single-row INSERT is one text per connection kind: prepared once per
+          # connection, it skips ActiveRecord's compile on every call (about 19 µs on SQLite).
+          connection.exec_query(sql, "OJS", params, prepare: true)
+        end
       rescue ::ActiveRecord::StatementInvalid => e
         raise database_error(e)
       end
@@ -326,12 +330,14 @@ module OJS
     private
 
     # The core's dialect and placeholder style for an ActiveRecord connection. Unknown
-    # adapters are passed on by name and refused by the core.
+    # adapters are passed on by name and refused by the core. ActiveRecord's MySQL adapters
+    # (`Mysql2`, `Trilogy`) speak the core's "mysql" dialect, MariaDB included.
     def dialect_of(connection)
       name = connection.adapter_name
       @dialects[name] ||= case name
                           when /postg/i then %w[postgresql dollar].freeze
                           when /sqlite/i then %w[sqlite question].freeze
+                          when /mysql|trilogy/i then %w[mysql question].freeze
                           else [name.downcase, "question"].freeze
                           end
     end
@@ -378,15 +384,50 @@ module OJS
     # error is classified by the core: a missing table is OJS::OutboxTableMissing, anything
     # else OJS::DatabaseError (the ActiveRecord exception is the cause).
     def execute(connection, sql, params, call = :exec_query)
-      connection.public_send(call, sql, "OJS", params)
+      if binds_inline?(connection)
+        connection.public_send(call, with_binds_inline(connection, sql, params), "OJS")
+      else
+        connection.public_send(call, sql, "OJS", params)
+      end
     rescue ::ActiveRecord::StatementInvalid => e
       raise database_error(e)
     end
 
+    # Whether ActiveRecord would drop the binds of a statement on `connection`. Its MySQL
+    # adapters send binds only as server-side prepared statements, and use those only with
+    # `prepared_statements: true` in the database configuration (off by default for mysql2;
+    # trilogy has none): otherwise they run the text as it is, `?` and all. PostgreSQL and
+    # SQLite always send them.
+    def binds_inline?(connection)
+      !connection.prepared_statements && dialect_of(connection)[0] == "mysql"
+    end
+
+    # The core's statement with its parameters in the text, put there the way ActiveRecord puts
+    # the binds of its own queries when prepared statements are off: its SubstituteBinds
+    # collector, which quotes each value with `connection.quote` (the driver's escaping, for the
+    # connection's character set). The core's `?` are its placeholders ("question" style),
+    # one per parameter.
+    def with_binds_inline(connection, sql, params)
+      parts = sql.split("?", -1)
+      unless parts.length == params.length + 1
+        raise ArgumentError, "the core's statement has #{parts.length - 1} placeholders for #{params.length} parameters: #{sql}"
+      end
+
+      collector = ::Arel::Collectors::SubstituteBinds.new(connection, ::Arel::Collectors::SQLString.new)
+      parts.each_with_index do |part, index|
+        collector << part
+        collector.add_bind(params[index]) if index < params.length
+      end
+      collector.value
+    end
+
+    # The driver's SQLSTATE (PostgreSQL's result field, mysql2's `sql_state`), which the core
+    # classifies with the message.
     def database_error(error)
       driver = error.cause || error
       result = driver.respond_to?(:result) ? driver.result : nil
       sqlstate = result.respond_to?(:error_field) ? result.error_field(::PG::PG_DIAG_SQLSTATE) : nil
+      sqlstate ||= driver.sql_state if driver.respond_to?(:sql_state)
       code = Native.database_error_code(sqlstate, driver.message.to_s)
       code = Native.database_error_code(sqlstate, error.message.to_s) if code == "DATABASE"
       OJS::Error.for_code(code, "writing the outbox row failed: #{error.message}")
