@@ -1028,20 +1028,22 @@ impl OutboxSql {
     }
 
     /// MySQL and MariaDB: marks the rows of a claim sent, named by their ids (integers the
-    /// claim returned, written into the text), in the claim's transaction.
+    /// claim returned, written into the text), in the claim's transaction, by primary key only
+    /// (see [`settle_mysql`](Self::settle_mysql)).
     pub fn settle_sent_mysql(&self, ids: &[i64]) -> String {
         format!(
-            "UPDATE {} SET {} WHERE id IN ({})",
+            "UPDATE {} FORCE INDEX (PRIMARY) SET {} WHERE id IN ({})",
             self.table,
             self.sent_columns(),
             id_list(ids)
         )
     }
 
-    /// MySQL and MariaDB: [`settle`](Self::settle) for the rows of these ids. Naming them
-    /// lets the UPDATE find them by primary key; joined only to the JSON rows, it would scan
-    /// the table and wait for the locks of other relays' claims (two relays settling at
-    /// once would deadlock).
+    /// MySQL and MariaDB: [`settle`](Self::settle) for the rows of these ids. Naming them, and
+    /// forcing the primary key (on a small table the optimizer prefers a scan), makes the
+    /// UPDATE read only them; a scan would wait for the rows other claims hold, this relay's
+    /// prefetched next claim among them, which waits for this settlement (InnoDB cannot see
+    /// that cycle: it lasts until `innodb_lock_wait_timeout`).
     pub fn settle_mysql(&self, ids: &[i64]) -> String {
         format!(
             "{} WHERE {}.id IN ({})",
@@ -1092,7 +1094,7 @@ impl OutboxSql {
             // Runs in the claim's transaction, like PostgreSQL's; one parameter, SQLite's JSON
             // (`settle_mysql` adds the rows' ids).
             Dialect::Mysql => format!(
-                "UPDATE {t} JOIN JSON_TABLE(?, '$[*]' COLUMNS (id BIGINT PATH '$[0]', status VARCHAR(16) PATH '$[1]', \
+                "UPDATE {t} FORCE INDEX (PRIMARY) JOIN JSON_TABLE(?, '$[*]' COLUMNS (id BIGINT PATH '$[0]', status VARCHAR(16) PATH '$[1]', \
                  attempt INT PATH '$[2]', delay_ms BIGINT PATH '$[3]', error TEXT PATH '$[4]')) AS u \
                  ON {t}.id = u.id SET {set}"
             ),

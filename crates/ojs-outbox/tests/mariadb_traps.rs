@@ -278,3 +278,66 @@ async fn a_table_name_too_long_for_mysql_is_refused_before_any_ddl() {
         .await
         .expect("52 characters fit");
 }
+
+/// A relay settles one claim while its next claim holds other rows. On a small table the
+/// optimizer would scan rather than use the primary key, and the settlement would wait for
+/// the next claim, which waits for it (InnoDB sees no deadlock: 50 s of lock wait). Both
+/// settlement statements (delivered as is; with a retry and a note) read only their rows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_settlement_does_not_wait_for_the_next_claim_on_a_small_table() {
+    let Some(url) = mysql_url() else { return };
+    let backend = DevServer::start(0).await.unwrap();
+    let outbox = outbox(&url, "traps_small", &backend).await;
+    let mut tx = outbox.begin().await.unwrap();
+    tx.enqueue_bulk(
+        (0..6)
+            .map(|i| NewJob::new("small.job", json!([i])))
+            .collect(),
+    )
+    .await
+    .unwrap();
+    tx.commit().await.unwrap();
+    let relay = Store::connect(&url, "traps_small").await.unwrap();
+    // The optimizer knows how small the table is.
+    sqlx::raw_sql("ANALYZE TABLE traps_small")
+        .execute(relay.mysql_pool().unwrap())
+        .await
+        .unwrap();
+    for settle_as_is in [true, false] {
+        let first = relay
+            .claim_due("t", Duration::from_secs(30), 2, Duration::ZERO)
+            .await
+            .unwrap();
+        let next = relay
+            .claim_due("t", Duration::from_secs(30), 2, Duration::ZERO)
+            .await
+            .unwrap();
+        assert_eq!((first.rows.len(), next.rows.len()), (2, 2));
+        let settlements: Vec<ojs_outbox::store::Settlement> = first
+            .rows
+            .iter()
+            .map(|row| ojs_outbox::store::Settlement {
+                id: row.id,
+                status: Some(if settle_as_is {
+                    ojs_outbox::RowStatus::Sent
+                } else {
+                    ojs_outbox::RowStatus::Failed
+                }),
+                consumed_attempt: !settle_as_is,
+                retry_in: (!settle_as_is).then_some(Duration::ZERO),
+                error: (!settle_as_is).then(|| "try again".to_owned()),
+                rejected: None,
+            })
+            .collect();
+        let settled = tokio::time::timeout(
+            Duration::from_secs(30),
+            relay.settle("t", first, &settlements, None),
+        )
+        .await
+        .expect("the settlement waited for the next claim's locks")
+        .unwrap();
+        assert_eq!(settled, 2);
+        drop(next);
+    }
+    backend.shutdown().await;
+}
