@@ -6,11 +6,13 @@
 # Each run writes its conformance column to target/matrix/django-<MAJOR.MINOR>.tsv.
 # Idempotent: a venv gets packages only when one is missing or at another version.
 #
-#   OJS_TEST_DATABASE_URL=postgres://postgres@127.0.0.1:55432/postgres bindings-python/test.sh [pytest args]
+#   OJS_TEST_DATABASE_URL=postgres://postgres@127.0.0.1:55432/postgres \
+#   OJS_TEST_MYSQL_URL=mysql://ojs@127.0.0.1:33071/ojs_test bindings-python/test.sh [pytest args]
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(dirname "$here")
 : "${OJS_TEST_DATABASE_URL:?OJS_TEST_DATABASE_URL must name a PostgreSQL server (scripts/test.sh starts one), e.g. postgres://postgres@127.0.0.1:55432/postgres}"
+: "${OJS_TEST_MYSQL_URL:?OJS_TEST_MYSQL_URL must name a MariaDB or MySQL server whose user may create databases (scripts/test.sh starts one), e.g. mysql://ojs@127.0.0.1:33071/ojs_test}"
 
 # What is tested, in one place: "<Django version> <Python version>" per run. The first is the
 # declared floor of pyproject.toml (Django >= 5.2 LTS on Python >= 3.10, the oldest Python the
@@ -25,9 +27,11 @@ RUNS=(
 # prometheus-client parses the /metrics exposition of the Django mount, and uvicorn (with h11
 # and click) serves the test project over ASGI (tests/test_events.py).
 # opentelemetry-api and -sdk make the app's own spans (tests/test_tracing.py).
-TEST_DEPS=("psycopg==3.3.9" "psycopg-binary==3.3.9" "pytest==9.2.0" "pytest-django==4.14.0"
-           "prometheus-client==0.26.0" "uvicorn==0.54.0" "h11==0.16.0" "click==8.5.1"
-           "opentelemetry-api==1.45.2" "opentelemetry-sdk==1.45.2")
+# mysqlclient is the driver of Django's MySQL backend (the "my" database, MariaDB); it builds
+# from source against libmariadb-dev with pkg-config and a C compiler.
+TEST_DEPS=("psycopg==3.3.9" "psycopg-binary==3.3.9" "mysqlclient==2.3.2" "pytest==9.2.0"
+           "pytest-django==4.14.0" "prometheus-client==0.26.0" "uvicorn==0.54.0" "h11==0.16.0"
+           "click==8.5.1" "opentelemetry-api==1.45.2" "opentelemetry-sdk==1.45.2")
 
 say() { echo "py-test: $*"; }
 logs="$repo/target/py-test-logs"
@@ -120,11 +124,12 @@ for run in "${RUNS[@]}"; do
   # shellcheck disable=SC2086 # $extra: the run's requirements, one word each
   prepare_venv "$django" "$python_version" "$venv" $extra
   "$venv/bin/python" -c 'import django, ojs_adapter_django as m, sys; print("py-test:   testing the installed wheel", m.__file__, "with Django", django.get_version(), "on Python", sys.version.split()[0])'
-  # Each run has its own SQLite directory and PostgreSQL test database: nothing of one run is
-  # seen by the next, even if one was interrupted.
+  # Each run has its own SQLite directory and PostgreSQL and MariaDB test databases: nothing
+  # of one run is seen by the next, even if one was interrupted.
   dir="$work/django-$minor"
   mkdir -p "$dir"
   if (cd "$here" && OJS_PY_TEST_DIR="$dir" OJS_PY_PG_TEST_DB="ojs_py_test_django_${minor/./_}" \
+        OJS_PY_MY_TEST_DB="ojs_py_test_django_${minor/./_}" \
         "$venv/bin/python" -m pytest -q -rs tests "$@"); then
     say "Django $django: passed"
   else

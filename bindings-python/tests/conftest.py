@@ -1,5 +1,5 @@
-"""Fixtures shared by every test: one ojs-devserver per session, the PostgreSQL requirement,
-and the default ``ojs`` pointed at the devserver."""
+"""Fixtures shared by every test: one ojs-devserver per session, the PostgreSQL and MariaDB
+requirements, and the default ``ojs`` pointed at the devserver."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import pytest
 
 from support import Devserver
 
-DATABASES = {"sqlite": "default", "postgres": "pg"}
+DATABASES = {"sqlite": "default", "postgres": "pg", "mariadb": "my"}
 #: The database column names of target/matrix/*.tsv (scripts/matrix.sh).
-MATRIX_DATABASE = {"sqlite": "sqlite", "postgres": "postgresql"}
+MATRIX_DATABASE = {"sqlite": "sqlite", "postgres": "postgresql", "mariadb": "mariadb"}
 
 
 def pytest_configure(config):
@@ -19,6 +19,11 @@ def pytest_configure(config):
         raise pytest.UsageError(
             "OJS_TEST_DATABASE_URL is unset: the tests need PostgreSQL "
             "(e.g. postgres://postgres@127.0.0.1:55432/postgres); bindings-python/test.sh passes it on"
+        )
+    if not os.environ.get("OJS_TEST_MYSQL_URL"):
+        raise pytest.UsageError(
+            "OJS_TEST_MYSQL_URL is unset: the tests need MariaDB or MySQL "
+            "(e.g. mysql://ojs@127.0.0.1:33071/ojs_test); bindings-python/test.sh passes it on"
         )
 
 
@@ -56,7 +61,7 @@ def alias(request):
 
 def pytest_terminal_summary(terminalreporter):
     """The conformance matrix (case x database) of this Django version: printed, and written to
-    target/matrix/django-<MAJOR.MINOR>.tsv (``case<TAB>sqlite|postgresql<TAB>PASS|FAIL|SKIP``,
+    target/matrix/django-<MAJOR.MINOR>.tsv (``case<TAB>sqlite|postgresql|mariadb<TAB>PASS|FAIL|SKIP``,
     joined with the other runners' by scripts/matrix.sh) with a readable copy next to it (.txt)."""
     import sys
 

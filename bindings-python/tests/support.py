@@ -98,12 +98,18 @@ def wait_until(condition: Callable[[], bool], timeout: float = WAIT, what: str =
         time.sleep(0.01)
 
 
+def job_id_text(alias: str) -> str:
+    """Test-only SQL: the ``job_id`` column as text on the database of ``alias`` (a UUID on
+    PostgreSQL; MySQL casts to CHAR, not TEXT)."""
+    return f"CAST(job_id AS {'CHAR' if connections[alias].vendor == 'mysql' else 'TEXT'})"
+
+
 def outbox_rows(alias: str, table: str) -> dict[str, str]:
     """``{job_id: status}`` of every row, read through Django's connection of ``alias``: inside
     an open atomic block this is the application's view, uncommitted rows included.
     (Test-only SQL: the core offers no read statement for host connections yet.)"""
     with connections[alias].cursor() as cursor:
-        cursor.execute(f"SELECT CAST(job_id AS TEXT), status FROM {table} ORDER BY id")
+        cursor.execute(f"SELECT {job_id_text(alias)}, status FROM {table} ORDER BY id")
         return {job_id: status for job_id, status in cursor.fetchall()}
 
 

@@ -113,7 +113,7 @@ def outbox(alias, backend):
     ojs.reset()
 
 
-@pytest.mark.django_db(transaction=True, databases=["default", "pg"])
+@pytest.mark.django_db(transaction=True, databases=["default", "pg", "my"])
 @pytest.mark.parametrize("name,call,code,field,cls", BAD_CALLS, ids=[c[0] for c in BAD_CALLS])
 def test_bad_input_raises_its_code_and_stages_nothing(name, call, code, field, cls, alias, outbox, backend):
     before = outbox_count(alias, TABLE)
@@ -135,7 +135,7 @@ def test_bad_input_raises_its_code_and_stages_nothing(name, call, code, field, c
     assert [job["id"] for job in backend.jobs()] == [job_id], "nothing else reached the backend"
 
 
-@pytest.mark.django_db(transaction=True, databases=["default", "pg"])
+@pytest.mark.django_db(transaction=True, databases=["default", "pg", "my"])
 def test_bad_input_in_autocommit_writes_nothing(alias, outbox, backend):
     for name, call, code, *_ in BAD_CALLS:
         with pytest.raises(OJSError) as raised:
@@ -268,7 +268,7 @@ def test_a_value_json_cannot_hold_is_named_by_its_path_with_the_core_code(call, 
     assert str(error).startswith(where), error
 
 
-@pytest.mark.django_db(transaction=True, databases=["default", "pg"])
+@pytest.mark.django_db(transaction=True, databases=["default", "pg", "my"])
 def test_staging_without_the_outbox_table_names_the_missing_table(alias, backend):
     """A failure of Django's cursor carries the core's code: a missing table is
     OUTBOX_TABLE_MISSING (not a bare DATABASE), and the error chains Django's exception."""

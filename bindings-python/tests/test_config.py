@@ -123,7 +123,12 @@ def test_the_relay_database_url_is_the_core_derivation_of_databases(settings, tm
     assert database_url(pg) == "postgres://u:p%20w@db.internal:5433/app?sslmode=require"
     assert database_url({**pg, "HOST": "/var/run/postgresql", "PORT": "", "OPTIONS": {}}) == \
         "postgres://u:p%20w@localhost/app?host=/var/run/postgresql"
-    for bad in ({**sqlite, "NAME": ":memory:"}, {"ENGINE": "django.db.backends.mysql", "NAME": "x"}):
+    mysql = {"ENGINE": "django.db.backends.mysql", "NAME": "app", "USER": "u", "PASSWORD": "p w",
+             "HOST": "db.internal", "PORT": "3307"}
+    assert database_url(mysql) == "mysql://u:p%20w@db.internal:3307/app"
+    assert database_url({**mysql, "HOST": "/run/mysqld/mysqld.sock", "PORT": ""}) == \
+        "mysql://u:p%20w@localhost/app?socket=/run/mysqld/mysqld.sock"
+    for bad in ({**sqlite, "NAME": ":memory:"}, {"ENGINE": "django.db.backends.oracle", "NAME": "x"}):
         with pytest.raises(InvalidDatabaseUrlError) as raised:
             database_url(bad)
         assert isinstance(raised.value, ConfigurationError)

@@ -1,8 +1,8 @@
 """The conformance runner: every case of conformance-tests/cases/*.json, through the real
-Django adapter (transaction.atomic, on_commit, the host cursor), on SQLite and PostgreSQL,
-against ojs-devserver. Mirrors conformance-tests/runner-rust/src/lib.rs; prints the matrix at
-the end of the session (conftest/pytest_terminal_summary) and writes
-target/matrix/django-<MAJOR.MINOR>.tsv (and .txt).
+Django adapter (transaction.atomic, on_commit, the host cursor), on SQLite, PostgreSQL and
+MariaDB (Django's MySQL backend), against ojs-devserver. Mirrors
+conformance-tests/runner-rust/src/lib.rs; prints the matrix at the end of the session
+(conftest/pytest_terminal_summary) and writes target/matrix/django-<MAJOR.MINOR>.tsv (and .txt).
 
 Worker cases (``worker_start``, ``worker_stop``, ``wait_jobs``) run Django's own worker,
 ``ojs_adapter_django.worker.Worker`` (what ``manage.py ojs_worker`` runs), in a thread, on the
@@ -36,7 +36,7 @@ from support import REPO, drop_table, outbox_count, outbox_rows, suppressed_wake
 
 CASES_DIR = REPO / "conformance-tests/cases"
 SCHEMA = REPO / "conformance-tests/schema/case.schema.json"
-DATABASES = {"sqlite": "default", "postgres": "pg"}
+DATABASES = {"sqlite": "default", "postgres": "pg", "mariadb": "my"}
 KNOWN_OPS = {
     "begin", "savepoint", "release_savepoint", "rollback_savepoint", "commit", "rollback",
     "enqueue_after_commit", "enqueue", "enqueue_bulk", "set_context", "clear_context",
@@ -811,7 +811,7 @@ def is_subset(expected: Any, actual: Any) -> bool:
     return expected == actual
 
 
-@pytest.mark.django_db(transaction=True, databases=["default", "pg"])
+@pytest.mark.django_db(transaction=True, databases=["default", "pg", "my"])
 @pytest.mark.parametrize("database", list(DATABASES))
 @pytest.mark.parametrize("case", CASES, ids=[case["id"] for case in CASES])
 def test_case(case: dict, database: str, backend: Any) -> None:

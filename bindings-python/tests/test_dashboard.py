@@ -18,8 +18,8 @@ from django.test import Client
 from ojs_adapter_django import ojs
 from support import WAIT, wait_until
 
-DB = pytest.mark.django_db(transaction=True, databases=["default", "pg"])
-MOUNT = {"default": "/ojs", "pg": "/ojs-pg"}
+DB = pytest.mark.django_db(transaction=True, databases=["default", "pg", "my"])
+MOUNT = {"default": "/ojs", "pg": "/ojs-pg", "my": "/ojs-my"}
 
 
 def login(is_staff: bool, **client_options) -> Client:

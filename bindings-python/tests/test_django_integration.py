@@ -30,7 +30,7 @@ HEADERS = {
     "X-OJS-Tenant": "acme",
     "Accept-Language": "fr-CA,fr;q=0.9,en;q=0.5",
 }
-DB = pytest.mark.django_db(transaction=True, databases=["default", "pg"])
+DB = pytest.mark.django_db(transaction=True, databases=["default", "pg", "my"])
 
 
 def own_ojs(backend, alias, table, **config):
@@ -46,8 +46,76 @@ def own_ojs(backend, alias, table, **config):
 
 @DB
 def test_migration_created_the_outbox_table_on_every_database():
-    for alias in ("default", "pg"):
+    for alias in ("default", "pg", "my"):
         assert outbox_count(alias, "py_outbox") >= 0  # the query fails if the table is missing
+
+
+def table_exists(alias: str, table: str) -> bool:
+    return table in connections[alias].introspection.table_names()
+
+
+@DB
+def test_migrate_back_and_forth_is_idempotent(alias, backend, settings):
+    """``migrate ojs_adapter_django`` creates the outbox with the core's DDL, ``zero`` drops it
+    (the reverse step), and forth again creates it; the forward step run again over an existing
+    table changes nothing and keeps its rows (the core's DDL is idempotent: on MariaDB every
+    statement commits on its own, so a migration stopped half-way completes when run again)."""
+    table = "py_migrated"
+    ojs.reset()
+    settings.OJS_CONFIG = {**settings.OJS_CONFIG, "outbox": {"table_name": table}}
+    drop_table(alias, table)
+
+    def migrate(*target):
+        call_command("migrate", "ojs_adapter_django", *target, database=alias, verbosity=0)
+
+    try:
+        migrate("zero")
+        assert not table_exists(alias, table)
+        migrate("zero")  # nothing to reverse: a no-op
+        migrate()
+        assert table_exists(alias, table)
+        with transaction.atomic(using=alias):
+            job_id = ojs.enqueue_after_commit("migrated.job", [1], using=alias)
+        backend.wait_for([job_id])
+        ojs.reset()  # its relay stopped: the table is dropped below
+        migrate()  # applied already: a no-op
+        ojs.create_outbox_table(alias)  # the forward step itself, again over the table
+        assert list(outbox_rows(alias, table)) == [job_id]
+        migrate("zero")
+        assert not table_exists(alias, table)
+        migrate()
+        assert table_exists(alias, table) and outbox_count(alias, table) == 0
+    finally:
+        migrate()  # whatever happened, the migration is left applied for the next tests
+        ojs.reset()
+        drop_table(alias, table)
+
+
+@DB
+def test_a_committed_job_is_delivered_after_the_commit_and_a_rollback_leaves_no_row(alias, backend):
+    """``enqueue_after_commit`` inside ``transaction.atomic()``: the row is the transaction's
+    (the relay's own connection sees nothing before COMMIT, nothing is sent), the commit
+    delivers it; a rolled-back transaction leaves no row and sends nothing."""
+    adapter = own_ojs(backend, alias, "py_commit_rollback")
+    try:
+        with transaction.atomic(using=alias):
+            kept = adapter.enqueue_after_commit("job.kept", [1], using=alias)
+            assert outbox_rows(alias, "py_commit_rollback") == {kept: "pending"}
+            assert adapter.outbox_rows([kept], using=alias) == {}
+            assert backend.jobs() == [], "nothing is sent before the commit"
+        backend.wait_for([kept])
+        with pytest.raises(RuntimeError):
+            with transaction.atomic(using=alias):
+                dropped = adapter.enqueue_after_commit("job.dropped", [2], using=alias)
+                raise RuntimeError("roll back")
+        sentinel = adapter.enqueue_after_commit("job.sentinel", [3], using=alias)
+        backend.wait_for([sentinel])
+        assert backend.job(dropped) is None
+        assert set(outbox_rows(alias, "py_commit_rollback")) == {kept, sentinel}
+        assert adapter.outbox_rows([dropped], using=alias) == {}
+    finally:
+        adapter.reset()
+        drop_table(alias, "py_commit_rollback")
 
 
 @DB
@@ -224,6 +292,9 @@ BOOM = {
                    "RETURN NEW; END $$",
                    "CREATE TRIGGER {t}_boom BEFORE INSERT ON {t} FOR EACH ROW "
                    "EXECUTE FUNCTION {t}_boom()"],
+    "mysql": ["CREATE TRIGGER {t}_boom BEFORE INSERT ON {t} FOR EACH ROW "
+              "BEGIN IF NEW.job_type = 'boom.job' THEN "
+              "SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'boom'; END IF; END"],
 }
 
 

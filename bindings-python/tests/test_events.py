@@ -31,9 +31,9 @@ from ojs_adapter_django import OJS, Event, InvalidConfigError, ojs, request_cont
 from ojs_adapter_django import mount
 from support import WAIT, drop_table, wait_until
 
-DB = pytest.mark.django_db(transaction=True, databases=["default", "pg"])
+DB = pytest.mark.django_db(transaction=True, databases=["default", "pg", "my"])
 #: Where tests/testproject/urls.py mounts the surface of each database alias.
-MOUNT = {"default": "/ojs", "pg": "/ojs-pg"}
+MOUNT = {"default": "/ojs", "pg": "/ojs-pg", "my": "/ojs-my"}
 TABLE = "py_outbox"
 SOURCE = f"/ojs/outbox/{TABLE}"
 HERE = Path(__file__).parent

@@ -19,7 +19,7 @@ from ojs_adapter_django import OJS, DuplicateJobError
 from support import drop_table, outbox_rows, tasks_setting, worker_once
 from testproject.worker_tasks import create_runs_table, record_run, runs
 
-DB = pytest.mark.django_db(transaction=True, databases=["default", "pg"])
+DB = pytest.mark.django_db(transaction=True, databases=["default", "pg", "my"])
 TABLE = "py_keys"
 
 REJECT = {"unique": {"keys": ["type", "args"], "on_conflict": "reject"}}

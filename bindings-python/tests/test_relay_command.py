@@ -24,7 +24,7 @@ from ojs_adapter_django import OJS
 
 MANAGE = str(Path(__file__).with_name("manage.py"))
 RUST_BIN = os.environ.get("OJS_RELAY_BIN") or str(REPO / "target/debug/ojs-relay")
-DB = pytest.mark.django_db(transaction=True, databases=["default", "pg"])
+DB = pytest.mark.django_db(transaction=True, databases=["default", "pg", "my"])
 
 
 def clean_env(**extra):

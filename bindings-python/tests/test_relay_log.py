@@ -19,7 +19,7 @@ import pytest
 from ojs_adapter_django import OJS
 from support import WAIT, drop_table
 
-DB = pytest.mark.django_db(transaction=True, databases=["default", "pg"])
+DB = pytest.mark.django_db(transaction=True, databases=["default", "pg", "my"])
 LOGGER = "ojs_adapter_django.relay"
 MANAGE = str(Path(__file__).with_name("manage.py"))
 

@@ -53,7 +53,7 @@ from testproject.worker_tasks import (
     waits_for_file,
 )
 
-DB = pytest.mark.django_db(transaction=True, databases=["default", "pg"])
+DB = pytest.mark.django_db(transaction=True, databases=["default", "pg", "my"])
 TABLE = "py_results"
 MANAGE = str(Path(__file__).with_name("manage.py"))
 READY, RUNNING = TaskResultStatus.READY, TaskResultStatus.RUNNING
@@ -371,7 +371,8 @@ def test_an_unreachable_backend_is_backend_unavailable(alias, backend, adapter):
 def subprocess_env(url: str, alias: str) -> dict:
     return {**os.environ, "OJS_TEST_OJS_URL": url, "OJS_TEST_TASKS_DATABASE": alias,
             "OJS_TEST_OUTBOX_TABLE": TABLE, "OJS_TEST_NO_LOGGING": "1",
-            "OJS_TEST_PG_NAME": connections["pg"].settings_dict["NAME"]}
+            "OJS_TEST_PG_NAME": connections["pg"].settings_dict["NAME"],
+            "OJS_TEST_MY_NAME": connections["my"].settings_dict["NAME"]}
 
 
 def in_another_process(url: str, alias: str, job_id: str) -> str:

@@ -38,7 +38,7 @@ from support import (
     task_enqueued,
 )
 
-DB = pytest.mark.django_db(transaction=True, databases=["default", "pg"])
+DB = pytest.mark.django_db(transaction=True, databases=["default", "pg", "my"])
 TABLE = "py_tasks"
 
 #: What the tasks below ran with, when a test runs one as a worker would.

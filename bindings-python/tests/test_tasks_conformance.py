@@ -174,7 +174,7 @@ class TaskRun(conformance.Run):
         return fields
 
 
-@pytest.mark.django_db(transaction=True, databases=["default", "pg"])
+@pytest.mark.django_db(transaction=True, databases=["default", "pg", "my"])
 @pytest.mark.parametrize("database", list(conformance.DATABASES))
 @pytest.mark.parametrize("case", CASES, ids=[case["id"] for case in CASES])
 def test_task_case(case: dict, database: str, backend: Any) -> None:

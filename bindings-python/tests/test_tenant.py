@@ -17,8 +17,9 @@ from django.db import connections
 from django.test import AsyncClient, Client
 
 from ojs_adapter_django import InvalidConfigError
+from support import job_id_text
 
-DB = pytest.mark.django_db(transaction=True, databases=["default", "pg"])
+DB = pytest.mark.django_db(transaction=True, databases=["default", "pg", "my"])
 TABLE = "py_outbox"
 RESOLVER = "testproject.tenancy.tenant_of_user"
 #: A client's headers that try to choose the tenant and the user, next to ones that count.
@@ -30,7 +31,7 @@ def row_tenant(alias: str, job_id: str):
     """The ``tenant_id`` column of the job's outbox row (what ``dead --tenant`` and the
     tenant-scoped event streams go by)."""
     with connections[alias].cursor() as cursor:
-        cursor.execute(f"SELECT tenant_id FROM {TABLE} WHERE CAST(job_id AS TEXT) = %s", [job_id])
+        cursor.execute(f"SELECT tenant_id FROM {TABLE} WHERE {job_id_text(alias)} = %s", [job_id])
         (tenant,) = cursor.fetchone()
     return tenant
 

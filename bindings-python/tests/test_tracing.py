@@ -14,7 +14,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from ojs_adapter_django import ojs, request_context
 from support import WAIT, wait_until
 
-DB = pytest.mark.django_db(transaction=True, databases=["default", "pg"])
+DB = pytest.mark.django_db(transaction=True, databases=["default", "pg", "my"])
 TRACER = TracerProvider().get_tracer("ojs-test")
 
 

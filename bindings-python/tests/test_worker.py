@@ -56,7 +56,7 @@ except ImportError:
     from django_tasks.signals import task_finished, task_started
     DUMMY = "django_tasks.backends.dummy.DummyBackend"
 
-DB = pytest.mark.django_db(transaction=True, databases=["default", "pg"])
+DB = pytest.mark.django_db(transaction=True, databases=["default", "pg", "my"])
 TABLE = "py_worker"
 MANAGE = str(Path(__file__).with_name("manage.py"))
 
@@ -317,7 +317,8 @@ class Process:
     def __init__(self, url: str, alias: str, *args: str, python_path: str = "") -> None:
         env = {**os.environ, "OJS_TEST_OJS_URL": url, "OJS_TEST_TASKS_DATABASE": alias,
                "OJS_TEST_OUTBOX_TABLE": TABLE, "OJS_TEST_NO_LOGGING": "1",
-               "OJS_TEST_PG_NAME": connections["pg"].settings_dict["NAME"]}
+               "OJS_TEST_PG_NAME": connections["pg"].settings_dict["NAME"],
+               "OJS_TEST_MY_NAME": connections["my"].settings_dict["NAME"]}
         if python_path:  # code this process has and the test process does not
             env["PYTHONPATH"] = os.pathsep.join(filter(None, [python_path,
                                                               env.get("PYTHONPATH")]))

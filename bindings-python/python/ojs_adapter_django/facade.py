@@ -134,10 +134,16 @@ def _wake_at_commit(ojs: "OJS", connection: Any, bridge: _native.Bridge,
 
 def _database_error(exc: DjangoDatabaseError, doing: str) -> OJSError:
     """A failure of Django's cursor while ``doing`` something, with the core's code
-    (OUTBOX_TABLE_MISSING or DATABASE)."""
+    (OUTBOX_TABLE_MISSING or DATABASE), from the driver's SQLSTATE and message. MySQL's drivers
+    (mysqlclient, PyMySQL) give no SQLSTATE and hold the message as the second of the
+    exception's ``args``, ``(errno, message)``."""
     cause = exc.__cause__
     sqlstate = getattr(cause, "sqlstate", None) or getattr(cause, "pgcode", None)
-    return decode(_native.database_error(sqlstate, str(exc), f"{doing} failed: {exc}"))
+    message = str(exc)
+    args = getattr(cause, "args", ())
+    if len(args) == 2 and isinstance(args[0], int) and isinstance(args[1], str):
+        message = args[1]
+    return decode(_native.database_error(sqlstate, message, f"{doing} failed: {exc}"))
 
 
 #: ``created_at_ms`` (milliseconds since the epoch) as an aware UTC datetime, exactly.

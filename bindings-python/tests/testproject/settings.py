@@ -1,5 +1,6 @@
-"""Settings of the minimal Django project the tests run in: two databases, a SQLite file
-(``default``) and PostgreSQL (``pg``, from OJS_TEST_DATABASE_URL), the adapter app, the request
+"""Settings of the minimal Django project the tests run in: three databases, a SQLite file
+(``default``), PostgreSQL (``pg``, from OJS_TEST_DATABASE_URL) and MariaDB/MySQL (``my``, from
+OJS_TEST_MYSQL_URL, Django's MySQL backend on mysqlclient), the adapter app, the request
 context middleware. ``OJS_PY_TEST_DIR`` places the SQLite file (shared with subprocesses)."""
 
 import os
@@ -61,6 +62,23 @@ if _pg_url:
         "HOST": _pg.hostname or "127.0.0.1",
         "PORT": str(_pg.port or 5432),
         "TEST": {"NAME": os.environ.get("OJS_PY_PG_TEST_DB", "ojs_py_test")},
+    }
+
+_my_url = os.environ.get("OJS_TEST_MYSQL_URL")
+if _my_url:
+    _my = urlparse(_my_url)
+    DATABASES["my"] = {
+        "ENGINE": "django.db.backends.mysql",
+        # A subprocess of a test (a worker) names the test database the test runs on; other
+        # subprocesses get the URL's database, which exists: Django's system checks on MySQL
+        # connect (to ask the server's version), PostgreSQL's do not.
+        "NAME": os.environ.get("OJS_TEST_MY_NAME", unquote(_my.path.lstrip("/")) or "ojs_py"),
+        "USER": unquote(_my.username or "root"),
+        "PASSWORD": unquote(_my.password or ""),
+        "HOST": _my.hostname or "127.0.0.1",
+        "PORT": str(_my.port or 3306),
+        # No OPTIONS: Django's defaults (READ COMMITTED, utf8mb4), as an application has them.
+        "TEST": {"NAME": os.environ.get("OJS_PY_MY_TEST_DB", "ojs_py_test")},
     }
 
 # The tests point ojs_url at their devserver (OJS_TEST_OJS_URL) or build OJS(...) themselves;

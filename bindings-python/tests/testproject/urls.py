@@ -11,4 +11,6 @@ urlpatterns = [
     path("ojs/", include("ojs_adapter_django.urls"), {"keepalive": 0.2}),
     path("ojs-pg/", include("ojs_adapter_django.urls", namespace="ojs-pg"),
          {"using": "pg", "keepalive": 0.2}),
+    path("ojs-my/", include("ojs_adapter_django.urls", namespace="ojs-my"),
+         {"using": "my", "keepalive": 0.2}),
 ]

@@ -19,7 +19,7 @@ def create_runs_table(using):
     with connections[using].cursor() as cursor:
         cursor.execute(f"DROP TABLE IF EXISTS {RUNS}")
         cursor.execute(f"CREATE TABLE {RUNS} (label VARCHAR(100), job_id VARCHAR(100), "
-                       "attempt INTEGER, step VARCHAR(100), at FLOAT)")
+                       "attempt INTEGER, step VARCHAR(100), at DOUBLE PRECISION)")
 
 
 def runs(using):
