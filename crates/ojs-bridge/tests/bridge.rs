@@ -165,7 +165,7 @@ fn bad_input_names_the_job_and_the_field() {
     }
     assert_eq!(
         adapter
-            .stage("mysql", "question", "[]", None)
+            .stage("oracle", "question", "[]", None)
             .unwrap_err()
             .code,
         ErrorCode::InvalidConfig

@@ -317,7 +317,7 @@ async fn a_missing_table_says_to_migrate_and_an_app_error_does_not() {
 
 #[tokio::test]
 async fn bad_database_urls_are_refused_clearly() {
-    for url in ["mysql://localhost/db", "not a url", ""] {
+    for url in ["mssql://localhost/db", "not a url", ""] {
         let Err(error) = Store::connect(url, "ojs_outbox").await else {
             panic!("{url} must be refused")
         };

@@ -14,7 +14,7 @@ use clap::{ArgMatches, Args, CommandFactory, FromArgMatches, Parser, Subcommand}
 #[derive(Debug, Clone, Parser)]
 #[command(name = "ojs-relay", version, propagate_version = true)]
 pub struct Cli {
-    /// Outbox database: sqlite://PATH or postgres://USER@HOST:PORT/DB.
+    /// Outbox database: sqlite://PATH, postgres://USER@HOST:PORT/DB or mysql://USER@HOST:PORT/DB (mariadb:// too).
     #[arg(
         long,
         env = "OJS_DATABASE_URL",

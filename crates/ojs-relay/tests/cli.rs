@@ -141,12 +141,15 @@ async fn bad_url_scheme_is_invalid_database_url_exit_2() {
     // `run` needs a backend URL before it gets to the database.
     let run = ["run", "--ojs-url", "http://127.0.0.1:9"];
     for command in [&["status"][..], &["migrate"], &run, &["dead", "list"]] {
-        let mut args = vec!["--database-url", "mysql://root@127.0.0.1:3306/app"];
+        let mut args = vec!["--database-url", "mssql://root@127.0.0.1:1433/app"];
         args.extend_from_slice(command);
         let out = cli(&args).await;
         let line = assert_error(&out, "INVALID_DATABASE_URL", 2);
         assert!(
-            line.contains("mysql://") && line.contains("sqlite://") && line.contains("postgres://"),
+            line.contains("mssql://")
+                && line.contains("sqlite://")
+                && line.contains("postgres://")
+                && line.contains("mysql://"),
             "{line}"
         );
     }
