@@ -29,6 +29,8 @@ packages=(
   # A throwaway MariaDB server for the third dialect's tests (scripts/mariadb.sh; the package's
   # own server is stopped below), and the Rails adapter's MySQL driver.
   mariadb-server ruby-mysql2
+  # Django's MySQL driver (mysqlclient, pip) builds against the MariaDB client library.
+  libmariadb-dev
   # The dashboard's browser test drives Debian's headless Chromium with playwright-core (npm).
   chromium
 )
