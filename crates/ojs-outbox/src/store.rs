@@ -16,7 +16,7 @@ use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
 use sqlx::{
     AssertSqlSafe, Connection, MySql, PgConnection, PgPool, Postgres, Row, SqlSafeStr, SqlStr,
-    SqlitePool, Transaction,
+    SqlitePool,
 };
 
 use crate::error::{Error, ErrorCode, Result};
@@ -85,8 +85,36 @@ enum Held {
         tx: OpenTransaction,
         ctids: HashMap<i64, String>,
     },
-    /// MySQL's (sqlx rolls it back if it is dropped before its COMMIT).
-    Mysql(Transaction<'static, MySql>),
+    /// MySQL's.
+    Mysql(OpenMysqlTransaction),
+}
+
+/// MySQL's `OpenTransaction`: a pooled connection inside a transaction its own `BEGIN; SELECT`
+/// opened. Dropped before its COMMIT (a relay killed or stopped mid-round), the connection is
+/// closed rather than returned with a rollback queued, and the server rolls back.
+struct OpenMysqlTransaction {
+    conn: PoolConnection<MySql>,
+    open: bool,
+}
+
+impl OpenMysqlTransaction {
+    /// Runs `statements` (ending with COMMIT) and takes the transaction as ended.
+    async fn finish(mut self, statements: String) -> Result<u64> {
+        let done = sqlx::raw_sql(AssertSqlSafe(statements))
+            .execute(&mut *self.conn)
+            .await?
+            .rows_affected();
+        self.open = false;
+        Ok(done)
+    }
+}
+
+impl Drop for OpenMysqlTransaction {
+    fn drop(&mut self) {
+        if self.open {
+            self.conn.close_on_drop();
+        }
+    }
 }
 
 /// A pooled connection inside a transaction that its own statements opened (`BEGIN; SELECT`
@@ -755,7 +783,7 @@ impl Store {
     /// MySQL: settles a claim in its transaction, appends the round's events, commits.
     async fn settle_mysql(
         &self,
-        mut tx: Transaction<'static, MySql>,
+        mut tx: OpenMysqlTransaction,
         settlements: &[Settlement],
         events: Option<&LoggedEvents>,
     ) -> Result<u64> {
@@ -765,25 +793,30 @@ impl Store {
             .filter(|s| s.status.is_some() || s.retry_in.is_some() || s.error.is_some())
             .cloned()
             .collect();
+        let ids: Vec<i64> = settlements.iter().map(|s| s.id).collect();
+        let all_sent = !settlements.is_empty() && settlements.iter().all(delivered_as_is);
+        // The common round, with no events to log: the UPDATE and the COMMIT in one message.
+        if all_sent && events.is_none() {
+            let sql = format!("{}; COMMIT", self.sql.settle_sent_mysql(&ids));
+            return tx.finish(sql).await;
+        }
         let mut done = 0;
-        if settlements.iter().all(delivered_as_is) && !settlements.is_empty() {
-            let ids: Vec<i64> = settlements.iter().map(|s| s.id).collect();
+        if all_sent {
             done = sqlx::raw_sql(AssertSqlSafe(self.sql.settle_sent_mysql(&ids)))
-                .execute(&mut *tx)
+                .execute(&mut *tx.conn)
                 .await?
                 .rows_affected();
         } else if !settlements.is_empty() {
-            let ids: Vec<i64> = settlements.iter().map(|s| s.id).collect();
             done = sqlx::query(AssertSqlSafe(self.sql.settle_mysql(&ids)))
                 .bind(settlements_json(&settlements))
-                .execute(&mut *tx)
+                .execute(&mut *tx.conn)
                 .await?
                 .rows_affected();
         }
         if let Some(events) = events {
-            append_events_mysql(&self.sql, &self.statements, &mut tx, events).await?;
+            append_events_mysql(&self.sql, &self.statements, &mut tx.conn, events).await?;
         }
-        tx.commit().await?;
+        tx.finish("COMMIT".to_owned()).await?;
         Ok(done)
     }
 
@@ -1160,12 +1193,17 @@ async fn held_mysql(
     filter: ClaimFilter<'_>,
     limit: usize,
 ) -> Result<Claim> {
-    let mut tx = pool.begin().await?;
+    let mut tx = OpenMysqlTransaction {
+        conn: pool.acquire().await?,
+        open: true,
+    };
     // Texts that change every round go as plain queries: prepared, each would evict another
     // from sqlx's statement cache, and the eviction's COM_STMT_CLOSE written just before the
     // next COM_STMT_PREPARE stalls on Nagle's algorithm (sqlx sets no TCP_NODELAY): 40 ms.
-    let ids: Vec<i64> = sqlx::raw_sql(AssertSqlSafe(sql.claim_candidates_mysql(limit, filter)))
-        .fetch_all(&mut *tx)
+    // The BEGIN goes in the same message as the first read.
+    let candidates = format!("BEGIN; {}", sql.claim_candidates_mysql(limit, filter));
+    let ids: Vec<i64> = sqlx::raw_sql(AssertSqlSafe(candidates))
+        .fetch_all(&mut *tx.conn)
         .await?
         .iter()
         .map(|row| row.get(0))
@@ -1173,13 +1211,13 @@ async fn held_mysql(
     let rows = match (ids.first(), ids.last()) {
         (Some(&first), Some(&last)) => {
             sqlx::raw_sql(AssertSqlSafe(sql.claim_mysql(first, last, limit, filter)))
-                .fetch_all(&mut *tx)
+                .fetch_all(&mut *tx.conn)
                 .await?
         }
         _ => Vec::new(),
     };
     if rows.is_empty() {
-        tx.commit().await?;
+        tx.finish("COMMIT".to_owned()).await?;
         return Ok(Claim::leased(Vec::new()));
     }
     let rows = rows
