@@ -47,8 +47,8 @@ impl Drop for Wake {
 }
 
 impl Wake {
-    /// Starts the source for this store's table; `None` where there is none (SQLite on a
-    /// system without inotify, an in-memory database).
+    /// Starts the source for this store's table; `None` where there is none (MySQL, SQLite on
+    /// a system without inotify, an in-memory database).
     pub(crate) fn start(store: &Store, table: &str) -> Option<Wake> {
         let staged = Arc::new(Notify::new());
         let ready = Arc::new(AtomicBool::new(false));
@@ -77,8 +77,17 @@ impl Wake {
                 task
             }
             // MySQL and MariaDB have no notification a commit could send: a separate relay
-            // finds new rows by polling (docs/mysql.md#separate-relays).
-            Pool::Mysql(_) => return None,
+            // finds new rows by polling (docs/mysql.md#a-separate-relay). Said once, so an
+            // operator who sees a second's latency knows why and what to set.
+            Pool::Mysql(_) => {
+                log_feed::emit(
+                    Level::Info,
+                    table,
+                    None,
+                    "outbox relay: no commit in another process can wake a relay on MySQL/MariaDB; it finds their rows every outbox.poll_interval (PT0.01S keeps that under about 10 ms)".to_owned(),
+                );
+                return None;
+            }
         };
         Some(Wake {
             staged,

@@ -145,3 +145,38 @@ async fn sqlite_separate_relays_are_woken_by_commits() {
 async fn postgres_separate_relays_are_woken_by_commits() {
     separate_relays_are_woken_by_commits(Kind::Postgres, "wake_pg").await;
 }
+
+/// MySQL has no signal a commit could send to another session: a separate relay says so at
+/// start, naming the setting that bounds its latency, and delivers what it polls.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mariadb_relay_says_that_only_its_poll_finds_other_processes_rows() {
+    let Some(db) = Db::new(Kind::Mysql, "wake_mariadb").await else {
+        return;
+    };
+    db.migrate().await;
+    let backend = DevServer::start(0).await.unwrap();
+    let mut relay = db.spawn_run(&backend.url(), &["--poll-interval", "PT0.01S"]);
+    // Times out (and prints the log) unless the relay says it.
+    wait_for(
+        "the relay's word on wake-ups",
+        std::slice::from_ref(&relay),
+        || {
+            relay
+                .log()
+                .contains("no commit in another process can wake a relay on MySQL/MariaDB")
+        },
+    )
+    .await;
+    assert!(
+        relay.log().contains("outbox.poll_interval"),
+        "{}",
+        relay.log()
+    );
+    db.stage(vec![NewJob::new("wake.polled", json!([1]))]).await;
+    wait_for("the polled job", std::slice::from_ref(&relay), || {
+        backend.stats().jobs == 1
+    })
+    .await;
+    relay.terminate(Duration::from_secs(15)).await;
+    backend.shutdown().await;
+}
