@@ -17,6 +17,7 @@ mod drain_mysql;
 mod faults;
 mod latency;
 mod memory;
+mod peer_latency;
 mod summary;
 
 use std::process::ExitCode;
