@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Runs the relay benchmarks (crates/ojs-bench) against a throwaway PostgreSQL with fsync on.
+# Runs the relay benchmarks (crates/ojs-bench) against a throwaway PostgreSQL with fsync on, and
+# ends with one table of every target of issue 31 (and those of issue 16 still held), met or not.
 #
 #   scripts/bench.sh            drain + latency (PostgreSQL and SQLite) + faults + memory (1M rows)
 #   scripts/bench.sh --quick    the same without the memory benchmark
@@ -10,11 +11,12 @@
 # The first drain also runs the SQL floor and the peers (graphile-worker, pg-boss, pinned in
 # crates/ojs-bench/peers/package.json; crates/ojs-bench/peers/install.sh installs them into
 # target/bench-peers/ when the pinned versions are not there) and prints its issue-16 targets.
-# It also drains with 2 and 4 relays on one table (scale-out; the delivery check proves no row
-# went out twice). The latency run at 2,000 commits/s measures its floor (one PostgreSQL round
-# trip and one devserver request) with and without the relay running. At the end
-# `ojs-bench summary` prints every issue-16 target of the run in one table, met or not
-# (summary.txt).
+# It also drains with 2 and 4 relays on one table at the default batch size (scale-out; the
+# delivery check proves no row went out twice). The latency run at 2,000 commits/s measures its
+# floor (one PostgreSQL round trip and one devserver request), a separate relay process, and
+# graphile-worker's add -> handler start with its worker in another process, at the same rate;
+# each latency run also alternates turns with and without the relay for the application's p99.
+# At the end `ojs-bench summary` prints the targets of the run in one table (summary.txt).
 # Environment: OJS_BENCH_PG_PORT (default 55433, distinct from the tests' 55432);
 # OJS_BENCH_QUIET_WAIT (default 60): seconds to wait, before each benchmark, for the machine
 # to be quiet (other processes busy < 20% of one core over 2 s); past that it runs anyway and
@@ -70,7 +72,7 @@ pg_bin=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1)
 
 started=$(date +%s)
 wait_quiet "$quiet_wait" "$raw/machine.txt" bench.sh
-"$bin" drain --database-url "$url" --rows 100000 --relays 1,2,4 \
+"$bin" drain --database-url "$url" --rows 100000 --batch-sizes 1,100,500,1000 --relays 1,2,4 \
   --peers graphile,pgboss --peers-dir "$peers_dir" --out "$out" | tee "$raw/drain.txt"
 wait_quiet "$quiet_wait" "$raw/machine.txt" bench.sh
 # What events cost the drain (docs/events.md): off / one live subscriber / with replay history.
@@ -79,20 +81,24 @@ wait_quiet "$quiet_wait" "$raw/machine.txt" bench.sh
 wait_quiet "$quiet_wait" "$raw/machine.txt" bench.sh
 "$bin" latency --database-url "$url" --rate 500 --seconds 20 --out "$out" | tee "$raw/latency-postgres.txt"
 wait_quiet "$quiet_wait" "$raw/machine.txt" bench.sh
-# Issue 16: the hot path at 2,000 commits/s offered.
-"$bin" latency --database-url "$url" --rate 2000 --seconds 20 --baseline-seconds 10 --out "$out" | tee "$raw/latency-postgres-2000.txt"
+# Issues 16 and 31: the hot path at 2,000 commits/s offered, the application's p99 with and
+# without the relay in alternating turns, a separate relay, and graphile-worker at that rate.
+"$bin" latency --database-url "$url" --rate 2000 --seconds 20 --baseline-seconds 20 --turns 4 \
+  --separate-seconds 20 --peer-latency graphile --peers-dir "$peers_dir" --out "$out" | tee "$raw/latency-postgres-2000.txt"
 wait_quiet "$quiet_wait" "$raw/machine.txt" bench.sh
-"$bin" latency --database-url "sqlite://$tmp/latency.db" --rate 500 --seconds 20 --out "$out" | tee "$raw/latency-sqlite.txt"
+"$bin" latency --database-url "sqlite://$tmp/latency.db" --rate 500 --seconds 20 --baseline-seconds 20 --turns 4 \
+  --out "$out" | tee "$raw/latency-sqlite.txt"
 # Issue 31, item 6: what one batch of 1,000 costs the backend under faults (counts, not times).
 "$bin" faults --database-url "$url" --rows 1000 --out "$out" | tee "$raw/faults.txt"
 if [ "$quick" = 0 ]; then
   wait_quiet "$quiet_wait" "$raw/machine.txt" bench.sh
-  "$bin" memory --database-url "$url" --rows 1000000 --batch-size 500 --out "$out" | tee "$raw/memory.txt"
+  "$bin" memory --database-url "$url" --rows 1000000 --out "$out" | tee "$raw/memory.txt"
 fi
 echo "loadavg after: $(cut -d' ' -f1-3 /proc/loadavg)" | tee -a "$raw/machine.txt"
 echo
 "$bin" summary "$out" | tee "$raw/summary.txt"
 echo "elsewhere: the staging ratios (bindings-python/bench.sh, bindings-node/bench.sh,"
-echo "bindings-ruby/bench.sh) and the hot path under sustained load (scripts/soak.sh)"
+echo "bindings-ruby/bench.sh) and the hot path under sustained load (scripts/soak.sh; issue 31's"
+echo "target 5, a busy machine, is that soak with OJS_SOAK_QUIET_WAIT=0 beside two busy loops)"
 echo "benchmarks took $(( $(date +%s) - started ))s; raw output in $raw" | tee -a "$raw/machine.txt"
 ln -sfn "$stamp" target/bench/latest

@@ -116,9 +116,12 @@ pub struct DrainArgs {
 const KEYED_TARGET: f64 = 0.80;
 
 /// The issue-16 thresholds the summary checks.
-const FLOOR_TARGET: f64 = 0.60;
+/// Issue 31, target 2: at batch 500 the drain reaches this share of the SQL floor.
+const FLOOR_TARGET: f64 = 0.75;
+const FLOOR_TARGET_BATCH: usize = 500;
 const WRITES_PER_ROW_TARGET: f64 = 2.0;
-const PEER_TARGET: f64 = 1.5;
+/// Issue 31, target 1: at the default settings the drain is this many times graphile-worker's.
+const PEER_TARGET: f64 = 2.0;
 
 /// How a relay run differs from the main one.
 #[derive(Debug, Clone, Copy)]
@@ -1331,8 +1334,9 @@ fn cpu_after_child(cpu: &Value) -> Option<f64> {
     cpu["relay_cpu_s"].as_f64().filter(|x| x.is_finite())
 }
 
-/// The issue-16 targets this run measures, each as a same-run ratio with met / not met; printed
-/// as one table and emitted as `drain_targets` records.
+/// The targets this run measures (issues 16 and 31), each as a same-run ratio with met / not
+/// met; printed as one table and emitted as `drain_targets` records. Those the issues ask for
+/// only as context (a batch size other than 500 against its floor, pg-boss) say so.
 fn targets_summary(args: &DrainArgs, results: &[RunResult], peers: &[RunResult]) -> BoxResult<()> {
     let relay = |batch: usize| {
         results
@@ -1350,14 +1354,19 @@ fn targets_summary(args: &DrainArgs, results: &[RunResult], peers: &[RunResult])
                    theirs: String,
                    ratio: f64,
                    want: &str,
-                   met: bool| {
+                   met: Option<bool>| {
         rows.push(vec![
             target.clone(),
             ours.clone(),
             theirs.clone(),
             format!("{ratio:.2}"),
             want.to_owned(),
-            if met { "met" } else { "NOT MET" }.to_owned(),
+            match met {
+                Some(true) => "met",
+                Some(false) => "NOT MET",
+                None => "-",
+            }
+            .to_owned(),
         ]);
         emit(
             &args.out,
@@ -1371,13 +1380,18 @@ fn targets_summary(args: &DrainArgs, results: &[RunResult], peers: &[RunResult])
     for &batch in &batches {
         if let (Some(ours), Some(floor)) = (relay(batch), floor(batch)) {
             let ratio = ours.jobs_per_s / floor.jobs_per_s;
+            let (want, met) = if batch == FLOOR_TARGET_BATCH {
+                (format!(">= {FLOOR_TARGET:.2}"), Some(ratio >= FLOOR_TARGET))
+            } else {
+                ("(context)".to_owned(), None)
+            };
             add(
                 format!("drain vs SQL floor, batch {batch}, {} rows", ours.rows),
                 format!("{:.0} jobs/s", ours.jobs_per_s),
                 format!("{:.0} jobs/s", floor.jobs_per_s),
                 ratio,
-                ">= 0.60",
-                ratio >= FLOOR_TARGET,
+                &want,
+                met,
             )?;
         }
     }
@@ -1395,34 +1409,38 @@ fn targets_summary(args: &DrainArgs, results: &[RunResult], peers: &[RunResult])
                 "INSERT + 1".into(),
                 writes,
                 "<= 2",
-                writes <= WRITES_PER_ROW_TARGET + 1e-9,
+                Some(writes <= WRITES_PER_ROW_TARGET + 1e-9),
             )?;
         }
     }
-    let biggest = batches.last().copied().unwrap_or(500);
+    // The relay at its default settings: the run whose batch is the default one.
+    let default_batch = ojs_outbox::Config::default().outbox.batch_size;
     for peer in peers {
-        let Some(ours) = relay(biggest) else { continue };
+        let Some(ours) = relay(default_batch) else {
+            continue;
+        };
         let ratio = ours.jobs_per_s / peer.jobs_per_s;
         let rows_note = if ours.rows == peer.rows {
             String::new()
         } else {
             format!(" (rows differ: {} vs {})", ours.rows, peer.rows)
         };
+        let graphile = peer.label.starts_with("graphile");
         add(
             format!(
-                "drain (batch {biggest}) vs {}{rows_note}",
+                "drain at the default settings (batch {default_batch}) vs {}{rows_note}",
                 peer.label.trim_end_matches(" (no-op jobs)")
             ),
             format!("{:.0} jobs/s", ours.jobs_per_s),
             format!("{:.0} jobs/s", peer.jobs_per_s),
             ratio,
-            ">= 1.50",
-            ratio >= PEER_TARGET,
+            if graphile { ">= 2.00" } else { "(context)" },
+            graphile.then_some(ratio >= PEER_TARGET),
         )?;
     }
     if !rows.is_empty() {
         print_table(
-            "issue 16 targets (same run; ratio = ours / reference, writes = pg_stat_user_tables n_tup_ins+upd+del per delivered row)",
+            "drain targets, issues 16 and 31 (same run; ratio = ours / reference, writes = pg_stat_user_tables n_tup_ins+upd+del per delivered row)",
             &["target", "ours", "reference", "ratio", "want", "met?"],
             &rows,
         );

@@ -3,9 +3,10 @@
 //! `Outbox` that runs no relay, as a framework's connection is not the relay's); after the
 //! commit the relay (`start_relay`, its own pool) is woken with the id, as a binding's hook
 //! does. Latency = devserver `received_at_us` - wall clock when `commit()` returned.
-//! First, unless `--baseline-seconds 0`, the same commits run with no relay at all: the
-//! application's begin..commit p99 without a relay is the reference of issue 16's SQLite
-//! target (p99 with the relay running ≤ 1.5x).
+//! Then, unless `--baseline-seconds 0`, the same commits in `--turns` pairs of turns, with no
+//! relay at all then with the in-process relay running, alternating so that a drift of the
+//! machine weighs on both: the application's begin..commit p99 with the relay over its p99
+//! without, pooled over the turns, is issue 31's target 4 (≤ 1.5x).
 //! On PostgreSQL a probe measures, during the measured run (and during the no-relay run, where
 //! the relay's own work does not load the machine), the floor of a relay that locks a row
 //! before sending it: one round trip to the same PostgreSQL (`SELECT 1`, cheaper than a
@@ -42,9 +43,16 @@ pub struct LatencyArgs {
     /// Seconds at the same rate before measuring (connections, manifest, caches); not counted.
     #[arg(long, default_value_t = 2.0)]
     pub warmup_seconds: f64,
-    /// Seconds of the same commits with no relay running, measured first (0: skipped).
+    /// Seconds of the same commits with no relay running, in `--turns` turns each followed by
+    /// a turn as long with the relay running (0: skipped).
     #[arg(long, default_value_t = 10.0)]
     pub baseline_seconds: f64,
+    /// The relays' `outbox.batch_size` (default: the library's default).
+    #[arg(long)]
+    pub batch_size: Option<usize>,
+    /// Pairs of turns (no relay, relay) that `--baseline-seconds` is divided into.
+    #[arg(long, default_value_t = 4)]
+    pub turns: usize,
     /// Floor probes per second during the measured run (PostgreSQL; 0: none).
     #[arg(long, default_value_t = 100.0)]
     pub probe_rate: f64,
@@ -55,6 +63,21 @@ pub struct LatencyArgs {
     /// Measured seconds with a separate relay process instead (0: skipped).
     #[arg(long, default_value_t = 20.0)]
     pub separate_seconds: f64,
+    /// Issue 31, target 3: also measure graphile-worker's add -> handler start, its worker in
+    /// another process woken by LISTEN/NOTIFY, at the same rate for `--separate-seconds`
+    /// (PostgreSQL; `graphile` or empty). Needs node and peers/install.sh (scripts/bench.sh).
+    #[arg(long, default_value = "")]
+    pub peer_latency: String,
+    /// Where install.sh put the pinned peer packages.
+    #[arg(
+        long,
+        env = "OJS_BENCH_PEERS_DIR",
+        default_value = "target/bench-peers"
+    )]
+    pub peers_dir: PathBuf,
+    /// The peer scripts (graphile_latency.js).
+    #[arg(long, default_value = concat!(env!("CARGO_MANIFEST_DIR"), "/peers"))]
+    pub peer_scripts: PathBuf,
     /// ojs-devserver binary (default: beside this one).
     #[arg(long)]
     pub devserver_bin: Option<PathBuf>,
@@ -82,7 +105,10 @@ pub async fn run(args: LatencyArgs) -> BoxResult<()> {
         "ojs-devserver",
     )?)?;
     let (database, version, postmaster) = prepare_database(&args.database_url).await?;
-    let config = config_for(&args.database_url, &devserver.url, TABLE);
+    let mut config = config_for(&args.database_url, &devserver.url, TABLE);
+    if let Some(batch_size) = args.batch_size {
+        config.outbox.batch_size = batch_size;
+    }
     println!(
         "latency: {database} {version} at {}, {} commits/s for {}s (+{}s warm-up), devserver {} (child process), \
          in-process relay with the default config (batch {}, poll {:?})",
@@ -100,31 +126,6 @@ pub async fn run(args: LatencyArgs) -> BoxResult<()> {
         database_url: is_postgres(&args.database_url).then(|| args.database_url.clone()),
         devserver_url: devserver.url.clone(),
         rate: args.probe_rate,
-    };
-    let mut floor_without_relay_ms = Vec::new();
-    let baseline_p99 = if args.baseline_seconds > 0.0 {
-        let count = (args.rate * args.baseline_seconds).round() as usize;
-        commit_at_rate(
-            &app,
-            None,
-            args.rate,
-            (args.rate * args.warmup_seconds) as usize,
-        )
-        .await?;
-        let ((commits, _), floor) = probe
-            .during(commit_at_rate(&app, None, args.rate, count))
-            .await?;
-        floor_without_relay_ms = floor;
-        let mut ms: Vec<f64> = commits
-            .iter()
-            .map(|c| (c.committed_us - c.started_us) as f64 / 1000.0)
-            .collect();
-        ms.sort_by(f64::total_cmp);
-        // The relay must not start on this backlog: the measured run is about fresh commits.
-        empty_table(&app).await?;
-        Some(percentile(&ms, 99.0))
-    } else {
-        None
     };
     let outbox = Arc::new(Outbox::connect(config.clone()).await?);
     outbox.start_relay();
@@ -166,12 +167,41 @@ pub async fn run(args: LatencyArgs) -> BoxResult<()> {
         start_lag_ms,
         missing,
     } = measured(&commits, &received);
+    let turns = if args.baseline_seconds > 0.0 {
+        empty_table(&app).await?;
+        devserver.reset().await?;
+        Some(alternate_turns(&args, &app, &config, &devserver, &probe).await?)
+    } else {
+        None
+    };
+    let floor_without_relay_ms = turns
+        .as_ref()
+        .map_or_else(Vec::new, |t| t.floor_without_relay_ms.clone());
     let separate = if args.separate_seconds > 0.0 {
         empty_table(&app).await?;
         devserver.reset().await?;
         Some(separate_relay(&args, &devserver, config).await?)
     } else {
         None
+    };
+    let peer = match args.peer_latency.as_str() {
+        "" => None,
+        "graphile" | "graphile-worker" if is_postgres(&args.database_url) => Some(
+            crate::peer_latency::graphile_add_to_start(
+                &args.database_url,
+                &args.peers_dir,
+                &args.peer_scripts,
+                args.rate,
+                args.separate_seconds.max(1.0),
+                args.warmup_seconds,
+            )
+            .await?,
+        ),
+        other => {
+            return Err(err(format!(
+                "--peer-latency {other:?}: only graphile, on PostgreSQL"
+            )));
+        }
     };
     let first = commits.iter().map(|c| c.scheduled_us).min().unwrap_or(0);
     let last = commits.iter().map(|c| c.committed_us).max().unwrap_or(0);
@@ -207,9 +237,20 @@ pub async fn run(args: LatencyArgs) -> BoxResult<()> {
         "separate_relay_missing": separate.as_ref().map(|s| s.missing),
         "separate_over_in_process_p50": separate.as_ref().map(|s| round3(percentile(&s.latency_ms, 50.0) / percentile(&latency_ms, 50.0))),
         "separate_over_in_process_p99": separate.as_ref().map(|s| round3(percentile(&s.latency_ms, 99.0) / percentile(&latency_ms, 99.0))),
+        "peer_latency": peer.as_ref().map(|p| p.label.clone()),
+        "peer_latency_ms": peer.as_ref().map(|p| p.latency_ms.clone()),
+        "peer_achieved_rate": peer.as_ref().map(|p| p.record["achieved_add_rate"].clone()),
+        "peer_record": peer.as_ref().map(|p| p.record.clone()),
         "phases": phases,
-        "transaction_p99_ms_without_relay": baseline_p99.map(round3),
-        "transaction_p99_ratio_with_relay": baseline_p99.map(|b| round3(percentile(&commit_ms, 99.0) / b)),
+        "transaction_p99_ms_without_relay": turns.as_ref().map(|t| round3(percentile(&t.without_relay_ms, 99.0))),
+        "transaction_p99_ms_with_relay": turns.as_ref().map(|t| round3(percentile(&t.with_relay_ms, 99.0))),
+        "transaction_p99_ratio_with_relay": turns.as_ref().map(|t| round3(t.ratio())),
+        "turns": turns.as_ref().map(|t| json!({
+            "pairs": args.turns,
+            "seconds_each": round3(args.baseline_seconds / args.turns as f64),
+            "p99_ms_without_relay": t.p99_without_by_turn,
+            "p99_ms_with_relay": t.p99_with_by_turn,
+        })),
         "devserver": "child process",
         "relay": "in-process (Outbox::start_relay), default config",
         "cpu": cpu_before.delta(&cpu_after),
@@ -236,7 +277,7 @@ pub async fn run(args: LatencyArgs) -> BoxResult<()> {
         rows.push(row("floor: SELECT 1 + GET health", &floor_ms));
     }
     if !floor_without_relay_ms.is_empty() {
-        rows.push(row("floor, no relay (before)", &floor_without_relay_ms));
+        rows.push(row("floor, no relay (its turns)", &floor_without_relay_ms));
     }
     print_table(
         &format!(
@@ -266,17 +307,35 @@ pub async fn run(args: LatencyArgs) -> BoxResult<()> {
             if p99 <= 3.0 { "met" } else { "NOT met" },
         );
     }
-    if let Some(baseline) = baseline_p99 {
-        let with_relay = percentile(&commit_ms, 99.0);
+    if let (Some(separate), Some(peer)) = (&separate, &peer) {
+        let ours = percentile(&separate.latency_ms, 50.0);
+        let theirs = peer.latency_ms["p50"].as_f64().unwrap_or(f64::NAN);
         println!(
-            "application transaction p99: {with_relay:.2} ms with the relay, {baseline:.2} ms with no relay ({}s before, same rate): ratio {:.2}{}",
-            args.baseline_seconds,
-            with_relay / baseline,
-            if database == "SQLite" {
-                " (issue 16 target: <= 1.5)"
+            "separate relay commit -> delivered p50 {ours:.2} ms vs {} p50 {theirs:.2} ms (p99 {}; it achieved {} adds/s of {} offered): \
+             ratio {:.2} (issue 31 target <= 1: {})",
+            peer.label,
+            peer.latency_ms["p99"],
+            peer.record["achieved_add_rate"],
+            args.rate,
+            ours / theirs,
+            if ours <= theirs { "met" } else { "NOT met" },
+        );
+    }
+    if let Some(turns) = &turns {
+        let ratio = turns.ratio();
+        println!(
+            "application transaction p99: {:.2} ms with the relay running, {:.2} ms with no relay ({} turns of {:.1}s each, alternating, same rate; per turn without {:?}, with {:?}): ratio {ratio:.2} (issue 31 target <= {APP_P99_RATIO}: {})",
+            percentile(&turns.with_relay_ms, 99.0),
+            percentile(&turns.without_relay_ms, 99.0),
+            args.turns,
+            args.baseline_seconds / args.turns as f64,
+            turns.p99_without_by_turn,
+            turns.p99_with_by_turn,
+            if ratio <= APP_P99_RATIO {
+                "met"
             } else {
-                ""
-            }
+                "NOT met"
+            },
         );
     }
     if let Some(p) = &record["phases"].as_object() {
@@ -302,6 +361,103 @@ pub async fn run(args: LatencyArgs) -> BoxResult<()> {
         )));
     }
     Ok(())
+}
+
+/// Issue 31, target 4: the application's transaction p99 with the relay running at most this
+/// many times its p99 without.
+pub const APP_P99_RATIO: f64 = 1.5;
+
+/// The application's begin..commit durations (ms, sorted) in the turns with no relay and in
+/// those with the relay running, and each turn's p99.
+struct Turns {
+    without_relay_ms: Vec<f64>,
+    with_relay_ms: Vec<f64>,
+    p99_without_by_turn: Vec<f64>,
+    p99_with_by_turn: Vec<f64>,
+    floor_without_relay_ms: Vec<f64>,
+}
+
+impl Turns {
+    fn ratio(&self) -> f64 {
+        percentile(&self.with_relay_ms, 99.0) / percentile(&self.without_relay_ms, 99.0)
+    }
+}
+
+/// `--turns` pairs of turns at the same rate: commits with no relay at all (their rows deleted
+/// after), then commits delivered by an in-process relay started for the turn (after a short
+/// warm-up of its own, stopped and its rows deleted after). Every commit of a relay turn must
+/// reach the devserver.
+async fn alternate_turns(
+    args: &LatencyArgs,
+    app: &Arc<Outbox>,
+    config: &ojs_outbox::Config,
+    devserver: &DevServer,
+    probe: &Probe,
+) -> BoxResult<Turns> {
+    let per_turn = (args.rate * args.baseline_seconds / args.turns.max(1) as f64).round() as usize;
+    let warmup = (args.rate * args.warmup_seconds.min(1.0)).round() as usize;
+    let durations = |commits: &[Commit]| {
+        let mut ms: Vec<f64> = commits
+            .iter()
+            .map(|c| (c.committed_us - c.started_us) as f64 / 1000.0)
+            .collect();
+        ms.sort_by(f64::total_cmp);
+        ms
+    };
+    let mut turns = Turns {
+        without_relay_ms: Vec::new(),
+        with_relay_ms: Vec::new(),
+        p99_without_by_turn: Vec::new(),
+        p99_with_by_turn: Vec::new(),
+        floor_without_relay_ms: Vec::new(),
+    };
+    for _ in 0..args.turns.max(1) {
+        let ((commits, _), floor) = probe
+            .during(commit_at_rate(app, None, args.rate, per_turn))
+            .await?;
+        let ms = durations(&commits);
+        turns
+            .p99_without_by_turn
+            .push(round3(percentile(&ms, 99.0)));
+        turns.without_relay_ms.extend(ms);
+        turns.floor_without_relay_ms.extend(floor);
+        empty_table(app).await?;
+
+        let relay = Arc::new(Outbox::connect(config.clone()).await?);
+        relay.start_relay();
+        commit_at_rate(app, Some(&relay), args.rate, warmup).await?;
+        devserver
+            .wait_for_jobs(
+                warmup as u64,
+                Duration::from_millis(20),
+                Duration::from_secs(60),
+            )
+            .await?;
+        devserver.reset().await?;
+        let (commits, _) = commit_at_rate(app, Some(&relay), args.rate, per_turn).await?;
+        devserver
+            .wait_for_jobs(
+                commits.len() as u64,
+                Duration::from_millis(20),
+                Duration::from_secs(120),
+            )
+            .await?;
+        relay.stop_relay().await;
+        relay.store().close().await;
+        devserver.reset().await?;
+        let ms = durations(&commits);
+        turns.p99_with_by_turn.push(round3(percentile(&ms, 99.0)));
+        turns.with_relay_ms.extend(ms);
+        empty_table(app).await?;
+    }
+    for values in [
+        &mut turns.without_relay_ms,
+        &mut turns.with_relay_ms,
+        &mut turns.floor_without_relay_ms,
+    ] {
+        values.sort_by(f64::total_cmp);
+    }
+    Ok(turns)
 }
 
 /// Commit -> delivered, commit and schedule-lag durations (ms, sorted), and the commits the
@@ -352,6 +508,12 @@ async fn separate_relay(
         std::process::Command::new(sibling_binary(args.relay_bin.as_deref(), "ojs-relay")?)
             .args(["--database-url", &args.database_url, "--table", TABLE])
             .args(["run", "--ojs-url", &devserver.url])
+            .args(
+                args.batch_size
+                    .map(|n| n.to_string())
+                    .iter()
+                    .flat_map(|n| ["--batch-size".to_owned(), n.clone()]),
+            )
             .args(
                 args.separate_poll_interval
                     .iter()

@@ -21,7 +21,8 @@ pub struct MemoryArgs {
     /// Backlog to stage and drain.
     #[arg(long, default_value_t = 1_000_000)]
     pub rows: usize,
-    #[arg(long, default_value_t = 500)]
+    /// The relay's `--batch-size` (default: the library's default).
+    #[arg(long, default_value_t = ojs_outbox::Config::default().outbox.batch_size)]
     pub batch_size: usize,
     /// Relay binary (default: ojs-relay beside this one, else this binary's `relay-only`).
     #[arg(long)]

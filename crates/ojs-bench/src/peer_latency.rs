@@ -12,16 +12,11 @@ use serde_json::Value;
 
 use crate::common::{BoxResult, err, terminate};
 
-#[allow(dead_code)]
 pub struct PeerLatency {
     /// "graphile-worker 0.17.3 (add -> handler start, worker in another process)".
     pub label: String,
     /// `{"p50", "p90", "p99", "max"}` in ms over the measured jobs.
     pub latency_ms: Value,
-    /// Measured jobs whose handler started.
-    pub jobs: u64,
-    /// Measured jobs added but never started (the script then exits non-zero).
-    pub missing: u64,
     /// The script's whole latency line (settings, add_ms, achieved_add_rate, CPU, ...).
     pub record: Value,
 }
@@ -29,7 +24,6 @@ pub struct PeerLatency {
 /// Runs `node <peer_scripts>/graphile_latency.js` at `rate` adds/s for `warmup_seconds` (not
 /// counted) then `seconds`, on the database of `database_url` (its `graphile_worker` schema is
 /// dropped and re-created), with the peers installed in `peers_dir` (peers/install.sh).
-#[allow(dead_code)]
 pub async fn graphile_add_to_start(
     database_url: &str,
     peers_dir: &Path,
@@ -105,8 +99,6 @@ pub async fn graphile_add_to_start(
             record["version"].as_str().unwrap_or("?")
         ),
         latency_ms: record["latency_ms"].clone(),
-        jobs: record["jobs"].as_u64().unwrap_or(0),
-        missing: record["missing"].as_u64().unwrap_or(0),
         record,
     })
 }

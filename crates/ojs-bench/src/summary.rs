@@ -1,8 +1,8 @@
-//! `summary`: issue 16's targets as one table, from the JSON lines of one `scripts/bench.sh` run
-//! (each run writes its own file). The drain's rows are the drain's own verdicts; the others
-//! are judged here from the latency and memory records. A target whose benchmark did not run
-//! (`--quick` skips memory) says so. Missing a target is a finding, not a failure: the exit
-//! status is 0 whenever the file can be read.
+//! `summary`: the targets of issues 31 and 16 as one table, from the JSON lines of one
+//! `scripts/bench.sh` run (each run writes its own file). The drain's rows are the drain's own
+//! verdicts; the others are judged here from the latency, faults and memory records. A target
+//! whose benchmark did not run (`--quick` skips memory) says so. Missing a target is a
+//! finding, not a failure: the exit status is 0 whenever the file can be read.
 
 use std::path::PathBuf;
 
@@ -10,6 +10,7 @@ use clap::Args;
 use serde_json::Value;
 
 use crate::common::*;
+use crate::latency::APP_P99_RATIO;
 
 #[derive(Debug, Args)]
 pub struct SummaryArgs {
@@ -17,12 +18,12 @@ pub struct SummaryArgs {
     pub results: PathBuf,
 }
 
-/// Issue 16's numbers for the hot path and the relay's memory.
-const SQLITE_APP_P99_RATIO: f64 = 1.5;
+/// Issue 16's numbers for the hot path and the relay's memory; issue 31's for faults.
 const HOT_RATE: f64 = 2000.0;
 const HOT_P50_MS: f64 = 1.0;
 const HOT_P99_MS: f64 = 5.0;
 const RSS_MIB: f64 = 16.0;
+const BODIES_PER_ROW: f64 = 3.0;
 
 pub fn run(args: SummaryArgs) -> BoxResult<()> {
     let text = std::fs::read_to_string(&args.results)
@@ -35,7 +36,7 @@ pub fn run(args: SummaryArgs) -> BoxResult<()> {
     let rows = target_rows(&records);
     print_table(
         &format!(
-            "issue 16 targets, one run ({}; ratio = ours / reference)",
+            "targets of issues 31 and 16, one run ({}; ratio = ours / reference)",
             args.results.display()
         ),
         &["target", "ours", "reference", "ratio", "want", "met?"],
@@ -47,70 +48,98 @@ pub fn run(args: SummaryArgs) -> BoxResult<()> {
 fn target_rows(records: &[Value]) -> Vec<Vec<String>> {
     let of = |bench: &'static str| records.iter().filter(move |r| r["bench"] == bench);
     let mut rows: Vec<Vec<String>> = Vec::new();
-
-    // The drain's verdicts, each target once (a later drain of the run repeats some).
-    for record in of("drain_targets") {
-        let target = text(&record["target"]);
-        if rows.iter().any(|row| row[0] == target) {
-            continue;
+    let drain_target = |prefix: &str, label: &str| -> Vec<String> {
+        match of("drain_targets").find(|r| text(&r["target"]).starts_with(prefix)) {
+            Some(r) => vec![
+                format!("{label}: {}", text(&r["target"])),
+                text(&r["ours"]),
+                text(&r["reference"]),
+                format!("{:.2}", r["ratio"].as_f64().unwrap_or(f64::NAN)),
+                text(&r["want"]),
+                verdict(r["met"].as_bool()),
+            ],
+            None => not_run(&format!("{label}: {prefix}"), "drain"),
         }
-        // Issue 16 sets the floor target at batch 500 and asks for pg-boss only as context.
-        let context = (target.starts_with("drain vs SQL floor") && !target.contains("batch 500,"))
-            || target.contains("pg-boss");
-        rows.push(vec![
-            target,
-            text(&record["ours"]),
-            text(&record["reference"]),
-            format!("{:.2}", record["ratio"].as_f64().unwrap_or(f64::NAN)),
-            text(&record["want"]),
-            if context {
-                "(context)".to_owned()
-            } else {
-                verdict(record["met"].as_bool())
-            },
-        ]);
-    }
-    if rows.is_empty() {
-        rows.push(not_run(
-            "drain vs SQL floor, writes per row, peers",
-            "drain",
-        ));
-    }
+    };
+    rows.push(drain_target("drain at the default settings", "31.1"));
+    rows.push(drain_target("drain vs SQL floor, batch 500", "31.2"));
 
-    let sqlite = of("latency")
-        .find(|r| r["database"] == "SQLite" && r["transaction_p99_ratio_with_relay"].is_number());
-    rows.push(match sqlite {
+    let postgres_hot = of("latency")
+        .find(|r| r["database"] == "PostgreSQL" && r["offered_rate"].as_f64() == Some(HOT_RATE));
+    rows.push(match postgres_hot.filter(|r| r["peer_latency_ms"]["p50"].is_number()) {
         Some(r) => {
-            let ratio = r["transaction_p99_ratio_with_relay"]
-                .as_f64()
-                .unwrap_or(f64::NAN);
+            let ours = r["separate_relay_latency_ms"]["p50"].as_f64().unwrap_or(f64::NAN);
+            let theirs = r["peer_latency_ms"]["p50"].as_f64().unwrap_or(f64::NAN);
             vec![
-                format!(
-                    "SQLite application p99 while the relay runs, {:.0} commits/s",
-                    r["offered_rate"].as_f64().unwrap_or(f64::NAN)
-                ),
-                format!("{} ms", r["commit_ms"]["p99"]),
-                format!("{} ms, no relay", r["transaction_p99_ms_without_relay"]),
-                format!("{ratio:.2}"),
-                format!("<= {SQLITE_APP_P99_RATIO:.2}"),
-                verdict(Some(ratio <= SQLITE_APP_P99_RATIO)),
+                format!("31.3: separate relay commit -> delivered p50 vs graphile-worker add -> start p50, {HOT_RATE} /s"),
+                format!("{ours:.2} ms"),
+                format!("{theirs:.2} ms"),
+                format!("{:.2}", ours / theirs),
+                "<= 1.00".to_owned(),
+                verdict(Some(ours <= theirs)),
             ]
         }
-        None => not_run(
-            "SQLite application p99 while the relay runs",
-            "latency (SQLite)",
-        ),
+        None => not_run("31.3: separate relay p50 vs graphile-worker", "latency --rate 2000 --peer-latency graphile"),
     });
+    for (database, rate) in [("PostgreSQL", HOT_RATE), ("SQLite", 500.0)] {
+        let record = of("latency").find(|r| {
+            r["database"] == database
+                && r["offered_rate"].as_f64() == Some(rate)
+                && r["transaction_p99_ratio_with_relay"].is_number()
+        });
+        let target = format!(
+            "31.4: {database} application p99, relay running vs not (alternating turns), {rate:.0} commits/s"
+        );
+        rows.push(match record {
+            Some(r) => {
+                let ratio = r["transaction_p99_ratio_with_relay"]
+                    .as_f64()
+                    .unwrap_or(f64::NAN);
+                vec![
+                    target,
+                    format!("{} ms", r["transaction_p99_ms_with_relay"]),
+                    format!("{} ms, no relay", r["transaction_p99_ms_without_relay"]),
+                    format!("{ratio:.2}"),
+                    format!("<= {APP_P99_RATIO:.2}"),
+                    verdict(Some(ratio <= APP_P99_RATIO)),
+                ]
+            }
+            None => not_run(&target, "latency"),
+        });
+    }
+    rows.push(not_run(
+        "31.5: hot_dropped on a busy machine",
+        "scripts/soak.sh --busy 2",
+    ));
+    let faults: Vec<&Value> = of("faults").collect();
+    if faults.is_empty() {
+        rows.push(not_run("31.6: fault cost", "faults"));
+    }
+    for r in faults {
+        let bodies = r["bodies_per_row"].as_f64().unwrap_or(f64::NAN);
+        rows.push(vec![
+            format!("31.6: fault cost, {} ({} rows, {} refused)", text(&r["scenario"]), r["rows"], r["refused_rows"]),
+            format!(
+                "{bodies:.2} bodies/row; {} batch + {} single requests, {} GETs; a row sent at most {}x",
+                r["batch_requests"], r["single_requests"], r["get_requests"], r["most_sends_of_a_row"]
+            ),
+            "before: 501.5 bodies/row".to_owned(),
+            "-".to_owned(),
+            format!("<= {BODIES_PER_ROW} bodies/row"),
+            verdict(Some(bodies <= BODIES_PER_ROW)),
+        ]);
+    }
+    rows.push(capacity(records));
 
-    let hot = of("latency")
-        .find(|r| r["database"] == "PostgreSQL" && r["offered_rate"].as_f64() == Some(HOT_RATE));
-    match hot {
+    // Issue 16's, still held.
+    rows.push(drain_target("writes per delivered row, batch 500", "16"));
+    match postgres_hot {
         Some(r) => {
             for (name, limit) in [("p50", HOT_P50_MS), ("p99", HOT_P99_MS)] {
                 let ours = r["latency_ms"][name].as_f64().unwrap_or(f64::NAN);
                 let floor = r["floor_ms"][name].as_f64();
                 rows.push(vec![
-                    format!("PostgreSQL commit -> delivered {name}, {HOT_RATE} commits/s"),
+                    format!("16: PostgreSQL commit -> delivered {name}, in process, {HOT_RATE} commits/s"),
                     format!("{ours:.2} ms"),
                     floor.map_or("-".to_owned(), |f| format!("{f:.2} ms, floor")),
                     floor.map_or("-".to_owned(), |f| format!("{:.2}", ours / f)),
@@ -120,16 +149,15 @@ fn target_rows(records: &[Value]) -> Vec<Vec<String>> {
             }
         }
         None => rows.push(not_run(
-            "PostgreSQL commit -> delivered, 2000 commits/s",
+            "16: PostgreSQL commit -> delivered, 2000 commits/s",
             "latency --rate 2000",
         )),
     }
-
     rows.push(match of("memory").next() {
         Some(r) => {
             let mib = r["peak_rss_mib"].as_f64().unwrap_or(f64::NAN);
             vec![
-                format!("relay RSS, {}-row backlog", r["rows"]),
+                format!("16: relay RSS, {}-row backlog", r["rows"]),
                 format!("{mib:.1} MiB"),
                 "-".to_owned(),
                 "-".to_owned(),
@@ -137,39 +165,73 @@ fn target_rows(records: &[Value]) -> Vec<Vec<String>> {
                 verdict(Some(mib <= RSS_MIB)),
             ]
         }
-        None => not_run("relay RSS, 1M-row backlog", "memory (skipped by --quick)"),
+        None => not_run(
+            "16: relay RSS, 1M-row backlog",
+            "memory (skipped by --quick)",
+        ),
     });
+    rows
+}
 
-    // Scale-out: the first drain's batch-500 runs per relay count. A drain fails outright when
-    // the devserver got a row twice, so a recorded curve is also the duplicate check.
+/// Issue 31, target 7: CPU per 1,000 jobs of the default-settings drain (the capacity model of
+/// docs/benchmarks.md) and the scale-out curve of the first drain (a drain fails outright when
+/// the devserver got a row twice, so a recorded curve is also the duplicate check).
+fn capacity(records: &[Value]) -> Vec<String> {
+    let default_batch = ojs_outbox::Config::default().outbox.batch_size;
+    let drains: Vec<&Value> = records
+        .iter()
+        .filter(|r| r["bench"] == "drain" && r["relay"] == "ojs_relay" && r["peer"].is_null())
+        .collect();
     let mut curve: Vec<(u64, f64)> = Vec::new();
-    for r in of("drain") {
-        let relays = r["relays"].as_u64();
-        if r["relay"] != "ojs_relay" || r["batch_size"] != 500 || r["peer"].is_string() {
+    for r in &drains {
+        if r["batch_size"] != default_batch {
             continue;
         }
-        if let Some(relays) = relays.filter(|n| !curve.iter().any(|(m, _)| m == n)) {
+        if let Some(relays) = r["relays"]
+            .as_u64()
+            .filter(|n| !curve.iter().any(|(m, _)| m == n))
+        {
             curve.push((relays, r["jobs_per_s"].as_f64().unwrap_or(f64::NAN)));
         }
     }
-    rows.push(if curve.len() > 1 {
-        vec![
-            "scale-out, batch 500, one table".to_owned(),
+    let Some(main) = drains
+        .iter()
+        .find(|r| r["batch_size"] == default_batch && r["relays"] == 1)
+    else {
+        return not_run(
+            "31.7: CPU per 1,000 jobs and scale-out",
+            "drain --relays 1,2,4",
+        );
+    };
+    let per_1k = |key: &str| {
+        main["cpu"][key].as_f64().unwrap_or(f64::NAN) * 1e6
+            / main["rows"].as_f64().unwrap_or(f64::NAN)
+    };
+    vec![
+        format!(
+            "31.7: capacity, batch {default_batch}: CPU ms per 1,000 jobs (relay / devserver / PostgreSQL); scale-out"
+        ),
+        format!(
+            "{:.1} / {:.1} / {:.1} ms; {} jobs/s",
+            per_1k("relay_cpu_s"),
+            per_1k("devserver_cpu_s"),
+            per_1k("postgres_cpu_s"),
             curve
                 .iter()
-                .map(|(n, rate)| format!("{n}: {rate:.0}"))
+                .map(|(n, rate)| format!("{n} relay(s): {rate:.0}"))
                 .collect::<Vec<_>>()
                 .join(", ")
-                + " jobs/s",
-            "-".to_owned(),
-            "-".to_owned(),
-            "curve, 0 sent twice".to_owned(),
-            "recorded".to_owned(),
-        ]
-    } else {
-        not_run("scale-out", "drain --relays 1,2,4")
-    });
-    rows
+        ),
+        "-".to_owned(),
+        "-".to_owned(),
+        "recorded, 0 sent twice".to_owned(),
+        if curve.len() > 1 {
+            "recorded"
+        } else {
+            "1 relay only"
+        }
+        .to_owned(),
+    ]
 }
 
 fn text(value: &Value) -> String {

@@ -39,6 +39,9 @@ pub enum ClaimFilter<'a> {
     /// Rows created at least this many milliseconds ago (the poller leaves fresher rows to
     /// the hot path).
     OlderThanMs(i64),
+    /// The same, only past row `after_id`: a backlog's next claim starts where the last one
+    /// ended rather than stepping over the rows still locked or just settled at the head.
+    OlderThanMsAfter { ms: i64, after_id: i64 },
 }
 
 /// How the host driver spells a positional parameter.
@@ -979,6 +982,10 @@ impl OutboxSql {
                     Dialect::Postgres => format!("now() - {ms} * interval '1 millisecond'"),
                     _ => format!("{} - {ms}", self.now()),
                 }
+            ),
+            ClaimFilter::OlderThanMsAfter { ms, after_id } => format!(
+                "id > {after_id} AND {}",
+                self.claim_filter(ClaimFilter::OlderThanMs(ms))
             ),
         }
     }

@@ -608,19 +608,32 @@ impl Store {
         limit: usize,
         skip_recent: Duration,
     ) -> Result<Claim> {
+        self.claim_due_after(lease_token, lease, limit, skip_recent, None)
+            .await
+    }
+
+    /// `claim_due`, past row `after_id` if given (a backlog's next claim, on PostgreSQL and
+    /// MySQL; SQLite's claims are never taken ahead and ignore it).
+    pub async fn claim_due_after(
+        &self,
+        lease_token: &str,
+        lease: Duration,
+        limit: usize,
+        skip_recent: Duration,
+        after_id: Option<i64>,
+    ) -> Result<Claim> {
         let lease_ms = lease.as_millis() as i64;
         let skip_ms = skip_recent.as_millis() as i64;
+        let filter = match after_id {
+            Some(after_id) => ClaimFilter::OlderThanMsAfter {
+                ms: skip_ms,
+                after_id,
+            },
+            None => ClaimFilter::OlderThanMs(skip_ms),
+        };
         match &self.pool {
-            Pool::Postgres(pool) => {
-                let claim = self
-                    .sql
-                    .begin_and_claim_pg(limit, ClaimFilter::OlderThanMs(skip_ms));
-                held(pool, claim).await
-            }
-            Pool::Mysql(pool) => {
-                let filter = ClaimFilter::OlderThanMs(skip_ms);
-                held_mysql(pool, &self.sql, filter, limit).await
-            }
+            Pool::Postgres(pool) => held(pool, self.sql.begin_and_claim_pg(limit, filter)).await,
+            Pool::Mysql(pool) => held_mysql(pool, &self.sql, filter, limit).await,
             Pool::Sqlite(pool) => {
                 let _running = crate::sqlite_fork::statement().await;
                 let rows = sqlx::query(self.sqlite_statements().claim_due.clone())
