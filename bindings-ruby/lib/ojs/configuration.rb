@@ -13,7 +13,7 @@ module OJS
   #     config.database_url = nil                 # the relay's own connection; derived from
   #                                               # ActiveRecord's connection config when nil
   #     config.relay = :in_process                # or :external (adapter.relay.mode)
-  #     config.outbox_options = { poll_interval: "PT1S", batch_size: 1000 } # adapter.outbox.*
+  #     config.outbox_options = { poll_interval: "PT1S", batch_size: 500 } # adapter.outbox.*
   #     config.relay_options = { max_attempts: 10 }                          # adapter.relay.*
   #     config.logger = Rails.logger              # where the relay's records go (the default)
   #     config.auto_start = true                  # the in-process relay starts by itself

@@ -144,7 +144,7 @@ impl Default for Config {
                 enabled: true,
                 table_name: "ojs_outbox".into(),
                 poll_interval: Duration::from_secs(1),
-                batch_size: 1000,
+                batch_size: 500,
             },
             relay: RelayConfig {
                 mode: RelayMode::InProcess,

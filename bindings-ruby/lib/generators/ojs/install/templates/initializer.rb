@@ -10,7 +10,7 @@ OJS.configure do |config|
   config.outbox_table = "ojs_outbox"
   # config.relay = :external           # relay with `rake ojs:relay` instead of in each process
   # config.database_url = ENV["OJS_RELAY_DATABASE_URL"] # default: derived from database.yml
-  # config.outbox_options = { poll_interval: "PT1S", batch_size: 1000 }
+  # config.outbox_options = { poll_interval: "PT1S", batch_size: 500 }
   # config.relay_options = { max_attempts: 10 }
   # config.current_user_id = ->(env) { env["warden"]&.user&.id }
   # The jobs' tenant, from your app (never from a client's X-OJS-Tenant header by default):
