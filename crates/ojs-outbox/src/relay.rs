@@ -427,11 +427,13 @@ struct Engine {
     chained_claims: u32,
 }
 
-/// A claim taken ahead, with its lease token and how long the statement took.
+/// A claim taken ahead, with its lease token, how long the statement took, and the row it
+/// started past (`next_claim_start`).
 struct Prefetched {
     token: String,
     claimed: crate::Result<Claim>,
     took: Duration,
+    after: Option<i64>,
 }
 
 /// A round's settlement running beside the next round; aborted with the relay (a kill drops
@@ -677,6 +679,7 @@ impl Engine {
             token,
             claimed,
             took,
+            after,
         } = match next {
             Ok(prefetched) => prefetched,
             // Only a panic gets here (an abort drops the relay too).
@@ -687,6 +690,7 @@ impl Engine {
                     join.to_string(),
                 )),
                 took: Duration::ZERO,
+                after: None,
             },
         };
         self.counters.claim_duration.record(took);
@@ -712,8 +716,11 @@ impl Engine {
                 // A keyed row's successor is due once it settles: claim again then (the claim
                 // waits for the settlement), rather than after a poll interval.
                 let keyed = claim.rows.iter().any(|row| row.keyed);
+                // A claim that started past the last one and came back short may have left due
+                // rows behind it: the next one, from the head, runs at once.
+                let behind = after.is_some() && !full;
                 self.deliver(&token, claim).await;
-                (full || keyed) && self.pause_until.is_none() && !self.stopping()
+                (full || keyed || behind) && self.pause_until.is_none() && !self.stopping()
             }
             Err(e) => {
                 self.database_trouble(e).await;
@@ -760,6 +767,7 @@ impl Engine {
                 token,
                 claimed,
                 took: started.elapsed(),
+                after,
             }
         }
     }
