@@ -24,6 +24,8 @@
 # OJS_SOAK_DRAIN_TIMEOUT_S (600), OJS_SOAK_VERIFY_IDS (1); for diagnosis only, OJS_SOAK_CONFIG
 # (adapter settings as JSON, e.g. '{"relay": {"hot_queue_capacity": 100000}}') and
 # OJS_SOAK_APP_SYNCHRONOUS (PRAGMA synchronous of the app's connection); the summary names them.
+# OJS_SOAK_BUSY=N runs N busy loops beside each program (a busy machine, issue 31's target 5:
+# hot_dropped <= 5%), without waiting for quiet first.
 #
 # Output: target/soak/<UTC timestamp>/ (machine.txt, <binding>.txt, results.jsonl,
 # summary.txt). Exit status 1 when a program failed or a committed job was not delivered;
@@ -86,8 +88,17 @@ fi
 
 # --- the runs ---------------------------------------------------------------------------------
 failed=()
+busy=${OJS_SOAK_BUSY:-0}
+busy_pids=()
+stop_busy() { [ ${#busy_pids[@]} -eq 0 ] || kill "${busy_pids[@]}" 2>/dev/null || true; busy_pids=(); }
+trap stop_busy EXIT
 for b in "${bindings[@]}"; do
-  wait_quiet "$quiet_wait" "$out/machine.txt" soak.sh
+  if [ "$busy" -gt 0 ]; then
+    for _ in $(seq "$busy"); do (while :; do :; done) & busy_pids+=($!); done
+    say "$b: $busy busy loops beside it (OJS_SOAK_BUSY)" | tee -a "$out/machine.txt"
+  else
+    wait_quiet "$quiet_wait" "$out/machine.txt" soak.sh
+  fi
   say "$b: running (output in $out/$b.txt)"
   set +e
   case "$b" in
@@ -97,17 +108,24 @@ for b in "${bindings[@]}"; do
   esac 2>&1 | tee "$out/$b.txt"
   rc=${PIPESTATUS[0]}
   set -e
+  stop_busy
   [ "$rc" -eq 0 ] || failed+=("$b (exit $rc)")
   grep '^SOAK_JSON ' "$out/$b.txt" | sed 's/^SOAK_JSON //' >> "$out/results.jsonl" || true
 done
 echo "loadavg after: $(cut -d' ' -f1-3 /proc/loadavg)" | tee -a "$out/machine.txt"
 
 # --- the summary ------------------------------------------------------------------------------
-python3 - "$out/results.jsonl" <<'PY' | tee "$out/summary.txt"
+python3 - "$out/results.jsonl" "$busy" <<'PY' | tee "$out/summary.txt"
 import json, sys
 rows = [json.loads(line) for line in open(sys.argv[1]) if line.strip()]
+busy = int(sys.argv[2])
 print()
-print("Hot path under sustained load (issue 16): hot_dropped <= 1% of committed jobs, SQLite, release builds")
+if busy:
+    print(f"Hot path on a busy machine ({busy} busy loops; issue 31: hot_dropped <= 5% of committed jobs), SQLite, release builds")
+    for r in rows:
+        r["met"] = r["hot_dropped_share"] <= 0.05
+else:
+    print("Hot path under sustained load (issue 16): hot_dropped <= 1% of committed jobs, SQLite, release builds")
 head = ("binding", "tx", "jobs", "tx/s", "offered", "hot_dropped", "share", "max pending", "delivered",
         "c->r p99 ms", "app+relay CPU s", "other CPU s", "load avg", "target")
 fmt = "{:<8} {:>6} {:>7} {:>7} {:>7} {:>11} {:>7} {:>11} {:>16} {:>11} {:>15} {:>11} {:>15} {:>7}"

@@ -519,7 +519,15 @@ impl Engine {
         let mut next_prune = Instant::now() + self.config.relay.prune_interval;
         let mut next_refresh = Instant::now();
         let mut hot_ids = Vec::with_capacity(batch_size);
+        let mut dropped_seen = 0;
         loop {
+            // Ids the hot queue dropped are rows the poller must find: at once, not after
+            // `skip_recent` and a poll interval (and `claim_due` skips no fresh row meanwhile).
+            let dropped = self.counters.hot_dropped.load(Ordering::Relaxed);
+            if dropped > dropped_seen {
+                dropped_seen = dropped;
+                next_poll = Instant::now();
+            }
             if self.stopping() || self.pause_until.is_some() {
                 // Its rows are let go (the transaction rolls back): nothing was sent.
                 self.prefetched = None;
@@ -741,10 +749,13 @@ impl Engine {
     ) -> impl std::future::Future<Output = Prefetched> + Send + 'static {
         let token = self.next_lease_token();
         let store = self.store.clone();
+        // After a pause, and while the hot queue drops ids (a burst, `hot_drops.rs`), the
+        // poller takes fresh rows too: nothing else would send them sooner.
+        let overflowing = self.counters.hot_dropping.load(Ordering::Relaxed);
         let (lease, limit, skip_recent) = (
             self.config.relay.lease,
             self.config.outbox.batch_size,
-            if std::mem::take(&mut self.resumed) {
+            if std::mem::take(&mut self.resumed) || overflowing {
                 Duration::ZERO
             } else {
                 self.skip_recent
