@@ -212,7 +212,7 @@ async function main() {
     + `devserver ${devserver.url} (${DEVSERVER}); relay in the relay host process ${hostPid}`);
   say(`offering ${RATE} tx/s for ${SECONDS} s: ${nTx} transactions = ${singles} x 1 job + ${bulks} x ${BULK_SIZE} `
     + `jobs (one in ${BULK_EVERY}) = ${singles + bulks * BULK_SIZE} jobs, ${Math.round((singles + bulks * BULK_SIZE) / SECONDS)} `
-    + `jobs/s; relay config: ${Object.keys(EXTRA_CONFIG).length ? JSON.stringify(EXTRA_CONFIG) : 'the default (hot queue 10,000, batch 100, poll 1 s)'}; `
+    + `jobs/s; relay config: ${Object.keys(EXTRA_CONFIG).length ? JSON.stringify(EXTRA_CONFIG) : 'the default'}; `
     + `the app's connection: synchronous=${appSynchronous}`);
 
   const committedIds = [];

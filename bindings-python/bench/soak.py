@@ -232,7 +232,7 @@ def main():
     say(f"offering {RATE:g} tx/s for {SECONDS:g} s: {n_tx} transactions = {singles} x 1 job + "
         f"{bulks} x {BULK_SIZE} jobs (one in {BULK_EVERY}) = {singles + bulks * BULK_SIZE} jobs, "
         f"{(singles + bulks * BULK_SIZE) / SECONDS:.0f} jobs/s; relay config: "
-        f"{json.dumps(EXTRA_CONFIG) if EXTRA_CONFIG else 'the default (hot queue 10,000, batch 100, poll 1 s)'}; "
+        f"{json.dumps(EXTRA_CONFIG) if EXTRA_CONFIG else 'the default'}; "
         f"Django's connection: synchronous={app_synchronous}")
 
     committed_ids = []      # every job id, in commit order

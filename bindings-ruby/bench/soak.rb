@@ -209,7 +209,7 @@ say "ActiveRecord #{ActiveRecord::VERSION::STRING}, sqlite3 gem #{SQLite3::VERSI
     "Ruby #{RUBY_VERSION}, ojs-adapter-rails #{OJS::VERSION}, SQLite file #{db_file} (WAL), devserver #{devserver.url} (#{DEVSERVER})"
 say "offering #{RATE} tx/s for #{SECONDS} s: #{n_tx} transactions = #{singles} x 1 job + #{bulks} x #{BULK_SIZE} jobs " \
     "(one in #{BULK_EVERY}) = #{singles + bulks * BULK_SIZE} jobs, #{((singles + bulks * BULK_SIZE) / SECONDS).round} jobs/s; " \
-    "relay config: #{EXTRA_CONFIG.empty? ? 'the default (hot queue 10,000, batch 100, poll 1 s)' : JSON.generate(EXTRA_CONFIG)}; " \
+    "relay config: #{EXTRA_CONFIG.empty? ? 'the default' : JSON.generate(EXTRA_CONFIG)}; " \
     "ActiveRecord's connection: synchronous=#{app_synchronous}"
 
 committed_ids = []

@@ -117,7 +117,7 @@ fn hot_drop_message(notice: &Notice, capacity: usize) -> (Level, String) {
         Notice::Started { dropped } => (
             Level::Warning,
             format!(
-                "outbox relay: the hot queue is full (relay.hot_queue_capacity = {capacity}): {dropped} committed job id(s) dropped; their rows stay pending and the poller sends them (after relay.skip_recent, within outbox.poll_interval); the relay is behind the commits (told again at most every {every} while it lasts)"
+                "outbox relay: the hot queue is full (relay.hot_queue_capacity = {capacity}): {dropped} committed job id(s) dropped; their rows stay pending and the poller sends them, fresh rows included while the drops last; the relay is behind the commits (told again at most every {every} while it lasts)"
             ),
         ),
         Notice::Continuing {
