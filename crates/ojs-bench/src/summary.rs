@@ -16,6 +16,10 @@ use crate::latency::APP_P99_RATIO;
 pub struct SummaryArgs {
     /// The JSON lines of one run (scripts/bench.sh: target/bench/<stamp>/results.jsonl).
     pub results: PathBuf,
+    /// The busy-machine soak's results (`OJS_SOAK_BUSY=2 scripts/soak.sh`:
+    /// target/soak/<stamp>/results.jsonl), for target 5.
+    #[arg(long)]
+    pub soak: Option<PathBuf>,
 }
 
 /// Issue 16's numbers for the hot path and the relay's memory; issue 31's for faults.
@@ -26,15 +30,26 @@ const RSS_MIB: f64 = 16.0;
 /// Issue 31, target 6: a batch's faults cost O(N) job bodies, i.e. a bound per row that does
 /// not grow with N (each refused row of the mix goes alone for its verdict: about 3 per row).
 const BODIES_PER_ROW: f64 = 4.0;
+/// Issue 31, target 5: beside busy loops, at most this share of ids dropped by the hot queue.
+const BUSY_DROPPED_SHARE: f64 = 0.05;
 
 pub fn run(args: SummaryArgs) -> BoxResult<()> {
     let text = std::fs::read_to_string(&args.results)
         .map_err(|e| err(format!("{}: {e}", args.results.display())))?;
-    let records = text
+    let mut records = text
         .lines()
         .filter(|line| !line.trim().is_empty())
         .map(serde_json::from_str)
         .collect::<Result<Vec<Value>, _>>()?;
+    if let Some(soak) = &args.soak {
+        let text =
+            std::fs::read_to_string(soak).map_err(|e| err(format!("{}: {e}", soak.display())))?;
+        for line in text.lines().filter(|line| !line.trim().is_empty()) {
+            let mut record: Value = serde_json::from_str(line)?;
+            record["bench"] = "soak".into();
+            records.push(record);
+        }
+    }
     let rows = target_rows(&records);
     print_table(
         &format!(
@@ -109,10 +124,35 @@ fn target_rows(records: &[Value]) -> Vec<Vec<String>> {
             None => not_run(&target, "latency"),
         });
     }
-    rows.push(not_run(
-        "31.5: hot_dropped on a busy machine",
-        "scripts/soak.sh beside two busy loops",
-    ));
+    let soaks: Vec<&Value> = of("soak").collect();
+    if soaks.is_empty() {
+        rows.push(not_run(
+            "31.5: hot_dropped on a busy machine",
+            "OJS_SOAK_BUSY=2 scripts/soak.sh",
+        ));
+    }
+    for r in soaks {
+        let share = r["hot_dropped_share"].as_f64().unwrap_or(f64::NAN);
+        rows.push(vec![
+            format!(
+                "31.5: hot_dropped beside busy loops, {} ({:.0} tx/s, SQLite)",
+                text(&r["binding"]),
+                r["offered_tps"].as_f64().unwrap_or(f64::NAN)
+            ),
+            format!(
+                "{:.2}% of {} jobs; commit -> received p99 {} ms; other CPU {} of {} s",
+                100.0 * share,
+                r["jobs_committed"],
+                r["commit_to_received"]["p99_ms"],
+                r["cpu_s"]["other"],
+                r["cpu_s"]["machine_capacity"]
+            ),
+            "-".to_owned(),
+            "-".to_owned(),
+            format!("<= {:.0}%", 100.0 * BUSY_DROPPED_SHARE),
+            verdict(Some(share <= BUSY_DROPPED_SHARE)),
+        ]);
+    }
     let faults: Vec<&Value> = of("faults").collect();
     if faults.is_empty() {
         rows.push(not_run("31.6: fault cost", "faults"));
