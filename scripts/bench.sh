@@ -73,7 +73,7 @@ pg_bin=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1)
 
 started=$(date +%s)
 wait_quiet "$quiet_wait" "$raw/machine.txt" bench.sh
-"$bin" drain --database-url "$url" --rows 100000 --batch-sizes 1,100,500,1000 --relays 1,2,4 \
+"$bin" drain --database-url "$url" --rows 100000 --relays 1,2,4 \
   --peers graphile,pgboss --peers-dir "$peers_dir" --out "$out" | tee "$raw/drain.txt"
 wait_quiet "$quiet_wait" "$raw/machine.txt" bench.sh
 # What events cost the drain (docs/events.md): off / one live subscriber / with replay history.

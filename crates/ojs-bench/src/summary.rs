@@ -230,9 +230,16 @@ fn capacity(records: &[Value]) -> Vec<String> {
         .iter()
         .filter(|r| r["bench"] == "drain" && r["relay"] == "ojs_relay" && r["peer"].is_null())
         .collect();
+    // The scale-out runs at the drain's largest batch size: the curve is at that one.
+    let curve_batch = drains
+        .iter()
+        .find(|r| r["relays"].as_u64().is_some_and(|n| n > 1))
+        .map_or(serde_json::json!(default_batch), |r| {
+            r["batch_size"].clone()
+        });
     let mut curve: Vec<(u64, f64)> = Vec::new();
     for r in &drains {
-        if r["batch_size"] != default_batch {
+        if r["batch_size"] != curve_batch {
             continue;
         }
         if let Some(relays) = r["relays"]
@@ -260,7 +267,7 @@ fn capacity(records: &[Value]) -> Vec<String> {
             "31.7: capacity, batch {default_batch}: CPU ms per 1,000 jobs (relay / devserver / PostgreSQL); scale-out"
         ),
         format!(
-            "{:.1} / {:.1} / {:.1} ms; {} jobs/s",
+            "{:.1} / {:.1} / {:.1} ms; scale-out at batch {curve_batch}: {} jobs/s",
             per_1k("relay_cpu_s"),
             per_1k("devserver_cpu_s"),
             per_1k("postgres_cpu_s"),
