@@ -132,15 +132,7 @@ pub async fn run(args: LatencyArgs) -> BoxResult<()> {
 
     let warmup = (args.rate * args.warmup_seconds).round() as usize;
     if warmup > 0 {
-        commit_at_rate(&app, Some(&outbox), args.rate, warmup).await?;
-        devserver
-            .wait_for_jobs(
-                warmup as u64,
-                Duration::from_millis(20),
-                Duration::from_secs(60),
-            )
-            .await?;
-        devserver.reset().await?;
+        warm_up(&app, Some(&outbox), args.rate, warmup, &devserver).await?;
     }
 
     let total = (args.rate * args.seconds).round() as usize;
@@ -425,15 +417,7 @@ async fn alternate_turns(
 
         let relay = Arc::new(Outbox::connect(config.clone()).await?);
         relay.start_relay();
-        commit_at_rate(app, Some(&relay), args.rate, warmup).await?;
-        devserver
-            .wait_for_jobs(
-                warmup as u64,
-                Duration::from_millis(20),
-                Duration::from_secs(60),
-            )
-            .await?;
-        devserver.reset().await?;
+        warm_up(app, Some(&relay), args.rate, warmup, devserver).await?;
         let (commits, _) = commit_at_rate(app, Some(&relay), args.rate, per_turn).await?;
         devserver
             .wait_for_jobs(
@@ -547,15 +531,7 @@ async fn separate_relay(
     }
     let warmup = (args.rate * args.warmup_seconds).round() as usize;
     if warmup > 0 {
-        commit_at_rate(&app, None, args.rate, warmup).await?;
-        devserver
-            .wait_for_jobs(
-                warmup as u64,
-                Duration::from_millis(20),
-                Duration::from_secs(60),
-            )
-            .await?;
-        devserver.reset().await?;
+        warm_up(&app, None, args.rate, warmup, devserver).await?;
     }
     let total = (args.rate * args.separate_seconds).round() as usize;
     let (commits, _) = commit_at_rate(&app, None, args.rate, total).await?;
@@ -633,6 +609,27 @@ async fn empty_table(app: &Outbox) -> BoxResult<()> {
             }
         }
     }
+    Ok(())
+}
+
+/// `count` commits at `rate` that are not measured, each waited for at the devserver, which
+/// then forgets them.
+async fn warm_up(
+    app: &Arc<Outbox>,
+    relay: Option<&Arc<Outbox>>,
+    rate: f64,
+    count: usize,
+    devserver: &DevServer,
+) -> BoxResult<()> {
+    commit_at_rate(app, relay, rate, count).await?;
+    devserver
+        .wait_for_jobs(
+            count as u64,
+            Duration::from_millis(20),
+            Duration::from_secs(60),
+        )
+        .await?;
+    devserver.reset().await?;
     Ok(())
 }
 
