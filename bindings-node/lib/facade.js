@@ -137,13 +137,9 @@ function hostOptions() {
 function contextText(scope, ojs) {
   const context = typeof scope.context === 'function' ? scope.context(ojs) : scope.context;
   const span = activeSpanContext();
-  // An explicit traceparent (withContext) wins over the active span, which wins over the
-  // request's header (the core reads headers only for keys not given).
-  const merged = span ? { ...span } : context;
-  if (span && context) {
-    for (const [key, value] of Object.entries(context)) if (value != null) merged[key] = value;
-  }
-  return merged ? jsonOf(merged, 'context') : null;
+  // The active span goes to the core as `span`: the core decides which trace context wins.
+  const fields = span ? { ...context, span } : context;
+  return fields ? jsonOf(fields, 'context') : null;
 }
 
 /**

@@ -56,11 +56,12 @@ def request_context(**fields: Optional[str]) -> Iterator[None]:
 
 
 def context_json() -> Optional[str]:
-    """The context as the core's ``stage``/``enqueue_now`` take it: the request's, with the
-    app's current OpenTelemetry span as its trace context unless one was given explicitly."""
+    """The context as the core's ``stage``/``enqueue_now`` take it: the request's, and the
+    app's current OpenTelemetry span as ``span`` (the core decides which trace context wins)."""
     fields = get_request_context() or {}
-    for key, value in current_span_context().items():
-        fields.setdefault(key, value)
+    span = current_span_context()
+    if span:
+        fields["span"] = span
     if not fields:
         return None
     return json.dumps(fields, default=str)

@@ -151,25 +151,40 @@ pub const CONTEXT_HEADERS: [&str; 5] = [
 ];
 
 impl RequestContext {
-    /// The context as JSON: the keys of this struct, and optionally `"headers"`, an object of
-    /// HTTP request headers (any case) read by [`RequestContext::from_headers`]; a key given
-    /// explicitly wins over what the headers give. `X-OJS-Tenant` counts only when
-    /// `trust_tenant_header` (the app's `adapter.trust_tenant_header`): a client sends it.
+    /// The context as JSON: the keys of this struct, optionally `"headers"`, an object of HTTP
+    /// request headers (any case) read by [`RequestContext::from_headers`], and optionally
+    /// `"span"`, the trace context of the app's current OpenTelemetry span as the binding's
+    /// OpenTelemetry API wrote it (`{"traceparent": ..., "tracestate": ...}`). A key given
+    /// explicitly wins over what the span or the headers give, and the span wins over the
+    /// request's trace headers: a job continues the span that staged it. `traceparent` and
+    /// `tracestate` come as a pair from the first of the three that has a `traceparent`.
+    /// `X-OJS-Tenant` counts only when `trust_tenant_header` (the app's
+    /// `adapter.trust_tenant_header`): a client sends it.
     pub fn from_json(text: &str, trust_tenant_header: bool) -> Result<Self> {
         #[derive(serde::Deserialize)]
         #[serde(deny_unknown_fields)]
-        struct WithHeaders {
+        struct SpanContext {
+            #[serde(default)]
+            traceparent: Option<String>,
+            #[serde(default)]
+            tracestate: Option<String>,
+        }
+        #[derive(serde::Deserialize)]
+        #[serde(deny_unknown_fields)]
+        struct Sources {
             #[serde(flatten)]
             explicit: RequestContext,
             #[serde(default)]
             headers: Option<std::collections::BTreeMap<String, String>>,
+            #[serde(default)]
+            span: Option<SpanContext>,
         }
         let invalid =
             |e: serde_json::Error| Error::field(ErrorCode::InvalidMeta, "context", e.to_string());
-        if !text.contains("\"headers\"") {
+        if !text.contains("\"headers\"") && !text.contains("\"span\"") {
             return serde_json::from_str(text).map_err(invalid);
         }
-        let parsed: WithHeaders = serde_json::from_str(text).map_err(invalid)?;
+        let parsed: Sources = serde_json::from_str(text).map_err(invalid)?;
         let headers: Vec<(&str, &str)> = parsed
             .headers
             .iter()
@@ -179,10 +194,27 @@ impl RequestContext {
         let read = RequestContext::from_headers(&headers, trust_tenant_header);
         let explicit = parsed.explicit;
         let present = |value: Option<String>| value.filter(|v| !v.is_empty());
+        let span = parsed.span.map(|span| RequestContext {
+            traceparent: present(span.traceparent),
+            tracestate: present(span.tracestate),
+            ..RequestContext::default()
+        });
+        // A tracestate belongs to its traceparent's trace, and means nothing without one.
+        let (traceparent, tracestate) = [Some(&explicit), span.as_ref(), Some(&read)]
+            .into_iter()
+            .flatten()
+            .find(|source| source.traceparent.as_ref().is_some_and(|t| !t.is_empty()))
+            .map(|source| {
+                (
+                    source.traceparent.clone(),
+                    present(source.tracestate.clone()),
+                )
+            })
+            .unwrap_or_default();
         Ok(RequestContext {
             request_id: present(explicit.request_id).or(read.request_id),
-            traceparent: present(explicit.traceparent).or(read.traceparent),
-            tracestate: present(explicit.tracestate).or(read.tracestate),
+            traceparent,
+            tracestate,
             user_id: present(explicit.user_id).or(read.user_id),
             tenant_id: present(explicit.tenant_id).or(read.tenant_id),
             locale: present(explicit.locale).or(read.locale),

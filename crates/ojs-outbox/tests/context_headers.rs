@@ -106,3 +106,39 @@ fn the_json_form_takes_headers_and_explicit_keys_win() {
         assert_eq!(error.field.as_deref(), Some("context"), "{bad}");
     }
 }
+
+#[test]
+fn the_apps_current_span_wins_over_the_headers_and_loses_to_an_explicit_traceparent() {
+    const HEADER: &str = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+    const SPAN: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    const EXPLICIT: &str = "00-11111111111111111111111111111111-2222222222222222-01";
+    let read = |text: &str| {
+        let context = RequestContext::from_json(text, false).unwrap();
+        (context.traceparent, context.tracestate)
+    };
+    let pair =
+        |parent: &str, state: Option<&str>| (Some(parent.to_owned()), state.map(str::to_owned));
+    let headers = format!(r#""headers": {{"traceparent": "{HEADER}", "tracestate": "h=1"}}"#);
+    let span = format!(r#""span": {{"traceparent": "{SPAN}", "tracestate": "s=1"}}"#);
+    assert_eq!(read(&format!("{{{headers}}}")), pair(HEADER, Some("h=1")));
+    assert_eq!(
+        read(&format!("{{{headers}, {span}}}")),
+        pair(SPAN, Some("s=1"))
+    );
+    // The pair travels together: an explicit traceparent without a tracestate takes neither
+    // the span's nor the header's trace state.
+    assert_eq!(
+        read(&format!(
+            r#"{{{headers}, {span}, "traceparent": "{EXPLICIT}"}}"#
+        )),
+        pair(EXPLICIT, None)
+    );
+    // A span without a traceparent (none current) leaves the headers' pair.
+    assert_eq!(
+        read(&format!(r#"{{{headers}, "span": {{}}}}"#)),
+        pair(HEADER, Some("h=1"))
+    );
+    assert_eq!(read(&format!("{{{span}}}")), pair(SPAN, Some("s=1")));
+    let error = RequestContext::from_json(r#"{"span": {"spanid": "x"}}"#, false).unwrap_err();
+    assert_eq!(error.field.as_deref(), Some("context"));
+}
