@@ -93,13 +93,13 @@ function merge(base, patch) {
 }
 
 /**
- * The case's table: at most 52 characters, since MySQL refuses identifiers over 64 and the
- * core's MySQL DDL names an index `<table>_events_time`.
+ * The case's table: at most 51 characters, since PostgreSQL cuts identifiers at 63 and the
+ * core's DDL names an index `<table>_events_time` (`OutboxSql::name_too_long`).
  */
 function tableFor(testCase) {
   const slug = testCase.id.toLowerCase().replace(/[^a-z0-9]/g, '_');
   const hash = crypto.createHash('sha1').update(testCase.id).digest('hex').slice(0, 6);
-  return `node_case_${slug.slice(0, 35)}_${hash}`;
+  return `node_case_${slug.slice(0, 34)}_${hash}`;
 }
 
 /** In a worker thread running a race's second transaction (`raceWorker`), its data. */

@@ -173,8 +173,8 @@ const MYSQL_NOW_MS: &str =
 /// `max_allowed_packet` (4 MiB on MySQL 5.7, 16 MiB on MariaDB, 64 MiB on MySQL 8).
 const MYSQL_MAX_INSERT_BYTES: usize = 1024 * 1024;
 
-/// MySQL and MariaDB: the longest outbox table name (`OutboxSql::name_too_long`).
-const MYSQL_MAX_TABLE_NAME: usize = 52;
+/// The longest name derived from the table's: its event log's index, `<table>_events_time`.
+const LONGEST_DERIVED_SUFFIX: &str = "_events_time";
 
 /// MySQL and MariaDB: how many claims' worth of due ids a claim looks among
 /// (`claim_candidates_mysql`).
@@ -905,14 +905,22 @@ impl OutboxSql {
         )
     }
 
-    /// Why the table's name is too long for this dialect, if it is: MySQL and MariaDB refuse
-    /// identifiers over 64 characters, and the longest derived from the table's name is its
-    /// event log's index, `<table>_events_time` (PostgreSQL would shorten it instead).
+    /// Why the table's name is too long for this dialect, if it is: every name derived from
+    /// it must fit in the dialect's identifiers, and the longest is its event log's index,
+    /// `<table>_events_time`. MySQL and MariaDB refuse identifiers over 64 characters;
+    /// PostgreSQL silently cuts them at 63, so that a cut index name could equal another
+    /// relation's and its `CREATE INDEX IF NOT EXISTS` would create nothing.
     pub fn name_too_long(&self) -> Option<String> {
         let bare = self.bare_table();
-        (self.dialect == Dialect::Mysql && bare.len() > MYSQL_MAX_TABLE_NAME).then(|| {
+        let (database, limit) = match self.dialect {
+            Dialect::Mysql => ("MySQL and MariaDB", 64),
+            Dialect::Postgres => ("PostgreSQL", 63),
+            Dialect::Sqlite => return None,
+        };
+        let most = limit - LONGEST_DERIVED_SUFFIX.len();
+        (bare.len() > most).then(|| {
             format!(
-                "{bare:?} is {} characters; on MySQL and MariaDB an outbox table's name has at most {MYSQL_MAX_TABLE_NAME} (its index {bare}_events_time must fit in 64)",
+                "{bare:?} is {} characters; on {database} an outbox table's name has at most {most} (its index {bare}{LONGEST_DERIVED_SUFFIX} must fit in {limit})",
                 bare.len()
             )
         })

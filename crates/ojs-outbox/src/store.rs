@@ -376,6 +376,7 @@ impl Store {
         } else if database_url.starts_with("postgres://")
             || database_url.starts_with("postgresql://")
         {
+            name_fits(Dialect::Postgres, table)?;
             // The relay's own writes (leases, settlements) need no fsync: if one is lost in a
             // database crash, the row is sent again under the same job id, which the
             // at-least-once contract already covers. Only the application's staging INSERT
@@ -417,9 +418,7 @@ impl Store {
             .strip_prefix("mysql://")
             .or_else(|| database_url.strip_prefix("mariadb://"))
         {
-            if let Some(why) = OutboxSql::new(Dialect::Mysql, table).name_too_long() {
-                return Err(Error::field(ErrorCode::InvalidConfig, "table_name", why));
-            }
+            name_fits(Dialect::Mysql, table)?;
             Pool::Mysql(open_mysql(&format!("mysql://{rest}"), database_url, read_only).await?)
         } else {
             return Err(bad_url(format!(
@@ -1492,3 +1491,11 @@ fn redact(url: &str) -> String {
 
 pub mod dashboard;
 pub mod relays;
+
+/// The table's name leaves room for every name derived from it (`OutboxSql::name_too_long`).
+fn name_fits(dialect: Dialect, table: &str) -> Result<()> {
+    match OutboxSql::new(dialect, table).name_too_long() {
+        Some(why) => Err(Error::field(ErrorCode::InvalidConfig, "table_name", why)),
+        None => Ok(()),
+    }
+}

@@ -286,6 +286,53 @@ async fn claim_lease_settle_and_prune_on_postgres_with_a_schema_qualified_table(
     }
 }
 
+/// PostgreSQL cuts identifiers at 63 characters: the index `<table>_events_time` of a longer
+/// table name would be cut to a name that may already exist, and `CREATE INDEX IF NOT EXISTS`
+/// would then create nothing. Such a name is refused up front, naming the field; the longest
+/// that fits migrates with every index under its own name.
+#[tokio::test]
+async fn a_table_name_too_long_for_postgres_is_refused_and_the_longest_that_fits_gets_every_index()
+{
+    let Some(url) = postgres_url() else { return };
+    let error = Store::connect(&url, &"t".repeat(52))
+        .await
+        .expect_err("refused");
+    assert_eq!(error.code, ErrorCode::InvalidConfig);
+    assert_eq!(error.field.as_deref(), Some("table_name"));
+    assert!(error.message.contains("at most 51"), "{}", error.message);
+    let table = "t".repeat(51);
+    let store = Store::connect(&url, &table)
+        .await
+        .expect("51 characters fit");
+    let pool = store.postgres_pool().unwrap();
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+        "DROP TABLE IF EXISTS {table}, {table}_events"
+    )))
+    .execute(pool)
+    .await
+    .unwrap();
+    store.migrate().await.unwrap();
+    let indexes: Vec<String> = sqlx::query_scalar(
+        "SELECT indexname::text FROM pg_indexes WHERE tablename IN ($1, $1 || '_events') ORDER BY 1",
+    )
+    .bind(&table)
+    .fetch_all(pool)
+    .await
+    .unwrap();
+    for suffix in ["_due", "_sent", "_dead", "_events_time"] {
+        assert!(
+            indexes.contains(&format!("{table}{suffix}")),
+            "{suffix} missing from {indexes:?}"
+        );
+    }
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+        "DROP TABLE {table}, {table}_events"
+    )))
+    .execute(pool)
+    .await
+    .unwrap();
+}
+
 #[tokio::test]
 async fn a_missing_table_says_to_migrate_and_an_app_error_does_not() {
     let mut urls = vec![sqlite_url("missing")];
