@@ -388,14 +388,6 @@ async fn alternate_turns(
 ) -> BoxResult<Turns> {
     let per_turn = (args.rate * args.baseline_seconds / args.turns.max(1) as f64).round() as usize;
     let warmup = (args.rate * args.warmup_seconds.min(1.0)).round() as usize;
-    let durations = |commits: &[Commit]| {
-        let mut ms: Vec<f64> = commits
-            .iter()
-            .map(|c| (c.committed_us - c.started_us) as f64 / 1000.0)
-            .collect();
-        ms.sort_by(f64::total_cmp);
-        ms
-    };
     let mut turns = Turns {
         without_relay_ms: Vec::new(),
         with_relay_ms: Vec::new(),
@@ -407,7 +399,7 @@ async fn alternate_turns(
         let ((commits, _), floor) = probe
             .during(commit_at_rate(app, None, args.rate, per_turn))
             .await?;
-        let ms = durations(&commits);
+        let ms = commit_ms(&commits);
         turns
             .p99_without_by_turn
             .push(round3(percentile(&ms, 99.0)));
@@ -429,7 +421,7 @@ async fn alternate_turns(
         relay.stop_relay().await;
         relay.store().close().await;
         devserver.reset().await?;
-        let ms = durations(&commits);
+        let ms = commit_ms(&commits);
         turns.p99_with_by_turn.push(round3(percentile(&ms, 99.0)));
         turns.with_relay_ms.extend(ms);
         empty_table(app).await?;
@@ -453,16 +445,24 @@ struct Measured {
     missing: usize,
 }
 
+/// Each commit's begin..commit duration in ms, sorted.
+fn commit_ms(commits: &[Commit]) -> Vec<f64> {
+    let mut ms: Vec<f64> = commits
+        .iter()
+        .map(|c| (c.committed_us - c.started_us) as f64 / 1000.0)
+        .collect();
+    ms.sort_by(f64::total_cmp);
+    ms
+}
+
 fn measured(commits: &[Commit], received: &std::collections::HashMap<String, i64>) -> Measured {
     let mut m = Measured {
         latency_ms: Vec::with_capacity(commits.len()),
-        commit_ms: Vec::with_capacity(commits.len()),
+        commit_ms: commit_ms(commits),
         start_lag_ms: Vec::with_capacity(commits.len()),
         missing: 0,
     };
     for commit in commits {
-        m.commit_ms
-            .push((commit.committed_us - commit.started_us) as f64 / 1000.0);
         m.start_lag_ms
             .push((commit.started_us - commit.scheduled_us) as f64 / 1000.0);
         match received.get(&commit.job_id) {
@@ -472,7 +472,7 @@ fn measured(commits: &[Commit], received: &std::collections::HashMap<String, i64
             None => m.missing += 1,
         }
     }
-    for values in [&mut m.latency_ms, &mut m.commit_ms, &mut m.start_lag_ms] {
+    for values in [&mut m.latency_ms, &mut m.start_lag_ms] {
         values.sort_by(f64::total_cmp);
     }
     m
