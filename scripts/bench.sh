@@ -39,6 +39,8 @@ quiet_wait=${OJS_BENCH_QUIET_WAIT:-60}
 . scripts/lib/quiet.sh
 
 cargo build --release -p ojs-bench -p ojs-devserver -p ojs-relay
+# The relay binary as shipped (Cargo.toml's dist profile, fat LTO) for the memory benchmark.
+[ "$quick" = 1 ] || cargo build --profile dist -p ojs-relay
 peers_dir=$(crates/ojs-bench/peers/install.sh)
 bin=target/release/ojs-bench
 
@@ -93,7 +95,7 @@ wait_quiet "$quiet_wait" "$raw/machine.txt" bench.sh
 "$bin" faults --database-url "$url" --rows 1000 --out "$out" | tee "$raw/faults.txt"
 if [ "$quick" = 0 ]; then
   wait_quiet "$quiet_wait" "$raw/machine.txt" bench.sh
-  "$bin" memory --database-url "$url" --rows 1000000 --out "$out" | tee "$raw/memory.txt"
+  "$bin" memory --database-url "$url" --rows 1000000 --relay-bin target/dist/ojs-relay --out "$out" | tee "$raw/memory.txt"
 fi
 soak_args=()
 if [ "$quick" = 0 ]; then
