@@ -19,7 +19,7 @@ use crate::backend::Backend;
 use crate::backoff;
 use crate::classify::Outcome;
 use crate::config::Config;
-use crate::events::{Event, EventBus, EventLog};
+use crate::events::{Event, EventBus, EventLog, now_ms};
 use crate::hot_drops::{HOT_DROP_TELL_EVERY, HotDrops, Notice};
 use crate::job::{MAX_WIRE_BYTES, wire_json};
 use crate::log_feed::{self, Level};
@@ -1031,8 +1031,8 @@ impl Engine {
                 Some(RowStatus::Sent) => event("job.enqueued", None, None, Some(error.is_some())),
                 Some(RowStatus::Failed) => {
                     event("job.failed", error, None, None);
-                    let next = crate::events::now_ms()
-                        + settlement.retry_in.unwrap_or_default().as_millis() as i64;
+                    let next =
+                        now_ms() + settlement.retry_in.unwrap_or_default().as_millis() as i64;
                     event("job.retrying", None, Some(next), None);
                 }
                 Some(RowStatus::Dead) => {
@@ -1079,7 +1079,7 @@ impl Engine {
 
     /// Staging to delivery, per row the backend accepted (the job id's UUIDv7 time).
     fn record_lag(&self, settled: &[(&ClaimedRow, &Settlement)]) {
-        let now = crate::events::now_ms();
+        let now = now_ms();
         for (row, settlement) in settled {
             if settlement.status != Some(RowStatus::Sent) || settlement.rejected.is_some() {
                 continue;
@@ -1576,7 +1576,7 @@ impl Engine {
 
     async fn prune(&mut self) {
         if let Some(log) = self.events.log() {
-            let cutoff = crate::events::now_ms() - log.retention.as_millis() as i64;
+            let cutoff = now_ms() - log.retention.as_millis() as i64;
             if let Err(error) = log.store.prune_events(cutoff).await {
                 tracing::debug!(%error, "outbox relay: pruning the event log failed");
             }
@@ -1849,12 +1849,6 @@ fn take_batch(rows: &[ClaimedRow], batch_size: usize) -> (&[ClaimedRow], Option<
     body.push_str("]}");
     debug_assert!(body.len() >= ENVELOPE.len());
     (&rows[..taken], Some(body))
-}
-
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
 }
 
 /// The machine's name, as the dashboard lists a relay (Linux's; the product runs there).
