@@ -376,7 +376,6 @@ impl Store {
         } else if database_url.starts_with("postgres://")
             || database_url.starts_with("postgresql://")
         {
-            name_fits(Dialect::Postgres, table)?;
             // The relay's own writes (leases, settlements) need no fsync: if one is lost in a
             // database crash, the row is sent again under the same job id, which the
             // at-least-once contract already covers. Only the application's staging INSERT
@@ -418,7 +417,7 @@ impl Store {
             .strip_prefix("mysql://")
             .or_else(|| database_url.strip_prefix("mariadb://"))
         {
-            name_fits(Dialect::Mysql, table)?;
+            name_fits(&OutboxSql::new(Dialect::Mysql, table))?;
             Pool::Mysql(open_mysql(&format!("mysql://{rest}"), database_url, read_only).await?)
         } else {
             return Err(bad_url(format!(
@@ -521,6 +520,9 @@ impl Store {
 
     /// Creates the table and its indexes if they do not exist.
     pub async fn migrate(&self) -> Result<()> {
+        // PostgreSQL would cut a longer name's index names (MySQL is refused at connect, where
+        // no such table can exist); a table an earlier version made is still relayed.
+        name_fits(&self.sql)?;
         let statements = self.sql.create_table();
         // The table first, then its columns brought up to date (a table created by an older
         // version), then the indexes, which name those columns.
@@ -1493,8 +1495,8 @@ pub mod dashboard;
 pub mod relays;
 
 /// The table's name leaves room for every name derived from it (`OutboxSql::name_too_long`).
-fn name_fits(dialect: Dialect, table: &str) -> Result<()> {
-    match OutboxSql::new(dialect, table).name_too_long() {
+fn name_fits(sql: &OutboxSql) -> Result<()> {
+    match sql.name_too_long() {
         Some(why) => Err(Error::field(ErrorCode::InvalidConfig, "table_name", why)),
         None => Ok(()),
     }
