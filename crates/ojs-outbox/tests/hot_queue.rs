@@ -30,6 +30,29 @@ async fn eventually(what: &str, timeout: Duration, mut check: impl AsyncFnMut() 
     }
 }
 
+/// An outbox on a fresh SQLite file in a directory of its own (returned, for the test to
+/// remove), with these `outbox` and `relay` settings, its relay started.
+async fn relay_on_sqlite(
+    backend: &DevServer,
+    name: &str,
+    outbox: serde_json::Value,
+    relay: serde_json::Value,
+) -> (Outbox, std::path::PathBuf) {
+    let dir = std::env::temp_dir().join(format!("{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = Config::from_value(&json!({"adapter": {
+        "ojs_url": backend.url(),
+        "database_url": format!("sqlite://{}", dir.join("hot.db").display()),
+        "outbox": outbox,
+        "relay": relay}}))
+    .unwrap();
+    let outbox = Outbox::connect(config).await.unwrap();
+    outbox.store().migrate().await.unwrap();
+    outbox.start_relay();
+    (outbox, dir)
+}
+
 /// The hot queue's log records of this test's relay, drained so far.
 fn hot_queue_records(seen: &mut Vec<Record>) -> Vec<Record> {
     seen.extend(
@@ -101,18 +124,13 @@ async fn burst(backend: &DevServer, outbox: &Outbox, staged: &mut usize) -> bool
 async fn an_overflowing_hot_queue_warns_once_per_burst_and_counts_what_it_queued() {
     log_feed::enable();
     let backend = DevServer::start(0).await.unwrap();
-    let dir = std::env::temp_dir().join(format!("ojs-hot-queue-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    let config = Config::from_value(&json!({"adapter": {
-        "ojs_url": backend.url(),
-        "database_url": format!("sqlite://{}", dir.join("hot.db").display()),
-        "outbox": {"table_name": TABLE, "poll_interval": "PT0.1S"},
-        "relay": {"hot_queue_capacity": 2, "skip_recent": "PT0S"}}}))
-    .unwrap();
-    let outbox = Outbox::connect(config).await.unwrap();
-    outbox.store().migrate().await.unwrap();
-    outbox.start_relay();
+    let (outbox, dir) = relay_on_sqlite(
+        &backend,
+        "ojs-hot-queue",
+        json!({"table_name": TABLE, "poll_interval": "PT0.1S"}),
+        json!({"hot_queue_capacity": 2, "skip_recent": "PT0S"}),
+    )
+    .await;
     let mut seen = Vec::new();
     let mut staged = 0;
 
@@ -205,18 +223,13 @@ async fn an_overflowing_hot_queue_warns_once_per_burst_and_counts_what_it_queued
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ids_the_hot_queue_drops_are_sent_at_once_not_after_skip_recent() {
     let backend = DevServer::start(0).await.unwrap();
-    let dir = std::env::temp_dir().join(format!("ojs-hot-overflow-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    let config = Config::from_value(&json!({"adapter": {
-        "ojs_url": backend.url(),
-        "database_url": format!("sqlite://{}", dir.join("hot.db").display()),
-        "outbox": {"table_name": "ojs_hot_overflow", "poll_interval": "PT60S"},
-        "relay": {"hot_queue_capacity": 2, "skip_recent": "PT60S"}}}))
-    .unwrap();
-    let outbox = Outbox::connect(config).await.unwrap();
-    outbox.store().migrate().await.unwrap();
-    outbox.start_relay();
+    let (outbox, dir) = relay_on_sqlite(
+        &backend,
+        "ojs-hot-overflow",
+        json!({"table_name": "ojs_hot_overflow", "poll_interval": "PT60S"}),
+        json!({"hot_queue_capacity": 2, "skip_recent": "PT60S"}),
+    )
+    .await;
 
     let mut staged = 0;
     let started = Instant::now();
