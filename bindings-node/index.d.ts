@@ -432,6 +432,8 @@ export interface WorkerOptions {
   visibilityTimeoutMs?: number;
   workerId?: string;
   idlePollMs?: number;
+  /** A `stop()` without `deadlineMs` gives jobs in flight this long (ms; the core's default 25000). */
+  stopDeadlineMs?: number;
   /** Default true: the worker starts at creation; false: on `start()`. */
   autorun?: boolean;
 }
@@ -442,6 +444,8 @@ export declare class Worker {
   readonly workerId: string | null;
   /** Handler slots (once started: the given or the core's default). */
   readonly concurrency: number | null;
+  /** A `stop()` without `deadlineMs` waits this long (once started: the given or the core's default). */
+  readonly stopDeadlineMs: number | null;
   /** The job types with a handler. */
   readonly types: string[];
   readonly running: boolean;
@@ -454,8 +458,8 @@ export declare class Worker {
   /** Starts the loop (the core judges the options here); idempotent while running. */
   start(): this;
   /**
-   * Graceful stop: jobs in flight have `deadlineMs` (default 30000) to finish, the rest is given
-   * back. A second call (`deadlineMs: 0`) ends a first one waiting.
+   * Graceful stop: jobs in flight have `deadlineMs` (default: `stopDeadlineMs`) to finish, the
+   * rest is given back. A second call (`deadlineMs: 0`) ends a first one waiting.
    */
   stop(options?: { deadlineMs?: number }): Promise<void>;
   on(event: 'completed', listener: (result: unknown, ctx: JobContext) => void): this;

@@ -53,7 +53,7 @@ options:
   --visibility-timeout-ms N    the reservation asked for at fetch (renewed by heartbeats)
   --worker-id ID               the worker id sent to the backend
   --idle-poll-ms N             the wait after a fetch that found nothing
-  --deadline-ms N              on SIGINT/SIGTERM, how long jobs in flight may finish (default 30000)
+  --deadline-ms N              on SIGINT/SIGTERM, how long jobs in flight may finish (default: the core's, 25000)
   --ojs-url URL                the OJS backend (or OJS_URL, or adapter.ojs_url in --config)
   --config FILE                settings in the spec §5.2 shape, {"adapter": {...}}
   -h, --help                   this text
@@ -131,8 +131,7 @@ async function main(argv) {
 
   const { NativeBridge } = require('../lib/native');
   const { callNative } = require('../lib/errors');
-  const { Worker, DEFAULT_STOP_DEADLINE_MS } = require('../lib/worker');
-  const deadlineMs = deadlineText === undefined ? DEFAULT_STOP_DEADLINE_MS : Number(deadlineText);
+  const { Worker } = require('../lib/worker');
   const host = {
     development: process.env.NODE_ENV === 'development',
     urlSetting: '--ojs-url URL or OJS_URL (or adapter.ojs_url in the --config file)',
@@ -155,6 +154,7 @@ async function main(argv) {
     visibilityTimeoutMs: number(values['visibility-timeout-ms']),
     workerId: values['worker-id'],
     idlePollMs: number(values['idle-poll-ms']),
+    stopDeadlineMs: number(deadlineText),
   };
   const worker = new Worker((optionsJson) => bridge.startWorker(optionsJson), options, logger);
   worker.on('failed', (error, ctx) => {
@@ -179,8 +179,8 @@ async function main(argv) {
     onAnotherSignal = resolve;
     if (signals.length > 1) resolve(signals[1]);
   });
-  console.error(`ojs-worker: ${first}: stopping (jobs in flight have ${deadlineMs} ms to finish; ${first} again gives them back at once)`);
-  const graceful = worker.stop({ deadlineMs }).then(() => null);
+  console.error(`ojs-worker: ${first}: stopping (jobs in flight have ${worker.stopDeadlineMs} ms to finish; ${first} again gives them back at once)`);
+  const graceful = worker.stop().then(() => null);
   const signal = await Promise.race([graceful, forced]);
   if (signal === null) {
     console.error('ojs-worker: stopped');

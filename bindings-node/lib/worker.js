@@ -44,8 +44,6 @@ const { write } = require('./log');
 const WAIT_MS = 1000;
 /** After the loop's deadline of a job, how much later its signal aborts (ms; see above). */
 const TIMER_SLACK_MS = 20;
-/** `stop()`'s deadline when none is given: this package's, the core has none (ms). */
-const DEFAULT_STOP_DEADLINE_MS = 30000;
 /** The options that are this package's; every other one goes to the core, in snake_case. */
 const OWN_OPTIONS = ['handlers', 'autorun'];
 
@@ -95,12 +93,17 @@ function failedOutcome(thrown) {
   return JSON.stringify(outcome);
 }
 
-/** `stop()`'s deadline from its options (`{ deadlineMs }`, no other key). */
+/**
+ * `stop()`'s deadline from its options (`{ deadlineMs }`, no other key); `undefined` when none
+ * is given: the loop's `stopDeadlineMs` then (the worker option, else the core's default).
+ */
 function stopDeadline(options) {
   for (const key of Object.keys(options || {})) {
     if (key !== 'deadlineMs') callNative(() => rejectOption(key, ['deadlineMs']));
   }
-  const deadlineMs = (options && options.deadlineMs) ?? DEFAULT_STOP_DEADLINE_MS;
+  const deadlineMs = options?.deadlineMs ?? undefined;
+  if (deadlineMs === undefined) return undefined;
+  // What the native call can carry (a u32); the core knows no other limit.
   if (!Number.isInteger(deadlineMs) || deadlineMs < 0 || deadlineMs > 0xffffffff) {
     throw errorFor('INVALID_CONFIG', `deadlineMs: a whole number of milliseconds >= 0; got ${String(deadlineMs)}`, 'deadlineMs');
   }
@@ -148,6 +151,7 @@ class Worker extends EventEmitter {
     this._active = new Set();
     this.workerId = null;
     this.concurrency = null;
+    this.stopDeadlineMs = null;
     if (options.autorun !== false) this.start();
   }
 
@@ -189,13 +193,15 @@ class Worker extends EventEmitter {
     this._native = native;
     this.workerId = native.workerId;
     this.concurrency = native.concurrency;
+    this.stopDeadlineMs = native.stopDeadlineMs;
     this._pumped = this._pump(native);
     return this;
   }
 
   /**
-   * Graceful stop: no more fetches; the jobs in flight have up to `deadlineMs` (default 30 s)
-   * to finish, the rest is given back (their signals abort). Resolves once the loop has
+   * Graceful stop: no more fetches; the jobs in flight have up to `deadlineMs` (default: the
+   * worker's `stopDeadlineMs`, the core's 25 s unless given) to finish, the rest is given back
+   * (their signals abort). Resolves once the loop has
    * stopped and every ack and nack went. A second call while one runs (`deadlineMs: 0`: give
    * back at once) ends the first one too (the core's rule); both resolve then.
    */
@@ -332,4 +338,4 @@ class Worker extends EventEmitter {
   }
 }
 
-module.exports = { Worker, DEFAULT_STOP_DEADLINE_MS };
+module.exports = { Worker };

@@ -58,6 +58,13 @@ impl NativeWorker {
         u32::try_from(self.worker.concurrency()).unwrap_or(u32::MAX)
     }
 
+    /// How long a stop without `deadlineMs` waits for the jobs in flight (the option
+    /// `stopDeadlineMs`, else the core's default).
+    #[napi(getter)]
+    pub fn stop_deadline_ms(&self) -> f64 {
+        self.worker.stop_deadline_ms() as f64
+    }
+
     /// Jobs handed out and not finished.
     #[napi(getter)]
     pub fn in_flight(&self) -> u32 {
@@ -118,16 +125,21 @@ impl NativeWorker {
         self.worker.finish(&job_id, &outcome_json).map_err(to_js)
     }
 
-    /// Graceful stop: no more fetches, the jobs in flight have up to `deadlineMs` to finish,
-    /// the rest is given back; resolves once every ack and nack went. Calling it again (with
-    /// a shorter deadline: `0` gives back at once) is allowed while one runs.
+    /// Graceful stop: no more fetches, the jobs in flight have up to `deadlineMs` (absent:
+    /// `stopDeadlineMs`) to finish, the rest is given back; resolves once every ack and nack
+    /// went. Calling it again (with a shorter deadline: `0` gives back at once) is allowed
+    /// while one runs.
     #[napi(ts_return_type = "Promise<void>")]
-    pub fn stop<'env>(&self, env: &'env Env, deadline_ms: u32) -> napi::Result<Object<'env>> {
+    pub fn stop<'env>(
+        &self,
+        env: &'env Env,
+        deadline_ms: Option<u32>,
+    ) -> napi::Result<Object<'env>> {
         let worker = self.worker.clone();
         let waiter = self.waiter.clone();
         let stopper = Waiter::new("ojs-worker-stop", "the worker's stop")?;
         let promise = stopper.run(env, move || {
-            worker.stop(u64::from(deadline_ms));
+            worker.stop(deadline_ms.map(u64::from));
             waiter.close(None);
             Ok(Some(()))
         });

@@ -404,13 +404,16 @@ test('a graceful stop lets the job in flight finish and be acked, fetches nothin
   }
 });
 
-test("a stop past its deadline gives the job back and aborts the handler's signal", async () => {
+for (const given of ['to stop()', 'as the stopDeadlineMs option']) {
+test(`a stop past its deadline (given ${given}) gives the job back and aborts the handler's signal`, async () => {
   const { ojs } = await adapter('postgres');
   const reasons = [];
   const dropped = [];
+  const option = given === 'to stop()' ? {} : { stopDeadlineMs: 100 };
   const worker = ojs.worker({
     queues: ['default'],
     idlePollMs: IDLE_POLL_MS,
+    ...option,
     handlers: {
       'stuck.job': (args, ctx) =>
         new Promise((resolve) => {
@@ -425,12 +428,15 @@ test("a stop past its deadline gives the job back and aborts the handler's signa
   const id = await stage(ojs, 'stuck.job', []);
   await waitJob(id, (j) => j.state === 'active', 'the job active');
   await waitFor(() => worker.inFlight === 1, WAIT_MS, 'the handler running');
-  await worker.stop({ deadlineMs: 100 });
+  // Without an option the core's default (docs/express.md, "Running jobs").
+  assert.equal(worker.stopDeadlineMs, given === 'to stop()' ? 25000 : 100);
+  await (given === 'to stop()' ? worker.stop({ deadlineMs: 100 }) : worker.stop());
   const job = await jobOf(id);
   assert.equal(job.state, 'available', JSON.stringify(job));
   assert.deepEqual(reasons, ['AbortError']);
   await waitFor(() => dropped.length === 1, WAIT_MS, "the 'dropped' event");
 });
+}
 
 /** A logger that keeps what it is given: `lines` of `[method, message]`. */
 function keepingLogger() {

@@ -75,10 +75,18 @@ impl Worker {
         self.inner.stopping()
     }
 
+    /// How long a stop without `deadline_ms` waits for the jobs in flight (the option
+    /// `stop_deadline_ms`, else the core's default).
+    #[getter]
+    fn stop_deadline_ms(&self) -> u64 {
+        self.inner.stop_deadline_ms()
+    }
+
     /// Graceful stop: no more fetches, `next` answers `None`, the jobs handed out have up to
-    /// `deadline_ms` to be finished, the rest is given back; returns once every ack and nack
-    /// went. Releases the GIL.
-    fn stop(&self, py: Python<'_>, deadline_ms: u64) {
+    /// `deadline_ms` (`None`: `stop_deadline_ms`) to be finished, the rest is given back;
+    /// returns once every ack and nack went. Releases the GIL.
+    #[pyo3(signature = (deadline_ms=None))]
+    fn stop(&self, py: Python<'_>, deadline_ms: Option<u64>) {
         py.detach(|| self.inner.stop(deadline_ms))
     }
 }

@@ -305,6 +305,8 @@ def test_bad_options_are_command_errors(alias, backend, adapter):
         worker_once("--concurrency", "0")
     with pytest.raises(CommandError, match=r"\[INVALID_CONFIG\] .*visibility_timeout_ms"):
         worker_once("--visibility-timeout", "0")
+    with pytest.raises(CommandError, match=r"\[INVALID_CONFIG\] .*stop_deadline_ms"):
+        worker_once("--stop-deadline", "-1")
     with pytest.raises(CommandError, match="--count must be at least 1"):
         worker_once("--count", "0")
 
@@ -632,20 +634,27 @@ def test_concurrency_runs_tasks_side_by_side(alias, backend, adapter):
 
 
 @DB
+@pytest.mark.parametrize("given", ["to_stop", "as_the_option"])
 def test_a_stop_with_a_deadline_gives_back_a_task_that_outlives_it(alias, backend, adapter,
-                                                                   tmp_path):
-    """``Worker.stop(deadline)`` (what the conformance runner's ``worker_stop`` calls): the
-    task still running at the deadline has its job given back (no attempt used), ``run``
-    returns; the task's late outcome is dropped."""
+                                                                   tmp_path, given):
+    """``Worker.stop(deadline)`` (what the conformance runner's ``worker_stop`` calls), or
+    ``Worker(stop_deadline=...)`` and a ``stop()`` that names none (as the signal handler
+    calls it): the task still running at the deadline has its job given back (no attempt
+    used), ``run`` returns; the task's late outcome is dropped."""
     release = tmp_path / "release"
     slow = waits_for_file.enqueue(alias, "stuck", str(release))
     backend.wait_for([slow.id])
-    worker = Worker()
+    worker = Worker(stop_deadline=0.2) if given == "as_the_option" else Worker()
     thread = threading.Thread(target=worker.run, name="test-worker-run")
     thread.start()
     try:
         wait_until(lambda: runs(alias) != [], what="the slow task to start")
-        worker.stop(deadline=0.2)
+        # The worker loop's default when none is given (docs/django-tasks.md, "Shutdown").
+        assert worker._native.stop_deadline_ms == (200 if given == "as_the_option" else 25000)
+        if given == "as_the_option":
+            worker.stop()
+        else:
+            worker.stop(deadline=0.2)
         thread.join(WAIT)
         assert not thread.is_alive()
         job = state(backend, slow.id)

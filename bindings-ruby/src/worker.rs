@@ -115,7 +115,7 @@ pub unsafe extern "C" fn ojs_ruby_worker_stop(
 ) -> i32 {
     unsafe {
         call(out, || {
-            borrow(worker).0.stop(deadline_ms);
+            borrow(worker).0.stop(Some(deadline_ms));
             Ok(())
         })
     }
@@ -124,7 +124,8 @@ pub unsafe extern "C" fn ojs_ruby_worker_stop(
 /// The loop's state, one JSON object: `worker_id` (given, or made up by the core),
 /// `concurrency` (the slots: the Ruby threads to run), `in_flight` (jobs handed out and not
 /// finished), `stopping` (the stop began), `backend_down` (the backend did not answer the
-/// loop's last request: an outage being waited out). Cheap (no I/O).
+/// loop's last request: an outage being waited out), `stop_deadline_ms` (a stop's wait when
+/// it names none: the option, else the core's default). Cheap (no I/O).
 ///
 /// # Safety
 /// `worker` a live `Worker`; `out` as `call`.
@@ -139,6 +140,7 @@ pub unsafe extern "C" fn ojs_ruby_worker_facts(worker: *const Worker, out: *mut 
                 "in_flight": worker.in_flight(),
                 "stopping": worker.stopping(),
                 "backend_down": worker.backend_down(),
+                "stop_deadline_ms": worker.stop_deadline_ms(),
             })
             .to_string())
         })

@@ -263,7 +263,7 @@ class WorkerAppTest < Minitest::Test
   def test_bad_options_are_refused_naming_them
     [[{ "QUEUES" => "default", "CONCURRENCY" => "zero" }, /error \[INVALID_CONFIG\]: concurrency/],
      [{}, /error \[INVALID_CONFIG\]: queues/],
-     [{ "QUEUES" => "default", "STOP_DEADLINE_MS" => "soon" }, /error \[INVALID_CONFIG\]: STOP_DEADLINE_MS/]].each do |env, error|
+     [{ "QUEUES" => "default", "STOP_DEADLINE_MS" => "soon" }, /error \[INVALID_CONFIG\]: stop_deadline_ms/]].each do |env, error|
       text, status = Open3.capture2e(@env.merge(env), RbConfig.ruby, "bin/rails", "ojs:work", chdir: @app)
       assert_equal 2, status.exitstatus, "#{env}: exit 2 (configuration), got #{status.inspect}:\n#{text}"
       assert_match error, text

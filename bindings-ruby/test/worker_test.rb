@@ -351,6 +351,26 @@ class WorkerTest < Minitest::Test
     assert_equal "available", backend_job(id)["state"]
   end
 
+  # A #stop that names no deadline gives the jobs in flight the worker's stop_deadline_ms (the
+  # core's default, 25000, when not given), then gives them back.
+  def test_a_stop_without_a_deadline_takes_the_workers
+    prepare(:sqlite)
+    slow = gate
+    handlers = { "worker.slow" => ->(_args) { WorkerLog.add(:slow_started) && slow.wait && 1 } }
+    default = start_worker
+    assert_equal 25_000, default.stop_deadline_ms, "the core's default"
+    default.stop(deadline_ms: 0) # before the job is staged: only the next worker can take it
+    worker = start_worker(handlers: handlers, stop_deadline_ms: 100)
+    assert_equal 100, worker.stop_deadline_ms
+    id = OJS.enqueue_after_commit("worker.slow", [], queue: QUEUE)
+    TestSupport.wait_until("the handler running") { WorkerLog.of(:slow_started).any? }
+    worker.stop
+    assert_match(/job #{id}: job given back unfinished \(the worker stops\)/, @log.string)
+    assert_equal 0, wait_for_state(id, "available")["attempt"], "given back without using an attempt"
+    slow.open
+    assert worker.join(TestSupport::PATIENCE)
+  end
+
   # A backend outage during the worker's life: the loop waits it out (backing off) and says so
   # on the worker's logger, once when it begins (WARN) and once when it ends (INFO);
   # backend_down? tells it meanwhile. A job committed after the outage runs.

@@ -22,7 +22,8 @@ glue of each slot (``concurrency`` threads, each ``next`` -> run -> ``finish``):
   class path as ``code``, its text as ``message`` and ``{"traceback", "worker_id"}`` as
   ``details``; a return value JSON cannot hold fails it without retry (the task ran);
 - ``install_signal_handlers``: SIGTERM / SIGINT stop gracefully (no more fetches, the running
-  tasks finish and are acked or nacked); a second signal gives the running jobs back at once.
+  tasks have the stop deadline to finish and be acked or nacked; what still runs then is given
+  back); a second signal gives the running jobs back at once.
 
 docs/django-tasks.md, "Running tasks", has the rules and the reasons.
 """
@@ -74,8 +75,6 @@ ONCE_WAIT = 1.0
 TICK = 0.25
 #: A slot's wait for a job per call (a stop ends the wait at once).
 SLOT_WAIT_MS = 10_000
-#: ``stop()`` without a deadline: the running tasks finish, however long they take.
-NO_DEADLINE_MS = 365 * 24 * 3600 * 1000
 
 _LEVELS = {"info": logging.INFO, "warning": logging.WARNING, "error": logging.ERROR}
 _REQUEUE = json.dumps({"outcome": "requeue"})
@@ -127,14 +126,15 @@ def _ms(seconds: float) -> int:
 class Worker:
     """Runs the jobs of ``queues`` through the adapter and database of the ``TASKS`` backend
     ``backend_alias`` (an ``OJSBackend``) on the core worker loop. ``None`` options take the
-    core's defaults (``concurrency``, ``visibility_timeout`` and ``poll_interval`` in seconds,
-    ``worker_id``). ``count``: the most jobs to take before stopping (default: no limit; with
+    core's defaults (``concurrency``, ``visibility_timeout``, ``poll_interval`` and
+    ``stop_deadline`` in seconds, ``worker_id``). ``count``: the most jobs to take before stopping (default: no limit; with
     ``run(once=True)``: 1)."""
 
     def __init__(self, backend_alias: str = "default", queues: Optional[list[str]] = None,
                  count: Optional[int] = None, visibility_timeout: Optional[float] = None,
                  poll_interval: Optional[float] = None, worker_id: Optional[str] = None,
-                 concurrency: Optional[int] = None) -> None:
+                 concurrency: Optional[int] = None,
+                 stop_deadline: Optional[float] = None) -> None:
         from django.conf import settings
 
         backend = task_backends[backend_alias]
@@ -169,6 +169,8 @@ class Worker:
             self.options["idle_poll_ms"] = _ms(poll_interval)
         if worker_id is not None:
             self.options["worker_id"] = worker_id
+        if stop_deadline is not None:
+            self.options["stop_deadline_ms"] = _ms(stop_deadline)
         #: The loop's worker id once ``run`` started it (given, or the core's).
         self.worker_id = worker_id
         #: What this worker did with the jobs it was handed: ran them (``completed``,
@@ -238,7 +240,8 @@ class Worker:
 
     def stop(self, deadline: Optional[float] = None) -> None:
         """Stops gracefully: no more fetches; the running tasks have ``deadline`` seconds to
-        finish (None: as long as they take), then their jobs are given back. ``run`` returns
+        finish (None: the worker's ``stop_deadline``, else the core's default, 25 s), then their
+        jobs are given back. ``run`` returns
         once the loop has stopped. Thread-safe; a signal handler may call it."""
         if deadline is not None and not self.stopping.is_set():
             self._deadline_ms = max(0, _ms(deadline))
@@ -252,8 +255,7 @@ class Worker:
 
     def _shut_down(self, native: Any, threads: list[threading.Thread]) -> None:
         self.stopping.set()
-        deadline = NO_DEADLINE_MS if self._deadline_ms is None else self._deadline_ms
-        stopper = threading.Thread(target=native.stop, args=(deadline,), name="ojs-worker-stop",
+        stopper = threading.Thread(target=native.stop, args=(self._deadline_ms,), name="ojs-worker-stop",
                                    daemon=True)
         stopper.start()
         while stopper.is_alive():
@@ -261,8 +263,7 @@ class Worker:
                 self._give_back_running(native)
             self._forward_log()
             stopper.join(TICK)
-        if self._deadline_ms is not None:
-            self._past_the_deadline()
+        self._past_the_deadline()
         # The slots end once their task is done. A task whose job was given back (past the
         # deadline, or by a second signal) is no longer this worker's: it is not waited for.
         for thread in threads:
@@ -276,7 +277,7 @@ class Worker:
         self._forward_log()
 
     def _past_the_deadline(self) -> None:
-        """After a stop with a deadline: the jobs still running were given back by the loop."""
+        """After the stop's deadline: the jobs still running were given back by the loop."""
         with self._lock:
             for job_id, (_, assignment, started) in self._running.items():
                 if job_id in self._abandoned or _timed_out(assignment, started):
@@ -535,8 +536,8 @@ class Worker:
     # -- signals -----------------------------------------------------------------------------
 
     def install_signal_handlers(self) -> Callable[[], None]:
-        """SIGTERM/SIGINT: the first stops gracefully (the running tasks finish), the second
-        gives the running jobs back at once. Returns what restores the previous handlers."""
+        """SIGTERM/SIGINT: the first stops gracefully (the running tasks have the stop deadline
+        to finish), the second gives the running jobs back at once. Returns what restores the previous handlers."""
         previous = {number: signal.getsignal(number) for number in (signal.SIGTERM, signal.SIGINT)}
 
         def handler(number: int, frame: Any) -> None:
@@ -545,8 +546,11 @@ class Worker:
                 logger.warning("%s received again: giving the running jobs back", name)
                 self.give_back()
                 return
-            logger.warning("%s received: no more fetches; the running tasks finish (a second "
-                           "signal gives their jobs back)", name)
+            native = getattr(self, "_native", None)
+            deadline = ("the stop deadline" if native is None
+                        else f"{native.stop_deadline_ms} ms")
+            logger.warning("%s received: no more fetches; the running tasks have %s to finish "
+                           "(a second signal gives their jobs back)", name, deadline)
             self.stop()
 
         for number in previous:

@@ -10,9 +10,9 @@ module OJS
   #
   # The worker options come from the environment and are passed to the core as given (it checks
   # them and names a bad one): QUEUES (comma-separated), CONCURRENCY, VISIBILITY_TIMEOUT_MS,
-  # WORKER_ID, IDLE_POLL_MS; a variable left unset leaves the option unset (the core's default;
-  # `queues` has none: the core asks for one). STOP_DEADLINE_MS is this command's own: how long
-  # the jobs in flight have to finish after the first signal.
+  # WORKER_ID, IDLE_POLL_MS, STOP_DEADLINE_MS (how long the jobs in flight have to finish after
+  # the first signal); a variable left unset leaves the option unset (the core's default;
+  # `queues` has none: the core asks for one).
   #
   # Signals: the first SIGINT/SIGTERM stops gracefully (no more fetches; the jobs in flight have
   # STOP_DEADLINE_MS to finish; the rest is given back), then the process exits 0. A second one
@@ -26,11 +26,8 @@ module OJS
     # The environment variables that give worker options, and the option each gives.
     ENV_OPTIONS = {
       "QUEUES" => :queues, "CONCURRENCY" => :concurrency, "VISIBILITY_TIMEOUT_MS" => :visibility_timeout_ms,
-      "WORKER_ID" => :worker_id, "IDLE_POLL_MS" => :idle_poll_ms
+      "WORKER_ID" => :worker_id, "IDLE_POLL_MS" => :idle_poll_ms, "STOP_DEADLINE_MS" => :stop_deadline_ms
     }.freeze
-    # The stop deadline without STOP_DEADLINE_MS: below the 30 s most process managers
-    # (Kubernetes' terminationGracePeriodSeconds, Heroku) wait after SIGTERM before SIGKILL.
-    STOP_DEADLINE_MS = 25_000
 
     class << self
       # Whether `application` (a Rake application) was asked to run ojs:work.
@@ -52,15 +49,14 @@ module OJS
         arm
         return say("ojs:work: stopped before the worker started") unless @events.empty?
 
-        deadline = stop_deadline(env)
         worker = OJS.worker(logger: logger, **options(env)).start
         say("ojs:work: running worker #{worker.worker_id} on #{options(env)[:queues]&.join(', ')} " \
             "(concurrency #{worker.concurrency}); SIGINT or SIGTERM stops it")
         _, signal = @events.pop
-        say("ojs:work: SIG#{signal}: stopping; the jobs in flight have #{deadline} ms to finish " \
+        say("ojs:work: SIG#{signal}: stopping; the jobs in flight have #{worker.stop_deadline_ms} ms to finish " \
             "(a second signal gives them back at once)")
         stopper = Thread.new do
-          worker.stop(deadline_ms: deadline)
+          worker.stop
           @events << [:stopped]
         end
         event, signal = @events.pop
@@ -91,17 +87,6 @@ module OJS
                         else Integer(value, exception: false) || value # the core refuses it, naming it
                         end
         end
-      end
-
-      def stop_deadline(env)
-        value = env["STOP_DEADLINE_MS"]
-        return STOP_DEADLINE_MS if value.nil?
-
-        deadline = Integer(value, exception: false)
-        return deadline if deadline && !deadline.negative?
-
-        raise InvalidConfig.new("STOP_DEADLINE_MS: must be a number of milliseconds, got #{value.inspect}",
-                                field: "STOP_DEADLINE_MS")
       end
 
       private

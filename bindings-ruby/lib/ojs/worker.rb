@@ -143,15 +143,16 @@ module OJS
     end
 
     # Graceful stop: the loop fetches nothing more and hands out nothing more, the jobs in flight
-    # have up to `deadline_ms` to finish, the rest is given back (`requeue`: no attempt used).
+    # have up to `deadline_ms` (nil: #stop_deadline_ms, the option `stop_deadline_ms:` or the
+    # core's default) to finish, the rest is given back (`requeue`: no attempt used).
     # Returns once the loop stopped and every ack and nack went; the GVL is released meanwhile,
     # so the jobs keep running. A slot still in a handler whose job was given back ends when the
     # handler returns (#join waits for that). Called again while a stop runs, with a shorter
     # deadline (0: give back at once), it gives back what is still in flight and returns.
-    def stop(deadline_ms:)
+    def stop(deadline_ms: nil)
       return nil unless @native
 
-      @native.stop(Integer(deadline_ms))
+      @native.stop(deadline_ms.nil? ? stop_deadline_ms : Integer(deadline_ms))
       forward_log
       nil
     end
@@ -165,6 +166,11 @@ module OJS
 
     def started?
       !@native.nil?
+    end
+
+    # How long a #stop without `deadline_ms` waits for the jobs in flight (once started).
+    def stop_deadline_ms
+      @native&.facts&.fetch("stop_deadline_ms")
     end
 
     # Whether a stop began.

@@ -40,7 +40,7 @@ impl SuiteWorker {
     /// Graceful stop; returns once the loop stopped and every slot ended (a slot still in a
     /// handler whose job the loop gave up finishes its handler first).
     pub(crate) fn stop(self, deadline_ms: u64) {
-        self.worker.stop(deadline_ms);
+        self.worker.stop(Some(deadline_ms));
         for slot in self.slots {
             let _ = slot.join();
         }

@@ -6,7 +6,7 @@
 //!
 //! | thing | crosses as |
 //! |---|---|
-//! | options | JSON: `{"queues", "concurrency"?, "visibility_timeout_ms"?, "worker_id"?, "idle_poll_ms"?}` |
+//! | options | JSON: `{"queues", "concurrency"?, "visibility_timeout_ms"?, "worker_id"?, "idle_poll_ms"?, "stop_deadline_ms"?}` |
 //! | a job for a slot | JSON: `{"id", "type", "queue", "args", "meta", "attempt", "timeout_ms", "traceparent", "tracestate", "job"}` (`timeout_ms`: what is left of the job's, or `null`) |
 //! | how the handler ended | JSON: `{"outcome": "completed", "result"?}`, `{"outcome": "failed", "code", "message", "retryable"?, "details"?}`, `{"outcome": "unknown_type"}` or `{"outcome": "requeue"}` |
 
@@ -138,11 +138,19 @@ impl Worker {
         self.inner.stopping()
     }
 
+    /// How long a stop that names no deadline waits for the jobs in flight (the option
+    /// `stop_deadline_ms`, else the core's default): what a binding's stop message says.
+    pub fn stop_deadline_ms(&self) -> u64 {
+        u64::try_from(self.inner.options().stop_deadline.as_millis()).unwrap_or(u64::MAX)
+    }
+
     /// Graceful stop: no more fetches, the slots' next waits end, handed-out jobs have up to
-    /// `deadline_ms` to finish, the rest is given back. Blocks until every ack and nack went.
-    pub fn stop(&self, deadline_ms: u64) {
-        self.runtime
-            .block_on(self.inner.stop(Duration::from_millis(deadline_ms)));
+    /// `deadline_ms` (`None`: [`stop_deadline_ms`](Self::stop_deadline_ms)) to finish, the rest
+    /// is given back. Blocks until every ack and nack went.
+    pub fn stop(&self, deadline_ms: Option<u64>) {
+        let deadline =
+            deadline_ms.map_or(self.inner.options().stop_deadline, Duration::from_millis);
+        self.runtime.block_on(self.inner.stop(deadline));
     }
 }
 

@@ -484,6 +484,13 @@ fn options_are_checked() {
     let defaults = WorkerOptions::from_json(r#"{"queues": ["a"]}"#).unwrap();
     assert_eq!(defaults.concurrency, 1);
     assert_eq!(defaults.visibility_timeout, Duration::from_secs(30));
+    assert_eq!(defaults.stop_deadline, Duration::from_secs(25));
+    let given = WorkerOptions::from_json(r#"{"queues": ["a"], "stop_deadline_ms": 0}"#).unwrap();
+    assert_eq!(given.stop_deadline, Duration::ZERO);
+    assert_eq!(
+        code(r#"{"queues": ["a"], "stop_deadline_ms": 1.5}"#),
+        Some((ErrorCode::InvalidConfig, Some("stop_deadline_ms".into())))
+    );
     assert_eq!(
         code(r#"{"queues": ["a"], "concurency": 2}"#),
         Some((ErrorCode::InvalidConfig, Some("concurency".into())))

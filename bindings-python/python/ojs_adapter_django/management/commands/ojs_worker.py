@@ -3,10 +3,11 @@ enqueued, on the core worker loop (fetch, heartbeat, ack and nack against the OJ
 
     manage.py ojs_worker [--backend ALIAS] [--queue Q ...] [--concurrency N] [--count N]
                          [--once] [--visibility-timeout SECONDS] [--poll-interval SECONDS]
-                         [--worker-id ID]
+                         [--worker-id ID] [--stop-deadline SECONDS]
 
 ``--concurrency`` tasks at once, each in a thread of its own. SIGTERM or SIGINT: no more
-fetches, the running tasks finish, exit 0 (a second signal gives their jobs back). An option
+fetches, the running tasks have ``--stop-deadline`` to finish (what still runs then is given
+back), exit 0 (a second signal gives their jobs back at once). An option
 left out takes the core's default. The rules are in ``ojs_adapter_django.worker`` and
 docs/django-tasks.md, "Running tasks".
 """
@@ -48,6 +49,11 @@ class Command(BaseCommand):
         parser.add_argument("--worker-id", default=None,
                             help="The id sent to the backend (default: the worker loop's, "
                                  "host-pid-random).")
+        parser.add_argument("--stop-deadline", type=float, default=None, metavar="SECONDS",
+                            help="After SIGTERM/SIGINT, how long the running tasks have to "
+                                 "finish before their jobs are given back (default: the worker "
+                                 "loop's, 25 s: below the 30 s most process managers wait "
+                                 "before SIGKILL).")
 
     def handle(self, *args, **options):
         try:
@@ -57,7 +63,8 @@ class Command(BaseCommand):
         try:
             worker = Worker(options["backend"], options["queues"], options["count"],
                             options["visibility_timeout"], options["poll_interval"],
-                            options["worker_id"], options["concurrency"])
+                            options["worker_id"], options["concurrency"],
+                            options["stop_deadline"])
         except (OJSWorkerError, OJSError) as exc:
             raise CommandError(str(exc)) from exc
         except Exception as exc:  # an unknown TASKS alias, a bad backend configuration
