@@ -266,7 +266,10 @@ pub fn is_mysql(url: &str) -> bool {
 
 /// Drops `table` (PostgreSQL) so the benchmark starts from an empty, never-updated table.
 pub async fn drop_table(admin: &sqlx::PgPool, table: &str) -> BoxResult<()> {
-    sqlx::raw_sql(AssertSqlSafe(format!("DROP TABLE IF EXISTS {table}")))
+    // With the relay's event log and registry: a run must not append to an earlier run's log.
+    sqlx::raw_sql(AssertSqlSafe(format!(
+        "DROP TABLE IF EXISTS {table}, {table}_events, {table}_relays"
+    )))
         .execute(admin)
         .await?;
     Ok(())
