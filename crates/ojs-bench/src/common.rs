@@ -270,8 +270,8 @@ pub async fn drop_table(admin: &sqlx::PgPool, table: &str) -> BoxResult<()> {
     sqlx::raw_sql(AssertSqlSafe(format!(
         "DROP TABLE IF EXISTS {table}, {table}_events, {table}_relays"
     )))
-        .execute(admin)
-        .await?;
+    .execute(admin)
+    .await?;
     Ok(())
 }
 
