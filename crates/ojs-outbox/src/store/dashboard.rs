@@ -169,13 +169,14 @@ impl Store {
 
     /// `(status, rows, oldest_age_ms)` in the tenant's scope.
     pub async fn dashboard_counts(&self, tenant: Option<&str>) -> Result<Vec<(String, i64, i64)>> {
-        let sql = self.sql.dashboard_counts();
-        Ok(on_pool!(&self.pool, |pool| sqlx::query_as(AssertSqlSafe(
-            sql.clone()
-        ))
-        .bind(tenant)
-        .fetch_all(pool)
-        .await?))
+        let (sql, binds) = self.sql.dashboard_counts();
+        Ok(on_pool!(&self.pool, |pool| {
+            let mut query = sqlx::query_as(AssertSqlSafe(sql.clone()));
+            for _ in 0..binds {
+                query = query.bind(tenant);
+            }
+            query.fetch_all(pool).await?
+        }))
     }
 
     pub async fn dashboard_minutes(&self, tenant: Option<&str>) -> Result<Vec<Minute>> {
