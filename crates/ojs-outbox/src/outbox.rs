@@ -113,7 +113,7 @@ impl Outbox {
     /// (`prometheus.rs`); without a relay here, the table's figures alone; `None` when neither
     /// is readable (no relay, and the table cannot be read).
     pub async fn prometheus_text(&self) -> Option<String> {
-        let status = self.store.status().await.ok();
+        let status = self.store.counts().await.ok();
         let table = &self.config.outbox.table_name;
         let relay = self.relay.lock().expect("relay lock");
         match relay.as_ref() {

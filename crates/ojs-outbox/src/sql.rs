@@ -1194,9 +1194,6 @@ impl OutboxSql {
         )
     }
 
-    /// Counts by status with the in-flight count, the oldest row's age (ms) and the rows whose
-    /// job the backend's unique policy refused, per status.
-    /// Returns `status, rows, in_flight, oldest_age_ms, unique_rejected`.
     /// How many pending or failed rows wait behind a dead row of their ordering key.
     pub fn held_by_dead(&self) -> String {
         let t = &self.table;
@@ -1211,30 +1208,53 @@ impl OutboxSql {
         )
     }
 
+    /// Counts by status with the in-flight count (leases, SQLite) and the oldest row's age
+    /// (ms). Returns `status, rows, in_flight, oldest_age_ms`. Each status is counted on its own
+    /// index (the due rows', the dead rows', the sent rows' index-only on PostgreSQL), not by
+    /// one GROUP BY over the table: the sent rows, kept for `relay.retention`, outnumber the
+    /// rest, and `/metrics` reads this at every scrape.
     pub fn status_counts(&self) -> String {
         let t = &self.table;
-        let rejected = crate::relay::UNIQUE_REJECTED_NOTE;
-        match self.dialect {
-            Dialect::Postgres => format!(
-                "SELECT status, COUNT(*)::bigint, COUNT(*) FILTER (WHERE locked_until > now())::bigint, \
-                 COALESCE(FLOOR(EXTRACT(EPOCH FROM (now() - MIN(created_at))) * 1000), 0)::bigint, \
-                 COUNT(*) FILTER (WHERE status = 'sent' AND error LIKE '{rejected}%')::bigint \
-                 FROM {t} GROUP BY status"
+        let (count, held) = match self.dialect {
+            Dialect::Postgres => ("COUNT(*)::bigint", HELD),
+            Dialect::Sqlite => ("COUNT(*)", HELD),
+            Dialect::Mysql => ("COUNT(*)", "held = 1"),
+        };
+        let (in_flight, oldest) = match self.dialect {
+            Dialect::Postgres => (
+                "COUNT(*) FILTER (WHERE locked_until > now())::bigint".to_owned(),
+                "COALESCE(FLOOR(EXTRACT(EPOCH FROM (now() - MIN(created_at))) * 1000), 0)::bigint"
+                    .to_owned(),
             ),
-            Dialect::Sqlite => format!(
-                "SELECT status, COUNT(*), SUM(CASE WHEN locked_until > {SQLITE_NOW_MS} THEN 1 ELSE 0 END), \
-                 COALESCE({SQLITE_NOW_MS} - MIN(created_at), 0), \
-                 SUM(CASE WHEN status = 'sent' AND error LIKE '{rejected}%' THEN 1 ELSE 0 END) \
-                 FROM {t} GROUP BY status"
+            Dialect::Sqlite => (
+                format!("SUM(CASE WHEN locked_until > {SQLITE_NOW_MS} THEN 1 ELSE 0 END)"),
+                format!("COALESCE({SQLITE_NOW_MS} - MIN(created_at), 0)"),
             ),
             // SUM is DECIMAL on MySQL.
-            Dialect::Mysql => format!(
-                "SELECT status, COUNT(*), CAST(COALESCE(SUM(locked_until > {MYSQL_NOW_MS}), 0) AS SIGNED), \
-                 COALESCE({MYSQL_NOW_MS} - MIN(created_at), 0), \
-                 CAST(COALESCE(SUM(status = 'sent' AND error LIKE '{rejected}%'), 0) AS SIGNED) \
-                 FROM {t} GROUP BY status"
+            Dialect::Mysql => (
+                format!("CAST(COALESCE(SUM(locked_until > {MYSQL_NOW_MS}), 0) AS SIGNED)"),
+                format!("COALESCE({MYSQL_NOW_MS} - MIN(created_at), 0)"),
             ),
-        }
+        };
+        format!(
+            "SELECT status, {count}, {in_flight}, {oldest} FROM {t} WHERE {held} GROUP BY status \
+             UNION ALL SELECT 'dead', {count}, 0, 0 FROM {t} WHERE status = 'dead' \
+             UNION ALL SELECT 'sent', {count}, 0, 0 FROM {t} WHERE status = 'sent'"
+        )
+    }
+
+    /// Sent rows whose job the backend's unique policy refused (their note). Reads every sent
+    /// row: for `status`, not for each `/metrics` scrape.
+    pub fn unique_rejected_count(&self) -> String {
+        let rejected = crate::relay::UNIQUE_REJECTED_NOTE;
+        let count = match self.dialect {
+            Dialect::Postgres => "COUNT(*)::bigint",
+            _ => "COUNT(*)",
+        };
+        format!(
+            "SELECT {count} FROM {} WHERE status = 'sent' AND error LIKE '{rejected}%'",
+            self.table
+        )
     }
 
     /// `(rows, oldest_age_ms)` over pending and failed rows.

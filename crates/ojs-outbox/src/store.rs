@@ -1040,13 +1040,26 @@ impl Store {
         .rows_affected()))
     }
 
+    /// Every figure of [`OutboxStatus`] (what `ojs-relay status` prints).
     pub async fn status(&self) -> Result<OutboxStatus> {
-        let counts: Vec<(String, i64, i64, i64, i64)> =
-            on_pool!(&self.pool, |pool| sqlx::query_as(AssertSqlSafe(
-                self.sql.status_counts()
-            ))
-            .fetch_all(pool)
-            .await?);
+        let mut status = self.counts().await?;
+        let rejected: (i64,) = on_pool!(&self.pool, |pool| sqlx::query_as(AssertSqlSafe(
+            self.sql.unique_rejected_count()
+        ))
+        .fetch_one(pool)
+        .await?);
+        status.unique_rejected = rejected.0;
+        Ok(status)
+    }
+
+    /// [`status`](Self::status) without `unique_rejected` (0 here), which reads every sent row:
+    /// what `/metrics` shows at each scrape, each figure read from its index.
+    pub async fn counts(&self) -> Result<OutboxStatus> {
+        let counts: Vec<(String, i64, i64, i64)> = on_pool!(&self.pool, |pool| sqlx::query_as(
+            AssertSqlSafe(self.sql.status_counts())
+        )
+        .fetch_all(pool)
+        .await?);
         let lag: (i64,) = on_pool!(&self.pool, |pool| sqlx::query_as(AssertSqlSafe(
             self.sql.recent_lag()
         ))
@@ -1063,11 +1076,10 @@ impl Store {
             in_flight: (self.dialect() == Dialect::Sqlite).then_some(0),
             ..OutboxStatus::default()
         };
-        for (name, rows, in_flight, oldest_ms, rejected) in counts {
+        for (name, rows, in_flight, oldest_ms) in counts {
             if let Some(total) = status.in_flight.as_mut() {
                 *total += in_flight;
             }
-            status.unique_rejected += rejected;
             match RowStatus::parse(&name) {
                 Some(RowStatus::Pending) => status.pending = rows,
                 Some(RowStatus::Failed) => status.failed = rows,

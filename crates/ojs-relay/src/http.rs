@@ -125,7 +125,7 @@ async fn serve(State(surface): State<Arc<Surface>>, request: Request) -> Respons
             Answer::readiness(ready, verdict)
         }
         Action::Metrics => {
-            let status = surface.store.status().await.ok();
+            let status = surface.store.counts().await.ok();
             let text = surface
                 .relay
                 .prometheus_text(&surface.table, status.as_ref());
