@@ -208,6 +208,15 @@ async fn the_dashboard_serves_scoped_views_and_dead_letter_actions(kind: Kind, n
     for group in mine["groups"].as_array().unwrap() {
         assert_eq!(group["tenant_id"], "t1", "{mine}");
     }
+    // The groups hold the dead rows: every tenant's for the operator, its own for a tenant.
+    let dead_in_groups = |view: &Value| -> i64 {
+        (view["groups"].as_array().unwrap().iter())
+            .filter(|group| group["status"] == "dead")
+            .map(|group| group["rows"].as_i64().unwrap())
+            .sum()
+    };
+    assert_eq!(dead_in_groups(&all), 3, "{all}");
+    assert_eq!(dead_in_groups(&mine), 2, "{mine}");
     let dead = surface.json("/dashboard/api/rows?status=dead", "ta").await;
     assert_eq!(ids_of(&dead), sorted(t1_dead.clone()));
     let dead = surface.json("/dashboard/api/rows?status=dead", "op").await;

@@ -120,16 +120,42 @@ impl OutboxSql {
     }
 
     /// Rows not yet sent and dead rows by type, queue, tenant and status, the largest groups
-    /// first (at most 200). Returns `job_type, queue, tenant_id, status, rows`.
-    pub fn dashboard_groups(&self) -> String {
-        let queue = self.queue_of_row();
-        format!(
-            "SELECT job_type, {queue}, tenant_id, status, COUNT(*) FROM {} \
-             WHERE status IN ('pending', 'failed', 'dead') AND {} \
-             GROUP BY job_type, {queue}, tenant_id, status ORDER BY COUNT(*) DESC LIMIT 200",
-            self.table,
-            self.tenant_filter(),
-        )
+    /// first (at most 200), and how many times the tenant is bound. Returns `job_type, queue,
+    /// tenant_id, status, rows`. The waiting rows and the dead rows are read apart, each on its
+    /// index (one `status IN` of the three matched neither partial index: a pass over the
+    /// table, 490 ms with 2M sent rows on PostgreSQL).
+    pub fn dashboard_groups(&self) -> (String, usize) {
+        let (queue, t, tenant) = (self.queue_of_row(), &self.table, self.tenant_filter());
+        let held = self.held_rows();
+        let count = match self.dialect {
+            Dialect::Postgres => "COUNT(*)::bigint",
+            _ => "COUNT(*)",
+        };
+        let sql = format!(
+            "SELECT job_type, queue, tenant_id, status, {count} FROM (\
+             SELECT job_type, {queue} AS queue, tenant_id, status FROM {t} WHERE {held} AND {tenant} \
+             UNION ALL SELECT job_type, {queue}, tenant_id, status FROM {t} WHERE status = 'dead' AND {tenant}\
+             ) AS ojs_waiting GROUP BY job_type, queue, tenant_id, status ORDER BY {count} DESC LIMIT 200"
+        );
+        (sql, self.tenant_binds(2))
+    }
+
+    /// Rows pending or failed, as each dialect's index on them reads it.
+    fn held_rows(&self) -> &'static str {
+        match self.dialect {
+            Dialect::Mysql => "held = 1",
+            _ => super::HELD,
+        }
+    }
+
+    /// How many times a statement that uses `tenant_filter` `uses` times binds the tenant: once
+    /// by number (`$1`, `?1`), or at each use (MySQL's `?`).
+    fn tenant_binds(&self, uses: usize) -> usize {
+        if self.dialect == Dialect::Mysql {
+            uses
+        } else {
+            1
+        }
     }
 
     /// Counts by status and the age of the oldest row of each, in the tenant's scope, and how
@@ -150,17 +176,14 @@ impl OutboxSql {
             Dialect::Postgres => "COUNT(*)::bigint",
             _ => "COUNT(*)",
         };
-        let held = match self.dialect {
-            Dialect::Mysql => "held = 1",
-            _ => super::HELD,
-        };
+        let held = self.held_rows();
         let (t, tenant) = (&self.table, self.tenant_filter());
         let sql = format!(
             "SELECT status, {count}, {oldest} FROM {t} WHERE {held} AND {tenant} GROUP BY status \
              UNION ALL SELECT 'dead', {count}, {oldest} FROM {t} WHERE status = 'dead' AND {tenant} \
              UNION ALL SELECT 'sent', {count}, 0 FROM {t} WHERE status = 'sent' AND {tenant}"
         );
-        (sql, if self.dialect == Dialect::Mysql { 3 } else { 1 })
+        (sql, self.tenant_binds(3))
     }
 
     /// Per minute of the last hour: the minute (ms since the epoch / 60000), rows sent, their

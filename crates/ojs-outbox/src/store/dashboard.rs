@@ -147,14 +147,15 @@ impl Store {
     }
 
     pub async fn dashboard_groups(&self, tenant: Option<&str>) -> Result<Vec<RowGroup>> {
-        let sql = self.sql.dashboard_groups();
-        let rows: Vec<(String, String, Option<String>, String, i64)> = on_pool!(
-            &self.pool,
-            |pool| sqlx::query_as(AssertSqlSafe(sql.clone()))
-                .bind(tenant)
-                .fetch_all(pool)
-                .await?
-        );
+        let (sql, binds) = self.sql.dashboard_groups();
+        let rows: Vec<(String, String, Option<String>, String, i64)> =
+            on_pool!(&self.pool, |pool| {
+                let mut query = sqlx::query_as(AssertSqlSafe(sql.clone()));
+                for _ in 0..binds {
+                    query = query.bind(tenant);
+                }
+                query.fetch_all(pool).await?
+            });
         Ok(rows
             .into_iter()
             .map(|(job_type, queue, tenant_id, status, rows)| RowGroup {
