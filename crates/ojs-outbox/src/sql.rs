@@ -873,6 +873,34 @@ impl OutboxSql {
         }
     }
 
+    /// `COUNT(*)`, read as an `i64` in every dialect.
+    fn count_all(&self) -> &'static str {
+        match self.dialect {
+            Dialect::Postgres => "COUNT(*)::bigint",
+            _ => "COUNT(*)",
+        }
+    }
+
+    /// Ms since the oldest `created_at` of the rows aggregated; 0 when there are none.
+    fn oldest_age_ms(&self) -> String {
+        match self.dialect {
+            Dialect::Postgres => {
+                "COALESCE(FLOOR(EXTRACT(EPOCH FROM (now() - MIN(created_at))) * 1000), 0)::bigint"
+                    .to_owned()
+            }
+            _ => format!("COALESCE({} - MIN(created_at), 0)", self.now()),
+        }
+    }
+
+    /// Rows pending or failed, as each dialect's index on them reads it (MySQL: the generated
+    /// `held` column).
+    fn held_rows(&self) -> &'static str {
+        match self.dialect {
+            Dialect::Mysql => "held = 1",
+            _ => HELD,
+        }
+    }
+
     /// `now() + ms` in the dialect, where `ms` is an SQL expression yielding milliseconds.
     fn now_plus_ms(&self, ms: &str) -> String {
         match self.dialect {
@@ -1196,11 +1224,7 @@ impl OutboxSql {
 
     /// How many pending or failed rows wait behind a dead row of their ordering key.
     pub fn held_by_dead(&self) -> String {
-        let t = &self.table;
-        let count = match self.dialect {
-            Dialect::Postgres => "COUNT(*)::bigint",
-            _ => "COUNT(*)",
-        };
+        let (t, count) = (&self.table, self.count_all());
         format!(
             "SELECT {count} FROM {t} ojs_held WHERE ojs_held.order_key IS NOT NULL AND ojs_held.status IN ('pending', 'failed') \
              AND EXISTS (SELECT 1 FROM {t} ojs_dead WHERE ojs_dead.order_key = ojs_held.order_key \
@@ -1214,27 +1238,17 @@ impl OutboxSql {
     /// one GROUP BY over the table: the sent rows, kept for `relay.retention`, outnumber the
     /// rest, and `/metrics` reads this at every scrape.
     pub fn status_counts(&self) -> String {
-        let t = &self.table;
-        let (count, held) = match self.dialect {
-            Dialect::Postgres => ("COUNT(*)::bigint", HELD),
-            Dialect::Sqlite => ("COUNT(*)", HELD),
-            Dialect::Mysql => ("COUNT(*)", "held = 1"),
-        };
-        let (in_flight, oldest) = match self.dialect {
-            Dialect::Postgres => (
-                "COUNT(*) FILTER (WHERE locked_until > now())::bigint".to_owned(),
-                "COALESCE(FLOOR(EXTRACT(EPOCH FROM (now() - MIN(created_at))) * 1000), 0)::bigint"
-                    .to_owned(),
-            ),
-            Dialect::Sqlite => (
-                format!("SUM(CASE WHEN locked_until > {SQLITE_NOW_MS} THEN 1 ELSE 0 END)"),
-                format!("COALESCE({SQLITE_NOW_MS} - MIN(created_at), 0)"),
-            ),
+        let (t, count, held) = (&self.table, self.count_all(), self.held_rows());
+        let oldest = self.oldest_age_ms();
+        let in_flight = match self.dialect {
+            Dialect::Postgres => "COUNT(*) FILTER (WHERE locked_until > now())::bigint".to_owned(),
+            Dialect::Sqlite => {
+                format!("SUM(CASE WHEN locked_until > {SQLITE_NOW_MS} THEN 1 ELSE 0 END)")
+            }
             // SUM is DECIMAL on MySQL.
-            Dialect::Mysql => (
-                format!("CAST(COALESCE(SUM(locked_until > {MYSQL_NOW_MS}), 0) AS SIGNED)"),
-                format!("COALESCE({MYSQL_NOW_MS} - MIN(created_at), 0)"),
-            ),
+            Dialect::Mysql => {
+                format!("CAST(COALESCE(SUM(locked_until > {MYSQL_NOW_MS}), 0) AS SIGNED)")
+            }
         };
         format!(
             "SELECT status, {count}, {in_flight}, {oldest} FROM {t} WHERE {held} GROUP BY status \
@@ -1247,31 +1261,22 @@ impl OutboxSql {
     /// row: for `status`, not for each `/metrics` scrape.
     pub fn unique_rejected_count(&self) -> String {
         let rejected = crate::relay::UNIQUE_REJECTED_NOTE;
-        let count = match self.dialect {
-            Dialect::Postgres => "COUNT(*)::bigint",
-            _ => "COUNT(*)",
-        };
         format!(
-            "SELECT {count} FROM {} WHERE status = 'sent' AND error LIKE '{rejected}%'",
+            "SELECT {} FROM {} WHERE status = 'sent' AND error LIKE '{rejected}%'",
+            self.count_all(),
             self.table
         )
     }
 
     /// `(rows, oldest_age_ms)` over pending and failed rows.
     pub fn undelivered_summary(&self) -> String {
-        let t = &self.table;
-        match self.dialect {
-            Dialect::Postgres => format!(
-                "SELECT COUNT(*)::bigint, COALESCE(FLOOR(EXTRACT(EPOCH FROM (now() - MIN(created_at))) * 1000), 0)::bigint \
-                 FROM {t} WHERE status IN ('pending', 'failed')"
-            ),
-            Dialect::Sqlite => format!(
-                "SELECT COUNT(*), COALESCE({SQLITE_NOW_MS} - MIN(created_at), 0) FROM {t} WHERE status IN ('pending', 'failed')"
-            ),
-            Dialect::Mysql => format!(
-                "SELECT COUNT(*), COALESCE({MYSQL_NOW_MS} - MIN(created_at), 0) FROM {t} WHERE held = 1"
-            ),
-        }
+        format!(
+            "SELECT {}, {} FROM {} WHERE {}",
+            self.count_all(),
+            self.oldest_age_ms(),
+            self.table,
+            self.held_rows()
+        )
     }
 
     /// Mean ms from creation to delivery of rows sent in the last minute (the relay's lag).

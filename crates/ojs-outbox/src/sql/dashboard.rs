@@ -126,11 +126,7 @@ impl OutboxSql {
     /// table, 490 ms with 2M sent rows on PostgreSQL).
     pub fn dashboard_groups(&self) -> (String, usize) {
         let (queue, t, tenant) = (self.queue_of_row(), &self.table, self.tenant_filter());
-        let held = self.held_rows();
-        let count = match self.dialect {
-            Dialect::Postgres => "COUNT(*)::bigint",
-            _ => "COUNT(*)",
-        };
+        let (held, count) = (self.held_rows(), self.count_all());
         let sql = format!(
             "SELECT job_type, queue, tenant_id, status, {count} FROM (\
              SELECT job_type, {queue} AS queue, tenant_id, status FROM {t} WHERE {held} AND {tenant} \
@@ -138,14 +134,6 @@ impl OutboxSql {
              ) AS ojs_waiting GROUP BY job_type, queue, tenant_id, status ORDER BY {count} DESC LIMIT 200"
         );
         (sql, self.tenant_binds(2))
-    }
-
-    /// Rows pending or failed, as each dialect's index on them reads it.
-    fn held_rows(&self) -> &'static str {
-        match self.dialect {
-            Dialect::Mysql => "held = 1",
-            _ => super::HELD,
-        }
     }
 
     /// How many times a statement that uses `tenant_filter` `uses` times binds the tenant: once
@@ -165,18 +153,7 @@ impl OutboxSql {
     /// whole table: sent rows are kept for `relay.retention` and outnumber the rest (2M of
     /// them: 126 ms against 670 ms for one GROUP BY over the table, PostgreSQL 15).
     pub fn dashboard_counts(&self) -> (String, usize) {
-        let oldest = match self.dialect {
-            Dialect::Postgres => {
-                "COALESCE(FLOOR(EXTRACT(EPOCH FROM (now() - MIN(created_at))) * 1000), 0)::bigint"
-                    .to_owned()
-            }
-            _ => format!("COALESCE({} - MIN(created_at), 0)", self.now()),
-        };
-        let count = match self.dialect {
-            Dialect::Postgres => "COUNT(*)::bigint",
-            _ => "COUNT(*)",
-        };
-        let held = self.held_rows();
+        let (oldest, count, held) = (self.oldest_age_ms(), self.count_all(), self.held_rows());
         let (t, tenant) = (&self.table, self.tenant_filter());
         let sql = format!(
             "SELECT status, {count}, {oldest} FROM {t} WHERE {held} AND {tenant} GROUP BY status \
@@ -209,10 +186,7 @@ impl OutboxSql {
                 format!("{} - 3600000", self.now()),
             ),
         };
-        let count = match self.dialect {
-            Dialect::Postgres => "COUNT(*)::bigint",
-            _ => "COUNT(*)",
-        };
+        let count = self.count_all();
         format!(
             "SELECT {minute}, {count}, {lag} FROM {} WHERE status = 'sent' AND sent_at > {since} AND {} \
              GROUP BY 1 ORDER BY 1",
