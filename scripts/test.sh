@@ -20,7 +20,8 @@ export OJS_TEST_MYSQL_URL
 echo "test: MariaDB at $OJS_TEST_MYSQL_URL"
 rm -rf target/matrix
 
-step() { printf '\n=== %s ===\n' "$*"; }
+# Each step's header says how long the run has taken so far (CI should stay under 45 minutes).
+step() { printf '\n=== %s (at %d min %02d s) ===\n' "$*" $((SECONDS / 60)) $((SECONDS % 60)); }
 step "rust: fmt, clippy, tests"
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
@@ -37,3 +38,4 @@ bindings-ruby/test-rails72.sh
 
 step "conformance matrix"
 OJS_MATRIX_RUNNERS="rust django-5.2 django-6.1 express rails-6.1 rails-7.2" scripts/matrix.sh
+step "done"

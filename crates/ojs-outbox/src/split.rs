@@ -1,4 +1,4 @@
-//! Which rows of a refused batch go out next, and how (`relay.rs`, `send_batch`). Pure, so its
+//! Which rows of a refused batch go out next, and how (`relay/send.rs`, `send_batch`). Pure, so its
 //! cost is counted by the unit tests below without a network.
 //!
 //! A refused batch answer names at most one job (`error.details.index`). The rows still to
