@@ -36,8 +36,9 @@ app.post('/signup', async (req, res) => {
     });
     res.status(201).json(user);
   } catch (error) {
-    const status = error instanceof OJSError ? 400 : 422;
-    res.status(status).json({ error: error.message, code: error.code || null });
+    // An OJSError (bad job input) carries its code; the app's own errors roll back as 422.
+    if (error instanceof OJSError) res.status(400).json({ error: error.message, code: error.code });
+    else res.status(422).json({ error: error.message });
   }
 });
 

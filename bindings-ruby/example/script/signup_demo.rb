@@ -47,7 +47,7 @@ jobs = wait_for_type(backend, "demo.sentinel").reject { |job| job["type"] == "de
 puts
 puts "users in the database: #{User.order(:id).pluck(:email).inspect}"
 puts "outbox: #{OJS.status.slice('pending', 'sent', 'dead').inspect}"
-puts "backend received #{jobs.length} job(s):"
+puts "backend received #{jobs.length} job(s), besides demo.sentinel (staged last, so nothing else follows):"
 jobs.each { |job| puts "  #{job['type']} args=#{job['args']} meta=#{job['meta']}" }
 puts "commit -> backend: about #{latency_ms} ms (observed by polling the devserver)"
 
