@@ -29,6 +29,7 @@ mod relay;
 pub mod relay_metrics;
 mod split;
 pub mod sql;
+mod sqlite_busy;
 mod sqlite_fork;
 pub mod stop_signal;
 pub mod store;

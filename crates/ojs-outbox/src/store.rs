@@ -246,6 +246,29 @@ macro_rules! on_pool {
     };
 }
 
+/// A store's SQLite pool: two connections, each waiting for a lock in short steps
+/// (`sqlite_busy.rs`) up to `SQLITE_BUSY_TIMEOUT`.
+fn sqlite_pool_options() -> SqlitePoolOptions {
+    SqlitePoolOptions::new()
+        .max_connections(2)
+        .after_connect(|conn, _| {
+            Box::pin(async move {
+                let mut handle = conn.lock_handle().await?;
+                // SAFETY: the handle is locked: no other thread uses the connection.
+                unsafe {
+                    crate::sqlite_busy::install(
+                        handle.as_raw_handle().as_ptr().cast(),
+                        SQLITE_BUSY_TIMEOUT,
+                    )
+                };
+                Ok(())
+            })
+        })
+}
+
+/// How long a SQLite statement waits for a lock before it fails with `SQLITE_BUSY`.
+const SQLITE_BUSY_TIMEOUT: Duration = Duration::from_secs(10);
+
 #[derive(Debug, Clone)]
 pub(crate) enum Pool {
     Postgres(PgPool),
@@ -331,7 +354,7 @@ impl Store {
             crate::sqlite_fork::guard_forks();
             let options = SqliteConnectOptions::from_str(database_url)
                 .map_err(|e| bad_url(format!("{database_url:?}: {e}")))?
-                .busy_timeout(Duration::from_secs(10));
+                .busy_timeout(SQLITE_BUSY_TIMEOUT);
             let options = if read_only {
                 options.read_only(true).create_if_missing(false)
             } else {
@@ -358,10 +381,7 @@ impl Store {
             // SQLite opens any file lazily: reading the schema's version reads the header, so
             // a file that is no database fails here, named, rather than at the first statement.
             let opened = async {
-                let pool = SqlitePoolOptions::new()
-                    .max_connections(2)
-                    .connect_with(options.clone())
-                    .await?;
+                let pool = sqlite_pool_options().connect_with(options.clone()).await?;
                 sqlx::raw_sql("PRAGMA schema_version")
                     .execute(&pool)
                     .await?;
@@ -467,14 +487,12 @@ impl Store {
         let Some(options) = &self.sqlite_options else {
             return self.clone();
         };
-        let pool = SqlitePoolOptions::new()
-            .max_connections(2)
-            .connect_lazy_with(
-                options
-                    .clone()
-                    .synchronous(SqliteSynchronous::Normal)
-                    .pragma("wal_autocheckpoint", RELAY_WAL_CHECKPOINT_PAGES.to_string()),
-            );
+        let pool = sqlite_pool_options().connect_lazy_with(
+            options
+                .clone()
+                .synchronous(SqliteSynchronous::Normal)
+                .pragma("wal_autocheckpoint", RELAY_WAL_CHECKPOINT_PAGES.to_string()),
+        );
         Store {
             pool: Pool::Sqlite(pool),
             sqlite_options: None,
