@@ -1,4 +1,5 @@
-//! The relay's own SQLite connections wait for the write lock in short steps. SQLite's default
+//! Every connection of the core's SQLite pools (`store.rs`: the relay's, the relay CLI's, the
+//! Rust `Outbox`'s) waits for a lock in short steps. SQLite's default
 //! busy handler (the one `busy_timeout` installs) sleeps 1 ms before its first retry, then 2,
 //! 5, 10 ms..., whatever the holder needs; an application's COMMIT holds the lock for its fsync,
 //! often well under a millisecond, so a relay claim that meets one waited a whole millisecond
