@@ -329,7 +329,10 @@ def test_a_job_the_backend_cancelled_is_failed(alias, backend, adapter):
     payload = [{"args": [alias, "first"], "kwargs": {}}]
     first = adapter.enqueue_after_commit(plain_run.module_path, payload, using=alias,
                                          unique=unique)
-    backend.wait_for([first])
+    # The backend stores the first job before the relay settles its row; until then the row is
+    # in flight and a replace is refused (DuplicateJobError, "try again"). Wait for the settle.
+    wait_until(lambda: adapter.outbox_rows([first], using=alias)[first]["status"] == "sent",
+               what="the first job's row to be settled as sent")
     second = adapter.enqueue_after_commit(plain_run.module_path, payload, using=alias,
                                           unique=unique)
     backend.wait_for([second])
