@@ -32,7 +32,8 @@ use crate::store::{LoggedEvents, Store};
 /// One event.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Event {
-    /// UUIDv7: ids made by one relay sort in emission order.
+    /// UUIDv7: ids made by one relay sort in emission order. Empty in an event made for the
+    /// log until it is read back from there (its id is then its place in the log).
     pub id: String,
     pub kind: String,
     /// `/ojs/outbox/<table>`.
@@ -289,6 +290,15 @@ impl EventBus {
         self.sender.subscribe()
     }
 
+    /// A new event's id: none for the log, where an event's id is its place ([`log_event_id`],
+    /// given as it is read), a UUIDv7 for live subscribers.
+    fn new_id(&self) -> String {
+        match self.log {
+            Some(_) => String::new(),
+            None => crate::id::new_job_id().to_string(),
+        }
+    }
+
     /// A job event, built (not published): `Relay` logs or publishes it.
     pub fn make_job_event(
         &self,
@@ -303,7 +313,7 @@ impl EventBus {
             EventData::Other(_) => None,
         };
         Event {
-            id: crate::id::new_job_id().to_string(),
+            id: self.new_id(),
             kind: kind.to_owned(),
             source: self.source.clone(),
             subject: job_id.to_owned(),
@@ -318,7 +328,7 @@ impl EventBus {
     /// A relay or operator event, built (not published).
     pub fn make_relay_event(&self, kind: &str, tenant: Option<&str>, data: Value) -> Event {
         Event {
-            id: crate::id::new_job_id().to_string(),
+            id: self.new_id(),
             kind: kind.to_owned(),
             source: self.source.clone(),
             subject: self.table.clone(),
@@ -577,25 +587,57 @@ fn log_position(id: &str) -> Option<(i64, u32)> {
     Some((seq as i64, (rand_b & 0xff_ffff) as u32))
 }
 
-/// Events as one row of the log: a JSON array with one compact array per event (its id and
-/// time are the row's: [`log_event_id`]). A job event: `[type, job id, queue, job type,
-/// tenant, attempt, error, next attempt ms, deduplicated, existing job id]`, trailing nulls
-/// left out; another: `[type, subject, data, tenant]`.
+/// Events as one row of the log: a JSON array with one compact array per event, or per run of
+/// job events that differ only in their job (its id and time are the row's: [`log_event_id`]).
+/// A job event: `[type, job id, queue, job type, tenant, attempt, error, next attempt ms,
+/// deduplicated, existing job id]`, trailing nulls left out, and the job id a list of ids for
+/// a run (a round's 500 `job.enqueued` of one queue and type are one array: half the bytes
+/// for the settlement to write, docs/benchmarks.md#events); another: `[type, subject, data,
+/// tenant]`.
 pub fn logged(events: &[Event]) -> LoggedEvents {
-    let records: Vec<Logged<'_>> = events.iter().map(Logged).collect();
+    let mut records: Vec<Logged<'_>> = Vec::new();
+    let mut rest = events;
+    while let Some(first) = rest.first() {
+        let run = match first.data {
+            EventData::Job { .. } => rest.iter().take_while(|e| same_but_job(first, e)).count(),
+            EventData::Other(_) => 1,
+        };
+        records.push(Logged(&rest[..run]));
+        rest = &rest[run..];
+    }
     LoggedEvents {
         time_ms: now_ms(),
         json: serde_json::to_string(&records).expect("events serialize"),
     }
 }
 
-/// One event as its row's array ([`logged`]), written straight from the fields.
-struct Logged<'a>(&'a Event);
+/// Whether two job events differ only in their job (`subject`), so that one record of the log
+/// carries both.
+fn same_but_job(a: &Event, b: &Event) -> bool {
+    a.kind == b.kind && a.queue == b.queue && a.tenant == b.tenant && a.data == b.data
+}
+
+/// One record of a row of the log ([`logged`]): one event, or a run of job events that differ
+/// only in their job, written straight from the fields.
+struct Logged<'a>(&'a [Event]);
+
+/// The job ids of a run: one string for one event (as rows written before runs were), a list
+/// for more.
+struct Subjects<'a>(&'a [Event]);
+
+impl serde::Serialize for Subjects<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        match self.0 {
+            [one] => serializer.serialize_str(&one.subject),
+            many => serializer.collect_seq(many.iter().map(|e| e.subject.as_str())),
+        }
+    }
+}
 
 impl serde::Serialize for Logged<'_> {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         use serde::ser::SerializeSeq;
-        let event = self.0;
+        let event = &self.0[0];
         match &event.data {
             EventData::Job {
                 job_type,
@@ -619,7 +661,7 @@ impl serde::Serialize for Logged<'_> {
                 };
                 let mut seq = serializer.serialize_seq(Some(len))?;
                 seq.serialize_element(&event.kind)?;
-                seq.serialize_element(&event.subject)?;
+                seq.serialize_element(&Subjects(self.0))?;
                 seq.serialize_element(&event.queue)?;
                 seq.serialize_element(job_type)?;
                 seq.serialize_element(&event.tenant)?;
@@ -658,7 +700,7 @@ impl serde::Serialize for Logged<'_> {
 #[derive(serde::Deserialize)]
 struct Record {
     kind: String,
-    subject: String,
+    subject: Subject,
     /// A job event's queue (a string), or another event's data (an object).
     third: Value,
     #[serde(default)]
@@ -677,48 +719,60 @@ struct Record {
     existing_job_id: Option<String>,
 }
 
+/// A record's subject: one event's, or the job ids of a run ([`logged`]).
+#[derive(serde::Deserialize)]
+#[serde(untagged)]
+enum Subject {
+    One(String),
+    Run(Vec<String>),
+}
+
 /// The events of one row of the log (none when the row is not ours to read).
 fn from_logged(json: &str, seq: i64, time_ms: i64, source: &Arc<str>) -> Vec<Event> {
     let records: Vec<Record> = serde_json::from_str(json).unwrap_or_default();
-    records
-        .into_iter()
-        .enumerate()
-        .map(|(index, r)| {
-            let (data, queue, job_type, tenant) = match r.third {
-                data @ Value::Object(_) => (EventData::Other(data), None, None, r.fourth),
-                queue => {
-                    let queue = match queue {
-                        Value::String(queue) => Some(queue),
-                        _ => None,
-                    };
-                    (
-                        EventData::Job {
-                            job_type: r.fourth.clone().unwrap_or_default(),
-                            attempt: r.attempt.unwrap_or(0),
-                            error: r.error,
-                            next_attempt_at_ms: r.next_attempt_at_ms,
-                            deduplicated: r.deduplicated,
-                            existing_job_id: r.existing_job_id,
-                        },
-                        queue,
-                        r.fourth,
-                        r.tenant,
-                    )
-                }
-            };
-            Event {
-                id: log_event_id(time_ms, seq, index),
-                kind: r.kind,
-                source: source.clone(),
-                subject: r.subject,
-                time_ms,
-                data,
-                queue,
-                job_type,
-                tenant,
+    let mut events: Vec<Event> = Vec::new();
+    for r in records {
+        let subjects = match r.subject {
+            Subject::One(subject) => vec![subject],
+            Subject::Run(subjects) => subjects,
+        };
+        let (data, queue, job_type, tenant) = match r.third {
+            data @ Value::Object(_) => (EventData::Other(data), None, None, r.fourth),
+            queue => {
+                let queue = match queue {
+                    Value::String(queue) => Some(queue),
+                    _ => None,
+                };
+                (
+                    EventData::Job {
+                        job_type: r.fourth.clone().unwrap_or_default(),
+                        attempt: r.attempt.unwrap_or(0),
+                        error: r.error,
+                        next_attempt_at_ms: r.next_attempt_at_ms,
+                        deduplicated: r.deduplicated,
+                        existing_job_id: r.existing_job_id,
+                    },
+                    queue,
+                    r.fourth,
+                    r.tenant,
+                )
             }
-        })
-        .collect()
+        };
+        for subject in subjects {
+            events.push(Event {
+                id: log_event_id(time_ms, seq, events.len()),
+                kind: r.kind.clone(),
+                source: source.clone(),
+                subject,
+                time_ms,
+                data: data.clone(),
+                queue: queue.clone(),
+                job_type: job_type.clone(),
+                tenant: tenant.clone(),
+            });
+        }
+    }
+    events
 }
 
 pub fn now_ms() -> i64 {
@@ -796,12 +850,23 @@ mod tests {
             *next_attempt_at_ms = Some(1_764_000_000_000);
             *error = Some("it's \"quoted\"".into());
         }
+        let mut second = job(&bus, "job.enqueued", "email", Some("acme"));
+        second.subject = "j2".into();
+        let mut third = second.clone();
+        third.subject = "j3".into();
         let events = vec![
             job(&bus, "job.enqueued", "email", Some("acme")),
+            second,
+            third,
             retried,
             bus.make_relay_event("ojs.relay.paused", None, json!({"reason": "down"})),
         ];
         let row = logged(&events);
+        // The three `job.enqueued` that differ only in their job are one record.
+        let records: Vec<Value> = serde_json::from_str(&row.json).unwrap();
+        assert_eq!(records.len(), 3, "{}", row.json);
+        assert_eq!(records[0][1], json!(["j1", "j2", "j3"]));
+        assert_eq!(records[1][1], "j1");
         let back = from_logged(&row.json, 41, row.time_ms, &bus.source);
         for (index, (back, made)) in back.iter().zip(&events).enumerate() {
             // A log event's id and time are its row's.
@@ -814,7 +879,17 @@ mod tests {
             };
             assert_eq!(*back, made);
         }
-        assert_eq!(back.len(), 3);
+        assert_eq!(back.len(), 5);
+        // A row written before runs (one record per event) reads as it did.
+        let before = r#"[["job.enqueued","j1","email","email.send","acme",1],["job.enqueued","j2","email","email.send","acme",1]]"#;
+        let read = from_logged(before, 7, row.time_ms, &bus.source);
+        assert_eq!(
+            read.iter()
+                .map(|e| (e.subject.as_str(), log_position(&e.id).unwrap()))
+                .collect::<Vec<_>>(),
+            [("j1", (7, 0)), ("j2", (7, 1))]
+        );
+        assert_eq!(read[1].data, back[1].data);
         assert_eq!(
             log_position(&events[0].id),
             None,

@@ -390,7 +390,12 @@ async fn a_backend_outage_is_waited_out_with_backoff() {
     // Both faults meet the ack (this test's reads wait until they are gone).
     let until = Instant::now() + WAIT;
     while !server.faults().is_empty() {
-        assert!(Instant::now() < until, "the ack was not tried again");
+        assert!(
+            Instant::now() < until,
+            "the ack was not tried again: faults left {:?}, the worker said {:?}",
+            server.faults(),
+            worker.drain_log()
+        );
         tokio::time::sleep(Duration::from_millis(25)).await;
     }
     until_job(&url, &id, |j| j["state"] == "completed").await;
