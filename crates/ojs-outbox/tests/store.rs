@@ -502,3 +502,63 @@ async fn the_event_log_is_compressed_with_lz4_where_the_server_offers_it() {
         "pglz here means the server offers no lz4, or the core did not choose it"
     );
 }
+
+/// The core's SQLite connections wait for a lock with the core's handler (`sqlite_busy.rs`,
+/// retries from 50 µs): SQLite's own, which `busy_timeout` installs and which first sleeps a
+/// whole millisecond, is replaced (the pragma then reads 0), and a write that meets another
+/// connection's lock still waits for it instead of failing with `SQLITE_BUSY`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cores_sqlite_connections_wait_for_a_lock_with_the_cores_handler() {
+    use sqlx::ConnectOptions;
+    use std::str::FromStr;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    let url = sqlite_url("busy");
+    let store = Store::connect(&url, "ojs_outbox").await.unwrap();
+    let pool = store.sqlite_pool().unwrap().clone();
+    let timeout: i64 = sqlx::query_scalar("PRAGMA busy_timeout")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(timeout, 0, "SQLite's own busy handler is still in place");
+    sqlx::raw_sql("CREATE TABLE t (x INTEGER)")
+        .execute(&pool)
+        .await
+        .unwrap();
+    // Another connection, which holds the write lock.
+    let mut holder = sqlx::sqlite::SqliteConnectOptions::from_str(&url)
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    sqlx::raw_sql("BEGIN IMMEDIATE; INSERT INTO t VALUES (1)")
+        .execute(&mut holder)
+        .await
+        .unwrap();
+    let started = Arc::new(AtomicBool::new(false));
+    let write = tokio::spawn({
+        let (pool, started) = (pool.clone(), started.clone());
+        async move {
+            started.store(true, Ordering::SeqCst);
+            sqlx::query("INSERT INTO t VALUES (2)").execute(&pool).await
+        }
+    });
+    while !started.load(Ordering::SeqCst) {
+        tokio::task::yield_now().await;
+    }
+    // Without a handler the write fails at once; with one it stays waiting on the lock. (A
+    // write that has not reached SQLite yet also stays unfinished: the pragma above is what
+    // pins the handler; this pins that the one in place waits.)
+    for _ in 0..50 {
+        assert!(!write.is_finished(), "{:?}", write.await);
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    sqlx::raw_sql("COMMIT").execute(&mut holder).await.unwrap();
+    write.await.unwrap().expect("the write waited for the lock");
+    let rows: i64 = sqlx::query_scalar("SELECT count(*) FROM t")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(rows, 2);
+}
