@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Joins the conformance columns every runner wrote to target/matrix/<runner>.tsv (lines of
-# "case<TAB>sqlite|postgresql<TAB>PASS|FAIL|SKIP") into one table: a row per case, a column per
+# "case<TAB>sqlite|postgresql|mariadb<TAB>PASS|FAIL|SKIP") into one table: a row per case, a column per
 # runner and database. Exits 1 when a cell is not PASS, a runner lacks a case another one has,
 # or a runner named in OJS_MATRIX_RUNNERS (space-separated) wrote nothing.
 set -euo pipefail
