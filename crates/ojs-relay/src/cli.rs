@@ -99,8 +99,14 @@ pub struct RunArgs {
     #[arg(long, value_name = "TENANT=TOKEN")]
     pub tenant_token: Vec<String>,
 
+    /// A read-only token (repeatable): reads what the operator reads (the dashboard, the
+    /// events, /metrics, /readyz) and writes nothing: no dead-letter replay or purge, no Codec
+    /// Server.
+    #[arg(long, value_name = "TOKEN")]
+    pub viewer_token: Vec<String>,
+
     /// Serve the HTTP surface without authentication (only on a private address). Without a
-    /// token, a tenant token or this flag, --listen is refused.
+    /// token, a tenant token, a viewer token or this flag, --listen is refused.
     #[arg(long)]
     pub no_auth: bool,
 

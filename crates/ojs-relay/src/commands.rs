@@ -387,7 +387,8 @@ pub fn check_access(args: &RunArgs) -> Result<()> {
 }
 
 /// The HTTP surface's tokens from the flags. `--listen` alone is refused: the surface serves
-/// every job's events and the metrics, so it is closed unless a token or `--no-auth` is given.
+/// every job's events and the metrics, so it is closed unless a token (the operator's, a
+/// tenant's or a viewer's) or `--no-auth` is given.
 fn access(args: &RunArgs) -> Result<crate::http::Access> {
     let mut tenant_tokens = Vec::new();
     for pair in &args.tenant_token {
@@ -406,14 +407,38 @@ fn access(args: &RunArgs) -> Result<crate::http::Access> {
         }
     }
     let token = args.token.clone().filter(|t| !t.is_empty());
+    // The values hold secrets: no message repeats one.
+    let viewer_tokens = args.viewer_token.clone();
+    if viewer_tokens.iter().any(String::is_empty) {
+        return Err(Error::field(
+            ErrorCode::InvalidConfig,
+            "--viewer-token",
+            "a value is empty",
+        ));
+    }
+    // A token of two roles would be read as the stronger one: a read-only token that is also
+    // the operator's or a tenant's is refused rather than silently allowed to write.
+    if viewer_tokens.iter().any(|viewer| {
+        token.as_ref() == Some(viewer) || tenant_tokens.iter().any(|(t, _)| t == viewer)
+    }) {
+        return Err(Error::field(
+            ErrorCode::InvalidConfig,
+            "--viewer-token",
+            "a value is also the operator's token or a tenant token; a read-only token must be a token of its own",
+        ));
+    }
     let flag_token = token.is_some() && !args.token_from_env;
-    if args.listen.is_none() && (flag_token || !tenant_tokens.is_empty() || args.no_auth) {
+    if args.listen.is_none()
+        && (flag_token || !tenant_tokens.is_empty() || !viewer_tokens.is_empty() || args.no_auth)
+    {
         let field = if args.no_auth {
             "--no-auth"
         } else if flag_token {
             "--token"
-        } else {
+        } else if !tenant_tokens.is_empty() {
             "--tenant-token"
+        } else {
+            "--viewer-token"
         };
         return Err(Error::field(
             ErrorCode::InvalidConfig,
@@ -421,18 +446,19 @@ fn access(args: &RunArgs) -> Result<crate::http::Access> {
             "this protects the HTTP surface, which only --listen ADDR serves",
         ));
     }
-    let secured = token.is_some() || !tenant_tokens.is_empty();
+    let secured = token.is_some() || !tenant_tokens.is_empty() || !viewer_tokens.is_empty();
     if args.listen.is_some() && secured == args.no_auth {
         let why = if args.no_auth {
             "--no-auth opens the surface to anyone, yet a token was given too; keep one"
         } else {
-            "the HTTP surface serves every job's events and the metrics, so it needs --token (or OJS_RELAY_TOKEN) or --tenant-token TENANT=TOKEN; to serve it without authentication on a private address, say so with --no-auth"
+            "the HTTP surface serves every job's events and the metrics, so it needs --token (or OJS_RELAY_TOKEN), --tenant-token TENANT=TOKEN or --viewer-token TOKEN; to serve it without authentication on a private address, say so with --no-auth"
         };
         return Err(Error::field(ErrorCode::InvalidConfig, "--listen", why));
     }
     Ok(crate::http::Access {
         token,
         tenant_tokens,
+        viewer_tokens,
         open: args.no_auth,
     })
 }

@@ -11,9 +11,11 @@
 //!   when none is configured. Bodies up to 1 MiB; payloads are never logged.
 //!
 //! Every path but `/healthz` needs `Authorization: Bearer <token>`: the `--token` (or
-//! `OJS_RELAY_TOKEN`) of the operator, or a `--tenant-token TENANT=TOKEN`, which sees only that
+//! `OJS_RELAY_TOKEN`) of the operator, a `--tenant-token TENANT=TOKEN`, which sees only that
 //! tenant's events (seed 003) and nothing else (a payload carries no tenant, so the Codec Server
-//! is the operator's alone). `--no-auth` opens the surface, said out loud.
+//! is the operator's alone), or a `--viewer-token TOKEN`, the read-only caller
+//! ([`Caller::Viewer`] of everything: it reads what the operator reads and writes nothing).
+//! `--no-auth` opens the surface, said out loud.
 //! This module only finds the caller from the token; the policy (paths, scoping, answers) is
 //! `ojs_outbox::surface`, the same the Django, Express and Rails mounts serve.
 
@@ -32,13 +34,15 @@ use ojs_outbox::surface::{self, Action, Answer, Caller};
 use ojs_outbox::{Relay, Store};
 
 /// Who may read what. There is no open default: `ojs-relay run --listen` needs a token, a
-/// tenant token or `--no-auth` (`commands::access`).
+/// tenant token, a viewer token or `--no-auth` (`commands::access`).
 #[derive(Debug, Clone, Default)]
 pub struct Access {
     /// The operator's token; `None` with `open`: no authentication (`--no-auth`).
     pub token: Option<String>,
     /// Tenant-bound tokens: (token, tenant).
     pub tenant_tokens: Vec<(String, String)>,
+    /// Read-only tokens (`--viewer-token`): [`Caller::Viewer`] of every tenant.
+    pub viewer_tokens: Vec<String>,
     /// `--no-auth`: the operator said the address is private; everyone is the operator.
     pub open: bool,
 }
@@ -67,10 +71,17 @@ impl Access {
                 tenant = Some(owner);
             }
         }
-        match (operator, tenant) {
-            (true, _) => Caller::Operator,
-            (false, Some(owner)) => Caller::Tenant(owner.clone()),
-            (false, None) => Caller::Anonymous,
+        let mut viewer = false;
+        for token in &self.viewer_tokens {
+            viewer |= same_secret(token, given);
+        }
+        // `commands::access` refuses a viewer token that is also another role's, so at most
+        // one role matches; were it not so, the order here is the stronger role first.
+        match (operator, tenant, viewer) {
+            (true, _, _) => Caller::Operator,
+            (false, Some(owner), _) => Caller::Tenant(owner.clone()),
+            (false, None, true) => Caller::Viewer(None),
+            (false, None, false) => Caller::Anonymous,
         }
     }
 }
@@ -202,4 +213,44 @@ fn stream(subscription: Subscription) -> Response {
             .insert(name, HeaderValue::from_static(value));
     }
     response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bearer(token: &str) -> HeaderMap {
+        let mut headers = HeaderMap::new();
+        let value = HeaderValue::from_str(&format!("Bearer {token}")).unwrap();
+        headers.insert(header::AUTHORIZATION, value);
+        headers
+    }
+
+    #[test]
+    fn each_token_is_its_callers() {
+        let access = Access {
+            token: Some("op".into()),
+            tenant_tokens: vec![("ta".into(), "t1".into())],
+            viewer_tokens: vec!["v1".into(), "v2".into()],
+            open: false,
+        };
+        assert_eq!(access.caller(&bearer("op")), Caller::Operator);
+        assert_eq!(access.caller(&bearer("ta")), Caller::Tenant("t1".into()));
+        assert_eq!(access.caller(&bearer("v1")), Caller::Viewer(None));
+        assert_eq!(access.caller(&bearer("v2")), Caller::Viewer(None));
+        for wrong in ["v", "v1x", "", "V1"] {
+            assert_eq!(
+                access.caller(&bearer(wrong)),
+                Caller::Anonymous,
+                "{wrong:?}"
+            );
+        }
+        assert_eq!(access.caller(&HeaderMap::new()), Caller::Anonymous);
+        let viewers_only = Access {
+            viewer_tokens: vec!["v1".into()],
+            ..Access::default()
+        };
+        assert_eq!(viewers_only.caller(&bearer("v1")), Caller::Viewer(None));
+        assert_eq!(viewers_only.caller(&bearer("op")), Caller::Anonymous);
+    }
 }

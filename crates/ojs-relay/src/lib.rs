@@ -90,6 +90,8 @@ pub fn command(framework: &Framework) -> clap::Command {
 }
 
 /// One parsed command line of a framework's relay command.
+// Made once per command line and matched in place: boxing `Cli` would save nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone)]
 pub enum Parsed {
     /// Nothing to run: print the report and exit with its code (`--help`, `--version`: 0 on

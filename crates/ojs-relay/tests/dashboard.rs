@@ -1,8 +1,9 @@
 //! The dashboard's HTTP side (`ojs_outbox::dashboard`) through `ojs-relay run --listen`, over
 //! a real SQLite file (and PostgreSQL when `OJS_TEST_DATABASE_URL` is set) and the devserver:
 //! the page and its headers, the JSON API's counts and rows, tenant scoping that no query
-//! can widen, and replay and purge of chosen dead rows with the write header. The page itself
-//! is driven in a real browser by the Express suite (bindings-node/test/dashboard.test.js).
+//! can widen, and replay and purge of chosen dead rows with the write header; a read-only
+//! `--viewer-token` that reads what the operator reads and is refused every write. The page
+//! itself is driven in a real browser by the Express suite (bindings-node/test/dashboard.test.js).
 
 mod common;
 
@@ -321,4 +322,180 @@ async fn dashboard_on_postgres() {
 async fn dashboard_on_mariadb() {
     the_dashboard_serves_scoped_views_and_dead_letter_actions(Kind::Mysql, "dashboard_mariadb")
         .await;
+}
+
+/// `--viewer-token` (issue 29): the read-only caller of `ojs_outbox::surface`
+/// (`Caller::Viewer(None)`). It reads the dashboard, the rows, a dead letter, the events,
+/// `/metrics` and `/readyz` as the operator does, and is refused (403) replay, purge and the
+/// Codec Server, so the dead row is still there; no token, or a wrong one, is 401.
+async fn a_viewer_token_reads_what_the_operator_reads_and_writes_nothing(kind: Kind, name: &str) {
+    let Some(db) = Db::new(kind, name).await else {
+        return;
+    };
+    let server = DevServer::start(0).await.unwrap();
+    let url = server.url();
+    db.migrate().await;
+    let dead = db
+        .stage(vec![
+            NewJob::new("poison.job", json!(["dead-args"])).with_meta(json!({"tenant_id": "t1"})),
+        ])
+        .await;
+    db.stage(vec![
+        NewJob::new("good.job", json!([1])).with_meta(json!({"tenant_id": "t2"})),
+    ])
+    .await;
+    add_fault(&url, json!({"status": 400, "match_type": "poison.job"})).await;
+    let mut relay = db.spawn_run(
+        &url,
+        &[
+            "--poll-interval",
+            "PT0.1S",
+            "--listen",
+            "127.0.0.1:0",
+            "--token",
+            "op",
+            "--viewer-token",
+            "view-secret",
+            "--viewer-token",
+            "other-view-secret",
+        ],
+    );
+    let surface = Surface {
+        base: served_at(&relay).await,
+        http: reqwest::Client::new(),
+    };
+    db.wait_status(
+        Duration::from_secs(60),
+        "1 dead, 1 sent",
+        Some(&relay),
+        |s| count(s, "dead") == 1 && count(s, "sent") == 1,
+    )
+    .await;
+    clear_faults(&url).await;
+    let get = reqwest::Method::GET;
+    let post = reqwest::Method::POST;
+
+    // No token, or one that is only a prefix of the viewer's, gets nothing.
+    for token in [None, Some("view-secre"), Some("view-secretX")] {
+        for path in ["/dashboard/", "/dashboard/api/overview", "/metrics"] {
+            let (status, ..) = surface.call(get.clone(), path, token, false).await;
+            assert_eq!(status, 401, "{path} with {token:?}");
+        }
+    }
+
+    // Both viewer tokens read the page and what the operator reads, with no write.
+    for token in ["view-secret", "other-view-secret"] {
+        let (status, _, page) = surface
+            .call(get.clone(), "/dashboard/", Some(token), false)
+            .await;
+        assert_eq!(status, 200, "{page}");
+        let seen = surface.json("/dashboard/api/overview", token).await;
+        assert_eq!(
+            seen["viewer"],
+            json!({"tenant": null, "writes": false, "decodes": false}),
+            "{seen}"
+        );
+        assert_eq!(seen["counts"]["dead"], 1, "{seen}");
+        assert_eq!(seen["counts"]["sent"], 1, "{seen}");
+    }
+    let theirs = surface.json("/dashboard/api/overview", "view-secret").await;
+    let ours = surface.json("/dashboard/api/overview", "op").await;
+    for key in ["counts", "groups"] {
+        assert_eq!(theirs[key], ours[key], "{key}: {theirs} / {ours}");
+    }
+    assert_eq!(theirs["health"]["ready"], true, "the health too: {theirs}");
+    let rows = surface
+        .json("/dashboard/api/rows?status=dead", "view-secret")
+        .await;
+    assert_eq!(ids_of(&rows), dead, "every tenant's dead rows");
+    let detail = surface
+        .json(&format!("/dashboard/api/rows/{}", dead[0]), "view-secret")
+        .await;
+    assert_eq!(detail["row"]["summary"]["status"], "dead", "{detail}");
+    assert_eq!(detail["row"]["args"], json!(["dead-args"]), "{detail}");
+    // The operator's other reads, as surface.rs decides for a viewer of everything.
+    for path in ["/metrics", "/readyz"] {
+        let (status, _, body) = surface
+            .call(get.clone(), path, Some("view-secret"), false)
+            .await;
+        assert_eq!(status, 200, "{path}: {body}");
+    }
+    let (status, ..) = surface
+        .call(post.clone(), "/codec/decode", Some("view-secret"), false)
+        .await;
+    assert_eq!(status, 403, "no Codec Server for a read-only caller");
+
+    // The events, every tenant's: the stream opens for the viewer, who then sees the
+    // operator's action below.
+    let mut request = surface.http.get(format!(
+        "{}/v1/events/stream?types=ojs.outbox.*",
+        surface.base
+    ));
+    request = request.bearer_auth("view-secret");
+    let stream = request.send().await.expect("stream");
+    assert_eq!(stream.status(), 200);
+
+    // Replay and purge are refused, with or without the write header, and change nothing.
+    let replay = format!("/dashboard/api/dead/replay?job_id={}", dead[0]);
+    let purge = format!("/dashboard/api/dead/purge?job_id={}", dead[0]);
+    for path in [&replay, &purge] {
+        for write in [true, false] {
+            let (status, answer) = surface.post(path, "view-secret", write).await;
+            assert_eq!(status, 403, "{path} (header: {write}): {answer}");
+            assert_eq!(answer["error"]["code"], "forbidden", "{answer}");
+        }
+    }
+    let rows = surface.json("/dashboard/api/rows?status=dead", "op").await;
+    assert_eq!(ids_of(&rows), dead, "the dead row is still there");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let status = db.status().await;
+    assert_eq!(
+        (count(&status, "dead"), count(&status, "sent")),
+        (1, 1),
+        "{status}"
+    );
+    let delivered = as_set(&received_ids(&received(&url).await));
+    assert!(
+        !delivered.contains(&dead[0]),
+        "the dead row was not replayed"
+    );
+
+    // The same purge is the operator's to make; the viewer sees it on the stream.
+    let (status, answer) = surface.post(&purge, "op", true).await;
+    assert_eq!((status.as_u16(), answer), (200, json!({"purged": 1})));
+    let events = frames(stream, 1).await;
+    assert_eq!(events[0].1, "ojs.outbox.dead_purged", "{events:?}");
+    assert!(
+        !relay.log().contains("secret"),
+        "a token reached the log:\n{}",
+        relay.log()
+    );
+    assert_eq!(
+        relay.terminate(Duration::from_secs(15)).await.code(),
+        Some(0)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn viewer_token_on_sqlite() {
+    a_viewer_token_reads_what_the_operator_reads_and_writes_nothing(Kind::Sqlite, "dashboard_view")
+        .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn viewer_token_on_postgres() {
+    a_viewer_token_reads_what_the_operator_reads_and_writes_nothing(
+        Kind::Postgres,
+        "dashboard_view_pg",
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn viewer_token_on_mariadb() {
+    a_viewer_token_reads_what_the_operator_reads_and_writes_nothing(
+        Kind::Mysql,
+        "dashboard_view_mariadb",
+    )
+    .await;
 }

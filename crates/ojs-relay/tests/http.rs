@@ -271,7 +271,8 @@ async fn a_subscriber_that_never_reads_is_cut_off_and_the_drain_goes_on() {
 
 /// The surface serves every job's events and the metrics: `--listen` alone is refused (it was
 /// served to anyone before), `--no-auth` says out loud that it is open, and a token that is
-/// only a prefix, or another tenant's, of a real one gets nothing.
+/// only a prefix, or another tenant's, of a real one gets nothing. `--viewer-token`'s rules
+/// (issue 29) too.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_surface_is_closed_unless_a_token_or_no_auth_is_given() {
     let backend = DevServer::start(0).await.unwrap();
@@ -302,6 +303,58 @@ async fn the_surface_is_closed_unless_a_token_or_no_auth_is_given() {
     bad.extend(["--tenant-token", "s3cret-no-tenant"]);
     let line = assert_error(&db.cli(&bad).await, "INVALID_CONFIG", 2);
     assert!(!line.contains("s3cret"), "{line}");
+    // A read-only token follows the same rules: it needs --listen, is not empty, does not go
+    // with --no-auth, and is no other role's token (which would let it write); no message
+    // repeats its value.
+    let line = assert_error(
+        &db.cli(&[
+            "run",
+            "--ojs-url",
+            url.as_str(),
+            "--viewer-token",
+            "v-s3cret",
+        ])
+        .await,
+        "INVALID_CONFIG",
+        2,
+    );
+    assert!(line.contains("--viewer-token"), "{line}");
+    for extra in [
+        &["--viewer-token", ""][..],
+        &["--token", "op-s3cret", "--viewer-token", "op-s3cret"],
+        &[
+            "--tenant-token",
+            "acme=t-s3cret",
+            "--viewer-token",
+            "t-s3cret",
+        ],
+    ] {
+        let mut bad = listen.to_vec();
+        bad.extend(extra);
+        let line = assert_error(&db.cli(&bad).await, "INVALID_CONFIG", 2);
+        assert!(line.contains("--viewer-token"), "{extra:?}: {line}");
+        assert!(!line.contains("s3cret"), "{line}");
+    }
+    let mut both = listen.to_vec();
+    both.extend(["--no-auth", "--viewer-token", "v"]);
+    let line = assert_error(&db.cli(&both).await, "INVALID_CONFIG", 2);
+    assert!(line.contains("--no-auth"), "{line}");
+
+    // A viewer token alone secures the surface: it reads, nobody else does.
+    let mut viewed = db.spawn_run(
+        &url,
+        &["--listen", "127.0.0.1:0", "--viewer-token", "view-secret"],
+    );
+    let base = served_at(&viewed).await;
+    for (token, status) in [
+        (None, 401),
+        (Some("view-secre"), 401),
+        (Some("view-secret"), 200),
+    ] {
+        let answer = get(&format!("{base}/metrics"), token, None).await;
+        assert_eq!(answer.status(), status, "{token:?}");
+    }
+    viewed.terminate(Duration::from_secs(30)).await;
 
     let mut open = db.spawn_run(&url, &["--listen", "127.0.0.1:0", "--no-auth"]);
     let base = served_at(&open).await;
