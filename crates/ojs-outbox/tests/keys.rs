@@ -1,5 +1,5 @@
 //! `ordering_key` and `unique`, decided in the staging transaction (issue 27), on a real SQLite
-//! file and a real PostgreSQL, with the real devserver over HTTP:
+//! file, a real PostgreSQL and a real MariaDB, with the real devserver over HTTP:
 //! - each `on_conflict` policy among the jobs the outbox holds, the transaction left usable;
 //! - two transactions racing for one unique key: exactly one wins;
 //! - the jobs of one ordering key reach the backend in the order their transactions committed,
@@ -30,6 +30,16 @@ fn databases(name: &str) -> Vec<String> {
             eprintln!("SKIP postgres: OJS_TEST_DATABASE_URL is unset (scripts/test.sh sets it)");
         }
     }
+    match std::env::var("OJS_TEST_MYSQL_URL") {
+        Ok(url) if !url.is_empty() => urls.push(url),
+        _ => {
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "OJS_TEST_MYSQL_URL is unset under CI"
+            );
+            eprintln!("SKIP mariadb: OJS_TEST_MYSQL_URL is unset (scripts/test.sh sets it)");
+        }
+    }
     urls
 }
 
@@ -56,6 +66,13 @@ async fn outbox(database_url: &str, table: &str, ojs_url: &str) -> Outbox {
         .await
         .unwrap();
     }
+    if let Some(pool) = outbox.store().mysql_pool() {
+        // The outbox, its event log, relay registry and ordering keys' locks.
+        sqlx::raw_sql(sqlx::AssertSqlSafe(outbox.store().sql().drop_table()))
+            .execute(pool)
+            .await
+            .unwrap();
+    }
     outbox.store().migrate().await.unwrap();
     outbox
 }
@@ -81,6 +98,14 @@ async fn args_of(outbox: &Outbox, id: &str) -> Option<Value> {
     let text: Option<(String,)> = if let Some(pool) = outbox.store().postgres_pool() {
         sqlx::query_as(sqlx::AssertSqlSafe(format!(
             "SELECT job_args::text FROM {table} WHERE job_id = CAST($1 AS uuid)"
+        )))
+        .bind(id)
+        .fetch_optional(pool)
+        .await
+        .unwrap()
+    } else if let Some(pool) = outbox.store().mysql_pool() {
+        sqlx::query_as(sqlx::AssertSqlSafe(format!(
+            "SELECT job_args FROM {table} WHERE job_id = ?"
         )))
         .bind(id)
         .fetch_optional(pool)
@@ -216,7 +241,7 @@ async fn tx_count(outbox: &Outbox) -> i64 {
 }
 
 /// Two transactions stage the same unique key at once: the second waits for the first (its
-/// row lock on PostgreSQL, the write lock on SQLite) and then sees its row: one job, one
+/// row lock on PostgreSQL, its unique index entry on MariaDB, the write lock on SQLite) and then sees its row: one job, one
 /// `DUPLICATE`. When the first rolls back, the second wins.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_transactions_racing_for_one_key_exactly_one_wins() {
