@@ -60,6 +60,24 @@ async fn migrate_twice_then_status_is_zero(kind: Kind, name: &str) {
         out.contains(&db.table) && out.contains("pending") && out.contains("dead"),
         "human status: {out}"
     );
+    if db.kind == Kind::Mysql {
+        // The same server under the other scheme the relay accepts.
+        let url = db.url.replacen("mysql://", "mariadb://", 1);
+        assert!(url.starts_with("mariadb://"), "{}", db.url);
+        let out = cli(&[
+            "--database-url",
+            &url,
+            "--table",
+            &db.table,
+            "status",
+            "--json",
+        ])
+        .await;
+        assert_success(&out, "status --json with a mariadb:// URL");
+        let again: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(again["table"], json!(db.table), "{again}");
+        assert_eq!(count(&again, "pending"), 0, "{again}");
+    }
     db.drop_table().await;
 }
 
