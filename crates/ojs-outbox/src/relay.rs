@@ -31,7 +31,6 @@ mod pause;
 mod report;
 mod send;
 use pause::Trouble;
-pub use send::UNIQUE_REJECTED_NOTE;
 use send::take_batch;
 
 const PRUNE_CHUNK: usize = 10_000;

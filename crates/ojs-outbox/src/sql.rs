@@ -198,6 +198,11 @@ pub struct OutboxSql {
 /// The channel of the staging NOTIFY; the payload is the table's name (`OutboxSql::insert`).
 pub const STAGED_CHANNEL: &str = "ojs_staged";
 
+/// The start of the `error` note of a row whose job the backend's unique policy refused (the
+/// relay writes it, `relay/send.rs`): what `status` counts as `unique_rejected`
+/// ([`OutboxSql::unique_rejected_count`]).
+pub const UNIQUE_REJECTED_NOTE: &str = "unique conflict: not created;";
+
 impl OutboxSql {
     pub fn new(dialect: Dialect, table: &str) -> Self {
         OutboxSql {
@@ -1260,7 +1265,7 @@ impl OutboxSql {
     /// Sent rows whose job the backend's unique policy refused (their note). Reads every sent
     /// row: for `status`, not for each `/metrics` scrape.
     pub fn unique_rejected_count(&self) -> String {
-        let rejected = crate::relay::UNIQUE_REJECTED_NOTE;
+        let rejected = UNIQUE_REJECTED_NOTE;
         format!(
             "SELECT {} FROM {} WHERE status = 'sent' AND error LIKE '{rejected}%'",
             self.count_all(),

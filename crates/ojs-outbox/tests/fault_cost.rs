@@ -10,10 +10,9 @@
 use std::time::{Duration, Instant};
 
 use ojs_devserver::{DevServer, Fault, Stats};
+use ojs_outbox::sql::UNIQUE_REJECTED_NOTE;
 use ojs_outbox::{Config, NewJob, Outbox};
 
-/// The start of a unique-rejected row's note (`relay::UNIQUE_REJECTED_NOTE`).
-const UNIQUE_REJECTED_NOTE: &str = "unique conflict: not created;";
 use serde_json::{Value, json};
 
 const ROWS: usize = 1000;

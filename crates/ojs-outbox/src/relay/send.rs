@@ -12,6 +12,7 @@ use crate::classify::Outcome;
 use crate::job::{MAX_WIRE_BYTES, wire_json};
 use crate::log_feed::Level;
 use crate::split::{Split, Step};
+use crate::sql::UNIQUE_REJECTED_NOTE;
 use crate::store::{ClaimedRow, Rejection, RowStatus, Settlement};
 
 /// Wire forms larger than this are compacted before sending (PostgreSQL's jsonb text adds spaces).
@@ -386,10 +387,6 @@ impl Engine {
         (settlement, held)
     }
 }
-
-/// The start of the `error` note of a row whose job the backend's unique policy refused: what
-/// `status` counts as `unique_rejected` (`OutboxSql::status_counts`).
-pub const UNIQUE_REJECTED_NOTE: &str = "unique conflict: not created;";
 
 fn unique_rejected_note(existing_job_id: Option<&str>) -> String {
     let holds = match existing_job_id {
