@@ -3,7 +3,7 @@
 //! - `GET /v1/events/stream`: the relay's events as Server-Sent Events (RFC-0005 §1), filtered
 //!   by `types` (`job.*` globs), `queues`, `job_types` and `tenant`, replayed from
 //!   `Last-Event-ID` or `since` when `relay.event_retention` keeps events;
-//! - `GET /metrics`: the Prometheus text exposition;
+//! - `GET /metrics`: the metrics in the OpenMetrics text format (Prometheus scrapes it);
 //! - `GET /healthz`: the process answers; `GET /readyz`: database reachable, outbox table
 //!   present, backend reachable;
 //! - `POST /codec/decode`, `POST /codec/encode`: the Codec Server of the OJS encryption
