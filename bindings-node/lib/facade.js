@@ -932,6 +932,15 @@ async function dropOutboxTable(knex, { tableName } = {}) {
 
 async function runDdl(knex, statements, what = 'creating') {
   try {
+    if (hostKnex.dialectOf(knex) === 'sqlite') {
+      // One transaction (a savepoint inside a migration's): another connection sees the table
+      // with all its indexes or not at all (docs/outbox-schema.md#applying-the-ddl). MySQL's DDL
+      // commits by itself, and would end such a savepoint under knex.
+      await knex.transaction(async (trx) => {
+        for (const sql of statements) await trx.raw(sql);
+      });
+      return;
+    }
     for (const sql of statements) await knex.raw(sql);
   } catch (error) {
     throw errorFor('DATABASE', `${what} the outbox table failed: ${error.message}`, null, error);

@@ -542,6 +542,9 @@ impl Store {
         // no such table can exist); a table an earlier version made is still relayed.
         name_fits(&self.sql)?;
         let statements = self.sql.create_table();
+        if self.dialect() == Dialect::Sqlite {
+            return self.ddl_sqlite(Some(&statements)).await;
+        }
         // The table first, then its columns brought up to date (a table created by an older
         // version), then the indexes, which name those columns.
         self.execute(&statements[0]).await?;
@@ -556,6 +559,9 @@ impl Store {
     /// existed; does nothing to a table that has them. A relay runs it at start; two relays
     /// racing: the loser's error is ignored when the columns are there.
     pub async fn upgrade_table(&self) -> Result<()> {
+        if self.dialect() == Dialect::Sqlite {
+            return self.ddl_sqlite(None).await;
+        }
         if self.execute(&self.sql.check_key_columns()).await.is_ok() {
             return Ok(());
         }
@@ -570,6 +576,54 @@ impl Store {
             Err(error) if self.execute(&self.sql.check_key_columns()).await.is_err() => Err(error),
             _ => Ok(()),
         }
+    }
+
+    /// SQLite: [`migrate`](Self::migrate) (`create_table`'s statements) or, without them,
+    /// [`upgrade_table`](Self::upgrade_table), in one write transaction, so that every other
+    /// connection, of this pool or of another process, sees the table with all its indexes or
+    /// not at all. A connection that read the schema between a table's CREATE and its unique
+    /// index's keeps that schema for the statements it prepares (SQLite re-reads a changed
+    /// schema when a statement runs, not when one is prepared, and a conflict target it cannot
+    /// match is no reason to): a unique job's staging upsert failed there with "ON CONFLICT
+    /// clause does not match any PRIMARY KEY or UNIQUE constraint" until the connection ran
+    /// another statement.
+    async fn ddl_sqlite(&self, create: Option<&[String]>) -> Result<()> {
+        let Pool::Sqlite(pool) = &self.pool else {
+            unreachable!("called for SQLite");
+        };
+        let _running = crate::sqlite_fork::statement().await;
+        let mut conn = pool.acquire().await?;
+        sqlx::raw_sql("BEGIN IMMEDIATE").execute(&mut *conn).await?;
+        let done = async {
+            let mut run = async |statement: &str| {
+                sqlx::raw_sql(AssertSqlSafe(statement.to_owned()))
+                    .execute(&mut *conn)
+                    .await
+                    .map(drop)
+            };
+            // The table first, then its columns brought up to date (a table created by an
+            // older version), then the indexes, which name those columns. The write lock is
+            // held throughout: no other migration runs in between.
+            if let Some(create) = create {
+                run(&create[0]).await?;
+            }
+            if run(&self.sql.check_key_columns()).await.is_err() {
+                for statement in self.sql.upgrade_table() {
+                    run(&statement).await?;
+                }
+            }
+            for statement in create.map_or(&[][..], |create| &create[1..]) {
+                run(statement).await?;
+            }
+            Ok::<_, sqlx::Error>(())
+        }
+        .await;
+        let end = if done.is_ok() { "COMMIT" } else { "ROLLBACK" };
+        if let Err(error) = sqlx::raw_sql(end).execute(&mut *conn).await {
+            conn.close_on_drop();
+            return Err(error.into());
+        }
+        Ok(done?)
     }
 
     /// Fails with `OUTBOX_TABLE_MISSING` when the table does not exist, and with

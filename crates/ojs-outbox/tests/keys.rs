@@ -463,3 +463,90 @@ async fn without_a_key_a_row_goes_out_when_its_transaction_commits() {
     );
     assert!(a < b, "a's UUIDv7 (and row id) is the older one");
 }
+
+/// How many sessions wait for an ordering key's lock that a staging statement of `table` asked
+/// for: PostgreSQL's advisory lock (`pg_stat_activity`), or MariaDB's row of
+/// `<table>_locks` (`PROCESSLIST`).
+async fn waiting_for_a_key(url: &str, table: &str) -> i64 {
+    if url.starts_with("postgres") {
+        let pool = sqlx::PgPool::connect(url).await.unwrap();
+        let (waiting,): (i64,) = sqlx::query_as(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() \
+             AND wait_event_type = 'Lock' AND wait_event = 'advisory' \
+             AND query LIKE '%pg_advisory_xact_lock%'",
+        )
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+        pool.close().await;
+        waiting
+    } else {
+        let pool = sqlx::MySqlPool::connect(url).await.unwrap();
+        // The lock statement still running: the first's ended long ago, so this is the
+        // second's, waiting (INNODB_TRX did not always list that wait).
+        let (waiting,): (i64,) = sqlx::query_as(
+            "SELECT count(*) FROM information_schema.PROCESSLIST \
+             WHERE ID <> CONNECTION_ID() AND INFO LIKE ?",
+        )
+        .bind(format!("INSERT INTO {table}_locks %"))
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+        pool.close().await;
+        waiting
+    }
+}
+
+/// Two transactions stage jobs of one ordering key at once (PostgreSQL, MariaDB): the second
+/// waits at its staging statement for the first's lock on the key until the first commits,
+/// then takes the next id, so the key's jobs go out in the order the transactions committed.
+/// Without that wait the second's row would be visible, and sent, while the first's was not.
+/// (SQLite serializes writers from their first write to COMMIT anyway.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_transaction_of_one_key_waits_for_the_first_and_goes_out_after_it() {
+    let table = "keys_samekey";
+    for url in databases("samekey") {
+        if url.starts_with("sqlite") {
+            continue;
+        }
+        let backend = DevServer::start(0).await.unwrap();
+        let outbox = outbox(&url, table, &backend.url()).await;
+        outbox.start_relay();
+        let keyed = |n: i64| {
+            NewJob::new("samekey.step", json!([n]))
+                .with_options(json!({"ordering_key": "account-7"}))
+        };
+        let mut first = outbox.begin().await.unwrap();
+        let a = first.enqueue_after_commit(keyed(1)).await.unwrap();
+        let second = async {
+            let mut tx = outbox.begin().await.unwrap();
+            let b = tx.enqueue_after_commit(keyed(2)).await.unwrap();
+            tx.commit().await.unwrap();
+            b
+        };
+        let finish_first = async {
+            // The second's staging statement waits for the key: seen, then the first commits.
+            eventually(
+                "the second transaction waiting for the key's lock",
+                async || (waiting_for_a_key(&url, table).await == 1).then_some(()),
+            )
+            .await;
+            first.commit().await.unwrap();
+        };
+        let (b, ()) = tokio::join!(second, finish_first);
+        eventually("both jobs delivered", async || {
+            (backend.snapshot().jobs.len() == 2).then_some(())
+        })
+        .await;
+        outbox.stop_relay().await;
+        let ids: Vec<String> = backend
+            .snapshot()
+            .jobs
+            .iter()
+            .map(|job| job.id.clone())
+            .collect();
+        assert_eq!(ids, vec![a.clone(), b.clone()], "{url}: commit order");
+        assert!(a < b, "{url}: the second took the later id");
+        backend.shutdown().await;
+    }
+}
