@@ -336,6 +336,11 @@ for (const database of ['sqlite', 'postgres']) {
           const s = await ojs.status();
           return s.pending === 0 && s.failed === 0 && !s.in_flight ? s : null;
         }, WAIT_MS, 'the outbox drained');
+        // The relay counts a settlement once it has committed: its counters trail the rows briefly.
+        await waitFor(async () => {
+          const m = await ojs.metrics();
+          return m && m.sent === status.sent && m.dead === status.dead;
+        }, WAIT_MS, 'the relay\'s counters at the outbox counts');
         const answer = await get(port, '/ojs/metrics', OPERATOR);
         assert.equal(answer.status, 200);
         assert.equal(answer.headers['content-type'], 'application/openmetrics-text; version=1.0.0; charset=utf-8');

@@ -130,6 +130,10 @@ class EventsAppTest < Minitest::Test
       counts = ActiveRecord::Base.connection.select_rows("SELECT status, COUNT(*) FROM #{TABLE} GROUP BY status")
                                  .to_h { |status, n| [status, n.to_i] }
       assert_equal({ "sent" => 3, "dead" => 1 }, counts)
+      # The relay counts a settlement once it has committed: its counters trail the rows briefly.
+      TestSupport.wait_until("the relay's counters") do
+        OJS.metrics.values_at("sent", "dead") == counts.values_at("sent", "dead")
+      end
 
       response = get(app, "/metrics")
       assert_equal 200, response.status

@@ -480,8 +480,12 @@ class WorkerTest < Minitest::Test
       Thread.pass
     end
     assert_equal 4, worker.concurrency
-    assert_operator gaps.max, :<, (OJS::Worker.const_get(:POLL_MS) / 2) / 1000.0,
-                    "a slot held the GVL during its wait (longest stall #{(gaps.max * 1000).round} ms)"
+    # A slot that held the GVL through its native wait would stop this thread for that wait
+    # (POLL_MS), one slot after another: most of the window. A busy machine may stall a thread
+    # now and then, never for most of it: the verdict is the share of the window stalled.
+    long = gaps.select { |gap| gap > (OJS::Worker.const_get(:POLL_MS) / 2) / 1000.0 }
+    assert_operator long.sum, :<, window / 2,
+                    "a slot held the GVL during its wait (stalls of #{long.map { |g| (g * 1000).round }} ms in #{window} s)"
   end
 
   def test_bad_options_and_handlers_are_refused_naming_them

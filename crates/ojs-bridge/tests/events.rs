@@ -63,9 +63,17 @@ fn a_mount_streams_the_relays_events_and_its_metrics() {
     let replay = bridge
         .relay_events(r#"{"since": "1970-01-01T00:00:00Z"}"#)
         .unwrap();
+    // Read until both jobs' events came (a slow first read of the log is not the end), then
+    // until the replay is idle: no third.
+    let deadline = Instant::now() + Duration::from_secs(30);
     let mut kinds = 0;
-    while let Next::Frame(frame) = replay.next(300) {
-        kinds += usize::from(frame.contains("event: job.enqueued"));
+    loop {
+        match replay.next(300) {
+            Next::Frame(frame) => kinds += usize::from(frame.contains("event: job.enqueued")),
+            Next::Idle if kinds >= 2 => break,
+            Next::Idle => assert!(Instant::now() < deadline, "{kinds} job.enqueued replayed"),
+            Next::End => panic!("the replay ended"),
+        }
     }
     assert_eq!(kinds, 2);
     assert_eq!(

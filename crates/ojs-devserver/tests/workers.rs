@@ -301,9 +301,11 @@ async fn an_expired_reservation_returns_on_a_later_fetch_and_a_heartbeat_extends
     let (server, client) = start().await;
     enqueue_with(&client, 1, json!({ "queue": "v" })).await;
     enqueue_with(&client, 2, json!({ "queue": "v" })).await;
+    // Long enough for the heartbeat below to come first on a busy machine; job 2's return
+    // is waited for.
     let first = fetch(
         &client,
-        json!({ "queues": ["v"], "count": 2, "worker_id": "w-1", "visibility_timeout_ms": 300 }),
+        json!({ "queues": ["v"], "count": 2, "worker_id": "w-1", "visibility_timeout_ms": 2000 }),
     )
     .await;
     assert_eq!(fetched_ids(&first), vec![job_id(1), job_id(2)]);

@@ -230,7 +230,8 @@ async fn a_graceful_stop_acks_what_finishes_and_requeues_the_rest() {
     let slow = worker.next(WAIT).await.unwrap();
     let stopping = tokio::spawn({
         let worker = worker.clone();
-        async move { worker.stop(Duration::from_millis(1500)).await }
+        // Long enough that `quick` finishes first on a busy machine; `slow` never finishes.
+        async move { worker.stop(Duration::from_secs(5)).await }
     });
     // Nothing new is handed out once stopping.
     assert!(worker.next(Duration::from_millis(200)).await.is_none());
@@ -408,15 +409,16 @@ async fn the_heartbeat_keeps_a_long_job_reserved() {
     let server = DevServer::start(0).await.unwrap();
     let url = server.url();
     let id = push(&url, "[1]", json!({})).await;
-    let worker = start(&server, json!({"visibility_timeout_ms": 1000}));
+    // Heartbeats go at a quarter of it: a busy machine would have to stall one for 1.5 s.
+    let worker = start(&server, json!({"visibility_timeout_ms": 2000}));
     let a = worker.next(WAIT).await.unwrap();
     let other = backend(&url, None);
     let fetch = WorkerCommand::from_json(
         &json!({"op": "fetch", "queues": ["work"], "worker_id": "w2"}).to_string(),
     )
     .unwrap();
-    // The handler holds the job 2.5 s, more than twice the visibility timeout.
-    let until = Instant::now() + Duration::from_millis(2500);
+    // The handler holds the job 5 s, more than twice the visibility timeout.
+    let until = Instant::now() + Duration::from_millis(5000);
     while Instant::now() < until {
         let answer = other.worker(&fetch).await.unwrap();
         assert_eq!(answer["jobs"], json!([]), "re-delivered: {answer}");

@@ -78,12 +78,23 @@ async fn metrics_health_and_a_tenant_scoped_replayable_event_stream() {
         true
     );
 
-    // /metrics, parsed by a Prometheus text-format parser; counters match the outbox.
-    let text = get(&format!("{base}/metrics"), Some("op"), None)
-        .await
-        .text()
-        .await
-        .unwrap();
+    // /metrics, parsed by a Prometheus text-format parser; counters match the outbox. The
+    // relay counts a settlement once it has committed: its counters trail the rows briefly.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let text = loop {
+        let text = get(&format!("{base}/metrics"), Some("op"), None)
+            .await
+            .text()
+            .await
+            .unwrap();
+        let counted = text
+            .lines()
+            .any(|l| l.starts_with("ojs_relay_jobs_sent_total{") && l.ends_with(" 5"));
+        if counted || Instant::now() > deadline {
+            break text;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
     let lines = text.lines().map(|l| Ok(l.to_owned()));
     let scrape = prometheus_parse::Scrape::parse(lines).expect("valid exposition");
     let value = |name: &str, status: Option<&str>| -> f64 {
