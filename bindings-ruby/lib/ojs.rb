@@ -76,7 +76,13 @@ module OJS
     # `config.logger` of OJS.configure, else one set with OJS.logger=, else Rails.logger when
     # Rails has one, else a Logger on $stderr.
     def logger
-      @configuration&.logger || @logger || default_logger
+      logger_for(@configuration)
+    end
+
+    # The logger of `configuration` by the same rule: a configuration being built logs to its
+    # own, never to that of the one it replaces.
+    def logger_for(configuration)
+      configuration&.logger || @logger || default_logger
     end
 
     # --- enqueue -------------------------------------------------------------------------

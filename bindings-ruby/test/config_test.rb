@@ -58,6 +58,21 @@ class ConfigTest < Minitest::Test
     end
   end
 
+  # A configuration without config.logger logs its notice to OJS.logger=, not to the logger of
+  # the configuration it replaces (which a test run in another order left behind once).
+  def test_the_notice_goes_to_the_new_configurations_logger_not_the_replaced_ones
+    replaced = StringIO.new
+    OJS.configure do |c|
+      c.url = TestSupport.devserver.url
+      c.relay = :external
+      c.logger = Logger.new(replaced)
+    end
+    ENV["RAILS_ENV"] = "development"
+    OJS.configure { |c| c.relay = :external }
+    assert_equal 1, @log.string.lines.grep(/no OJS backend URL is set/).size, @log.string
+    assert_empty replaced.string
+  end
+
   # A removed or misspelled setting is an error naming it, never silently ignored.
   def test_an_unknown_or_renamed_setting_is_refused
     error = assert_raises(OJS::InvalidConfig) { OJS.configure { |c| c.start_relay_on_first_use = false } }

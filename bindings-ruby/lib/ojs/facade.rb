@@ -15,7 +15,7 @@ module OJS
                                    Configuration::URL_SETTING, needs_backend)
       @bridge_pointer = @bridge.pointer
       notice = @bridge.notice
-      (configuration.logger || OJS.logger).warn(notice) if notice
+      OJS.logger_for(configuration).warn(notice) if notice
       # Without a URL (a backend-free rake task) no relay starts by itself: staged rows wait
       # for the application's relay.
       @auto_start = configuration.auto_start && (needs_backend || !configuration.url.to_s.empty?) ? true : false
