@@ -303,6 +303,23 @@ async fn a_settlement_does_not_wait_for_the_next_claim_on_a_small_table() {
         .execute(relay.mysql_pool().unwrap())
         .await
         .unwrap();
+    // Each row of `rows` delivered as is, or failed with a retry due at once.
+    let settlements = |rows: &[ojs_outbox::store::ClaimedRow], as_is: bool| {
+        rows.iter()
+            .map(|row| ojs_outbox::store::Settlement {
+                id: row.id,
+                status: Some(if as_is {
+                    ojs_outbox::RowStatus::Sent
+                } else {
+                    ojs_outbox::RowStatus::Failed
+                }),
+                consumed_attempt: !as_is,
+                retry_in: (!as_is).then_some(Duration::ZERO),
+                error: (!as_is).then(|| "try again".to_owned()),
+                rejected: None,
+            })
+            .collect::<Vec<_>>()
+    };
     for settle_as_is in [true, false] {
         let first = relay
             .claim_due("t", Duration::from_secs(30), 2, Duration::ZERO)
@@ -313,25 +330,10 @@ async fn a_settlement_does_not_wait_for_the_next_claim_on_a_small_table() {
             .await
             .unwrap();
         assert_eq!((first.rows.len(), next.rows.len()), (2, 2));
-        let settlements: Vec<ojs_outbox::store::Settlement> = first
-            .rows
-            .iter()
-            .map(|row| ojs_outbox::store::Settlement {
-                id: row.id,
-                status: Some(if settle_as_is {
-                    ojs_outbox::RowStatus::Sent
-                } else {
-                    ojs_outbox::RowStatus::Failed
-                }),
-                consumed_attempt: !settle_as_is,
-                retry_in: (!settle_as_is).then_some(Duration::ZERO),
-                error: (!settle_as_is).then(|| "try again".to_owned()),
-                rejected: None,
-            })
-            .collect();
+        let first_settlements = settlements(&first.rows, settle_as_is);
         let settled = tokio::time::timeout(
             Duration::from_secs(30),
-            relay.settle("t", first, &settlements, None),
+            relay.settle("t", first, &first_settlements, None),
         )
         .await
         .expect("the settlement waited for the next claim's locks")
@@ -339,18 +341,7 @@ async fn a_settlement_does_not_wait_for_the_next_claim_on_a_small_table() {
         assert_eq!(settled, 2);
         // Settled rather than dropped: a dropped claim's connection closes in the background,
         // and its locks could still hide its rows from the next round's claims.
-        let delivered: Vec<ojs_outbox::store::Settlement> = next
-            .rows
-            .iter()
-            .map(|row| ojs_outbox::store::Settlement {
-                id: row.id,
-                status: Some(ojs_outbox::RowStatus::Sent),
-                consumed_attempt: false,
-                retry_in: None,
-                error: None,
-                rejected: None,
-            })
-            .collect();
+        let delivered = settlements(&next.rows, true);
         assert_eq!(relay.settle("t", next, &delivered, None).await.unwrap(), 2);
     }
     backend.shutdown().await;
